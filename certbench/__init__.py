@@ -1,0 +1,1 @@
+"""certbench: certified-robustness benchmarks and leaderboard."""

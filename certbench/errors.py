@@ -1,0 +1,49 @@
+"""One catchable hierarchy for every error a user can fix.
+
+Messages name the argument, the bad value and the fix; callers chain the original
+exception with ``raise ... from err`` so nothing is swallowed.
+"""
+
+
+class CertbenchError(Exception):
+    """Base class: a bad input or environment the user can correct."""
+
+
+class ModelLoadError(CertbenchError):
+    """The submitted model (manifest, weights, architecture) cannot be used."""
+
+
+class UnknownArchitectureError(ModelLoadError):
+    """The architecture name is not in the registry."""
+
+
+class ManifestError(ModelLoadError):
+    """The manifest is malformed or contradicts the weights or the command line."""
+
+
+class WeightsFormatError(ModelLoadError):
+    """The weights file is not a readable safetensors file."""
+
+
+class StateDictMismatchError(ModelLoadError):
+    """Missing/unexpected keys or shape mismatches between weights and architecture."""
+
+
+class InputSizeError(ModelLoadError):
+    """The model cannot take inputs of the declared size."""
+
+
+class ModelOutputError(ModelLoadError):
+    """The model's output has the wrong number of classes or is not finite."""
+
+
+class DataSourceError(CertbenchError):
+    """A dataset source is missing, unreadable or has the wrong shape."""
+
+
+class CertificationError(CertbenchError):
+    """Arguments to certify/predict are inconsistent (shapes, labels, n, alpha, sigma)."""
+
+
+class RecordsError(CertbenchError):
+    """A records file is missing columns or cannot be used for the requested metric."""
