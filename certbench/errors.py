@@ -47,3 +47,7 @@ class CertificationError(CertbenchError):
 
 class RecordsError(CertbenchError):
     """A records file is missing columns or cannot be used for the requested metric."""
+
+
+class ThreatModelError(CertbenchError):
+    """Anchor banks, PD-threat inputs or attack arguments are missing or inconsistent."""
