@@ -51,3 +51,11 @@ class RecordsError(CertbenchError):
 
 class ThreatModelError(CertbenchError):
     """Anchor banks, PD-threat inputs or attack arguments are missing or inconsistent."""
+
+
+class GeneratorError(CertbenchError):
+    """Dataset-generation arguments are invalid (unknown alpha/f_c/severity, bad output folder)."""
+
+
+class PublishError(CertbenchError):
+    """Publishing a dataset folder to the Hugging Face Hub failed (network, auth, bad layout)."""
