@@ -1,0 +1,84 @@
+"""Errors of the service layer, all under ``certbench.errors.CertbenchError``.
+
+Each carries a stable machine-readable ``code``; the API maps the classes to HTTP status codes
+(``api.errors``), the workers to failed/rejected reasons. Messages name the thing and the fix.
+"""
+
+from __future__ import annotations
+
+from certbench.errors import CertbenchError
+
+
+class ServiceError(CertbenchError):
+    """Base of service errors; ``code`` is the machine-readable name clients switch on."""
+
+    code = "service_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class NotFoundError(ServiceError):
+    """The named object does not exist (or is private to someone else: same answer, no leak)."""
+
+    code = "not_found"
+
+
+class AuthenticationError(ServiceError):
+    """Missing, unknown, expired or revoked API token."""
+
+    code = "unauthenticated"
+
+
+class PermissionDeniedError(ServiceError):
+    """The caller is authenticated but lacks the role for this action."""
+
+    code = "forbidden"
+
+
+class InvalidTransitionError(ServiceError):
+    """A state change the submission state machine does not allow (e.g. cancel a finished run)."""
+
+    code = "invalid_transition"
+
+
+class ConflictError(ServiceError):
+    """The request clashes with existing data (duplicate user name, ...)."""
+
+    code = "conflict"
+
+
+class QuotaExceededError(ServiceError):
+    """The user has used up a daily or concurrency quota."""
+
+    code = "quota_exceeded"
+
+
+class IntakeError(ServiceError):
+    """An upload failed the cheap checks done before anything is stored; ``code`` is a Reason."""
+
+    code = "invalid_submission"
+
+
+class PayloadTooLargeError(IntakeError):
+    """An uploaded part exceeds its size cap."""
+
+    code = "too_large"
+
+
+class BenchmarkDefinitionError(ServiceError):
+    """A benchmark definition file is malformed or inconsistent."""
+
+    code = "bad_benchmark_definition"
+
+
+class StorageError(ServiceError):
+    """An artifact path or file is unusable (missing file, path outside the artifacts dir)."""
+
+    code = "storage_error"

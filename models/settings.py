@@ -1,0 +1,107 @@
+"""One typed settings object shared by the API and the workers.
+
+Both processes read the same environment (prefix ``CERTBENCH_``) so a deployment is configured in
+one place: ``CERTBENCH_DATABASE_URL``, ``CERTBENCH_BROKER_URL``, ``CERTBENCH_DATA_DIR``, ... With
+nothing set, everything lives under ``./certbench-data`` (SQLite + artifacts) and the broker is the
+embedded one, so ``certbench serve`` works on a fresh machine.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1024 * 1024
+
+
+class Settings(BaseSettings):
+    """Service configuration; every field can be set as ``CERTBENCH_<FIELD>`` in the environment.
+
+    ``database_url`` and ``artifacts_dir`` default to places under ``data_dir`` and are always
+    filled after validation. ``broker_url`` None means "embedded broker" (see ``embedded_broker``).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="CERTBENCH_", env_file=None, extra="ignore")
+
+    environment: Literal["development", "production", "test"] = "development"
+    data_dir: Path = Path("certbench-data")
+    database_url: str = ""
+    broker_url: str | None = None
+    artifacts_dir: Path | None = None
+    datasets_dir: Path | None = None
+
+    # Intake limits: checked before anything is written.
+    max_weights_bytes: int = Field(default=256 * MiB, gt=0)
+    max_manifest_bytes: int = Field(default=64 * 1024, gt=0)
+
+    # Quotas per user and UTC day. Rejected/failed submissions are counted against their own
+    # budget, so a user fixing a broken upload is not locked out of real runs (and vice versa).
+    quota_submissions_per_day: int = Field(default=20, ge=0)
+    quota_failed_per_day: int = Field(default=20, ge=0)
+    quota_concurrent: int = Field(default=2, ge=0)
+
+    # Worker leases: a running submission whose heartbeat is older than lease_seconds is failed by
+    # the watchdog, so shards must heartbeat more often than that.
+    lease_seconds: int = Field(default=900, gt=0)
+    heartbeat_seconds: int = Field(default=30, gt=0)
+    shard_size: int = Field(default=100, gt=0)
+    worker_device: str | None = None
+
+    # API server.
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, gt=0, lt=65536)
+    page_size_max: int = Field(default=200, gt=0)
+
+    @field_validator("broker_url", "artifacts_dir", "datasets_dir", "worker_device", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        """An empty env var (``CERTBENCH_BROKER_URL=``) means "not configured"."""
+        return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> Settings:
+        """Derive the SQLite URL and artifacts dir from data_dir; pick the psycopg driver."""
+        if not self.database_url:
+            self.database_url = f"sqlite:///{(self.data_dir / 'certbench.db').resolve()}"
+        for prefix in ("postgresql://", "postgres://"):
+            if self.database_url.startswith(prefix):
+                self.database_url = "postgresql+psycopg://" + self.database_url[len(prefix) :]
+        if self.artifacts_dir is None:
+            self.artifacts_dir = self.data_dir / "artifacts"
+        self.artifacts_dir = self.artifacts_dir.resolve()
+        if self.environment == "production":
+            self._refuse_embedded_defaults()
+        return self
+
+    def _refuse_embedded_defaults(self) -> None:
+        """Production must not silently fall back to the single-machine defaults."""
+        missing = []
+        if self.database_url.startswith("sqlite"):
+            missing.append("CERTBENCH_DATABASE_URL (a postgresql:// URL)")
+        if self.broker_url is None:
+            missing.append("CERTBENCH_BROKER_URL (e.g. redis://host:6379/0)")
+        if missing:
+            raise ValueError(
+                f"environment=production requires {' and '.join(missing)}; set them, or use "
+                "CERTBENCH_ENVIRONMENT=development for the embedded SQLite/broker defaults"
+            )
+
+    @property
+    def embedded_broker(self) -> bool:
+        """True when no broker is configured: serve starts an embedded worker."""
+        return self.broker_url is None
+
+    @property
+    def is_sqlite(self) -> bool:
+        """SQLite needs a few connection pragmas and a single writer at a time."""
+        return self.database_url.startswith("sqlite")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Settings read once per process from the environment (tests build their own ``Settings``)."""
+    return Settings()
