@@ -1,0 +1,112 @@
+"""FFT helpers shared by CIFAR-F, FourierMix and Fourier-sensitivity heatmaps.
+
+Conventions: images are ``(..., H, W)`` tensors (channels and batch leading); spectra are
+*centred* (``fftshift`` over the last two axes only), so the DC term sits at ``(H // 2, W // 2)``
+— index (16, 16) for CIFAR. Frequencies are integer offsets from that centre (``u`` down the
+rows, ``v`` along the columns) and the azimuthal frequency is ``f = sqrt(u² + v²)``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_DIMS = (-2, -1)
+
+
+def fft2c(x: torch.Tensor) -> torch.Tensor:
+    """Centred 2-D spectrum over the last two axes: ``fftshift(fft2(x))``, DC at (H//2, W//2)."""
+    return torch.fft.fftshift(torch.fft.fft2(x, dim=_DIMS), dim=_DIMS)
+
+
+def ifft2c(spectrum: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`fft2c` (complex result): ``ifft2(ifftshift(F))``."""
+    return torch.fft.ifft2(torch.fft.ifftshift(spectrum, dim=_DIMS), dim=_DIMS)
+
+
+def centred_offsets(
+    height: int, width: int | None = None, *, dtype: torch.dtype = torch.float64
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(u, v)`` grids of shape (H, W): row/column offsets from the centred DC index."""
+    width = height if width is None else width
+    u = torch.arange(height, dtype=dtype) - height // 2
+    v = torch.arange(width, dtype=dtype) - width // 2
+    return torch.meshgrid(u, v, indexing="ij")
+
+
+def radial_frequency(
+    height: int, width: int | None = None, *, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
+    """Azimuthal frequency ``sqrt(u² + v²)`` of every bin of a centred (H, W) spectrum."""
+    u, v = centred_offsets(height, width, dtype=dtype)
+    return torch.sqrt(u * u + v * v)
+
+
+def mirror_index(size: int) -> torch.Tensor:
+    """Index map ``k -> -k`` on one centred axis: bin ``i`` pairs with ``(2·(size//2) - i) % size``.
+
+    For even sizes the Nyquist bin (index 0, offset ``-size/2``) and the centre map to themselves.
+    """
+    centre = size // 2
+    return (2 * centre - torch.arange(size)) % size
+
+
+def point_reflect(spectrum: torch.Tensor) -> torch.Tensor:
+    """``S(-u, -v)`` for a centred spectrum (point reflection through the DC bin)."""
+    h, w = spectrum.shape[-2:]
+    return spectrum.index_select(-2, mirror_index(h)).index_select(-1, mirror_index(w))
+
+
+def hermitian_half(height: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Boolean masks (H, W) of a centred grid: ``keep`` bins and ``self_conjugate`` bins.
+
+    Every bin is either self-conjugate (``-k ≡ k``: DC and the Nyquist bins), or exactly one of
+    the pair ``{k, -k}`` is in ``keep``. Drawing random values on ``keep`` and mirroring them
+    gives a Hermitian spectrum with each bin's marginal law intact.
+    """
+    width = height if width is None else width
+    rows = torch.arange(height)[:, None].expand(height, width)
+    cols = torch.arange(width)[None, :].expand(height, width)
+    mrows = mirror_index(height)[rows]
+    mcols = mirror_index(width)[cols]
+    self_conjugate = (mrows == rows) & (mcols == cols)
+    flat = rows * width + cols
+    mirror_flat = mrows * width + mcols
+    keep = flat < mirror_flat
+    return keep, self_conjugate
+
+
+def hermitian_symmetrise(spectrum: torch.Tensor) -> torch.Tensor:
+    """Make a centred spectrum Hermitian so its inverse FFT is real.
+
+    Bins in the canonical half (:func:`hermitian_half`) are kept, their mirrors become the
+    complex conjugates, and self-conjugate bins keep only their real part. Amplitudes on the
+    kept half are unchanged, unlike ``(S + conj(S(-k))) / 2``, which would shrink them.
+    """
+    h, w = spectrum.shape[-2:]
+    keep, self_conjugate = hermitian_half(h, w)
+    mirrored = torch.conj(point_reflect(spectrum))
+    out = torch.where(keep, spectrum, mirrored)
+    return torch.where(self_conjugate, spectrum.real.to(spectrum.dtype), out)
+
+
+def radial_profile(values: torch.Tensor, *, max_radius: int | None = None) -> torch.Tensor:
+    """Mean of ``values`` (…, H, W), over centred bins grouped by rounded radius ``round(f)``.
+
+    Returns ``(…, R + 1)`` with R = ``max_radius`` (default: the largest radius on the grid,
+    22 for 32×32); radii with no bin are 0.
+    """
+    h, w = values.shape[-2:]
+    radius = torch.round(radial_frequency(h, w)).to(torch.int64).flatten()
+    top = int(radius.max()) if max_radius is None else int(max_radius)
+    keep = radius <= top
+    flat = values.flatten(-2)[..., keep].to(torch.float64)
+    bins = radius[keep]
+    counts = torch.bincount(bins, minlength=top + 1).to(torch.float64)
+    sums = torch.zeros((*flat.shape[:-1], top + 1), dtype=torch.float64)
+    sums.index_add_(-1, bins, flat)
+    return sums / counts.clamp(min=1)
+
+
+def radial_spectrum(x: torch.Tensor, *, max_radius: int | None = None) -> torch.Tensor:
+    """Mean Fourier amplitude ``|fft2c(x)|`` per integer azimuthal frequency, shape (…, R + 1)."""
+    return radial_profile(fft2c(x.to(torch.float64)).abs(), max_radius=max_radius)
