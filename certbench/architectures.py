@@ -134,6 +134,9 @@ class NormalizeLayer(nn.Module):
     so weights files hold only the network's tensors (as in Cohen et al.'s checkpoints).
     """
 
+    mean: torch.Tensor
+    std: torch.Tensor
+
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
         super().__init__()
         if len(mean) != len(std) or len(mean) == 0:

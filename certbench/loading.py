@@ -166,7 +166,9 @@ def _describe(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def read_safetensors(src: Path | str | bytes, *, max_bytes: int | None = None) -> dict[str, Any]:
+def read_safetensors(
+    src: Path | str | bytes, *, max_bytes: int | None = None
+) -> dict[str, torch.Tensor]:
     """Read a safetensors file or buffer into CPU tensors, refusing anything else.
 
     Floating tensors only, except integer BatchNorm ``num_batches_tracked`` counters, so a weight
@@ -259,10 +261,9 @@ def load_model(
 
 
 def _with_prefix(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    if all(key.startswith(NET_PREFIX) for key in tensors):
-        return tensors
+    """Add the ``1.`` prefix to bare network keys; a mixed file is left for the key check."""
     if any(key.startswith(NET_PREFIX) for key in tensors):
-        return tensors  # mixed layouts: let the key check report the odd ones
+        return tensors
     return {NET_PREFIX + key: value for key, value in tensors.items()}
 
 
