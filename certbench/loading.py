@@ -204,8 +204,11 @@ def _file_size(path: Path) -> int:
 
 
 def _head(path: Path) -> bytes:
-    with path.open("rb") as handle:
-        return handle.read(16)
+    try:
+        with path.open("rb") as handle:
+            return handle.read(16)
+    except OSError as err:
+        raise WeightsFormatError(f"cannot read weights file {str(path)!r}: {err.strerror}") from err
 
 
 def _refuse_known_formats(head: bytes) -> None:

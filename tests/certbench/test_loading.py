@@ -183,6 +183,8 @@ def test_broken_bytes_are_refused(model, manifest, tmp_path: Path, mangle, phras
 def test_missing_weights_file(manifest, tmp_path: Path) -> None:
     with pytest.raises(WeightsFormatError, match="cannot read weights file"):
         load_model(tmp_path / "absent.safetensors", manifest)
+    with pytest.raises(WeightsFormatError, match="cannot read weights file"):
+        load_model(tmp_path, manifest)  # a directory
 
 
 def test_size_cap(model, manifest, tmp_path: Path) -> None:
