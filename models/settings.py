@@ -50,6 +50,12 @@ class Settings(BaseSettings):
     heartbeat_seconds: int = Field(default=30, gt=0)
     shard_size: int = Field(default=100, gt=0)
     worker_device: str | None = None
+    # Celery limits: a shard is soft-interrupted, then killed; the Redis visibility timeout must
+    # be longer than the longest shard or Redis redelivers a task that is still running.
+    shard_soft_time_limit_seconds: int = Field(default=3000, gt=0)
+    shard_time_limit_seconds: int = Field(default=3600, gt=0)
+    visibility_timeout_seconds: int = Field(default=7200, gt=0)
+    watchdog_interval_seconds: int = Field(default=60, gt=0)
 
     # API server.
     host: str = "127.0.0.1"
@@ -75,6 +81,17 @@ class Settings(BaseSettings):
         self.artifacts_dir = self.artifacts_dir.resolve()
         if self.environment == "production":
             self._refuse_embedded_defaults()
+        if not (
+            self.shard_soft_time_limit_seconds
+            < self.shard_time_limit_seconds
+            < self.visibility_timeout_seconds
+        ):
+            raise ValueError(
+                "need shard_soft_time_limit_seconds < shard_time_limit_seconds < "
+                f"visibility_timeout_seconds, got {self.shard_soft_time_limit_seconds}, "
+                f"{self.shard_time_limit_seconds}, {self.visibility_timeout_seconds}: raise "
+                "CERTBENCH_VISIBILITY_TIMEOUT_SECONDS or lower the shard limits"
+            )
         return self
 
     def _refuse_embedded_defaults(self) -> None:

@@ -1,0 +1,406 @@
+"""Submission intake and queries: dedup, quotas, storage of the artifact, visibility, cancel.
+
+The API's cheap checks (size caps, safetensors header, manifest schema) run before these
+functions; ``create_submission`` is where an upload becomes rows + one weights file, all or
+nothing: the file is written atomically first and removed again if the transaction fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, and_, func, or_, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from models import storage
+from models.base import utcnow
+from models.entities import Artifact, Benchmark, Role, Submission, SubmissionEvent, User
+from models.errors import InvalidTransitionError, NotFoundError, QuotaExceededError
+from models.pipeline import get_submission, reset_for_rerun, transition
+from models.settings import Settings
+from models.states import (
+    ACTIVE_STATES,
+    DEDUP_STATES,
+    UNSUCCESSFUL_STATES,
+    WAITING_STATES,
+    Reason,
+    SubmissionState,
+)
+
+S = SubmissionState
+QUOTA_WINDOW = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Upload:
+    """An upload that passed the cheap checks: bytes, the parsed manifest and its facts."""
+
+    weights: bytes
+    manifest: dict[str, Any]
+    model_name: str
+    architecture: str
+    sigma: float
+    is_private: bool = False
+    extra_data: bool = False
+    venue: str | None = None
+
+    @property
+    def weights_sha256(self) -> str:
+        return hashlib.sha256(self.weights).hexdigest()
+
+    @property
+    def manifest_sha256(self) -> str:
+        return manifest_sha256(self.manifest)
+
+
+def manifest_sha256(manifest: dict[str, Any]) -> str:
+    """Hash of the canonical JSON form of a manifest (key order and spacing do not matter)."""
+    canonical = json.dumps(manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def dedup_key(weights_sha256: str, manifest_hash: str, protocol_version: str) -> str:
+    """Identity of a certification job: same weights + manifest + protocol = same results."""
+    identity = f"{weights_sha256}:{manifest_hash}:{protocol_version}"
+    return hashlib.sha256(identity.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class QuotaUsage:
+    """A user's usage over the last 24 hours and right now."""
+
+    submissions_today: int
+    unsuccessful_today: int
+    active: int
+
+
+def quota_usage(session: Session, user: User, *, now: datetime | None = None) -> QuotaUsage:
+    """Counts the quotas are checked against (duplicates are free: they cost no compute)."""
+    since = (now or utcnow()) - QUOTA_WINDOW
+    rows = session.execute(
+        select(Submission.state, func.count())
+        .where(Submission.user_id == user.id, Submission.created_at >= since)
+        .group_by(Submission.state)
+    ).all()
+    by_state = {state: count for state, count in rows}
+    active = session.scalar(
+        select(func.count())
+        .select_from(Submission)
+        .where(Submission.user_id == user.id, Submission.state.in_(ACTIVE_STATES))
+    )
+    unsuccessful = sum(by_state.get(s, 0) for s in UNSUCCESSFUL_STATES)
+    free = UNSUCCESSFUL_STATES | {S.DUPLICATE}
+    counted = sum(c for s, c in by_state.items() if s not in free)
+    return QuotaUsage(
+        submissions_today=counted, unsuccessful_today=unsuccessful, active=active or 0
+    )
+
+
+def check_quotas(session: Session, user: User, *, settings: Settings) -> None:
+    """Raise QuotaExceededError when a new submission would exceed a quota (admins are exempt)."""
+    if user.role == Role.ADMIN:
+        return
+    usage = quota_usage(session, user)
+    if usage.active >= settings.quota_concurrent:
+        raise QuotaExceededError(
+            f"you have {usage.active} submission(s) waiting or running; the limit is "
+            f"{settings.quota_concurrent} at a time: wait for one to finish or cancel one",
+            code="quota_concurrent",
+        )
+    if usage.submissions_today >= settings.quota_submissions_per_day:
+        raise QuotaExceededError(
+            f"you made {usage.submissions_today} submissions in the last 24 hours; the limit is "
+            f"{settings.quota_submissions_per_day}: try again later",
+            code="quota_daily",
+        )
+    if usage.unsuccessful_today >= settings.quota_failed_per_day:
+        raise QuotaExceededError(
+            f"{usage.unsuccessful_today} of your submissions were rejected or failed in the last "
+            f"24 hours (limit {settings.quota_failed_per_day}); check the reasons with "
+            "GET /api/v1/submissions before submitting again",
+            code="quota_unsuccessful",
+        )
+
+
+def find_original(session: Session, key: str) -> Submission | None:
+    """The oldest live or finished submission with this dedup key, if any."""
+    return session.scalar(
+        select(Submission)
+        .where(Submission.dedup_key == key, Submission.state.in_(DEDUP_STATES))
+        .order_by(Submission.id)
+        .limit(1)
+    )
+
+
+def create_submission(
+    session: Session, *, user: User, benchmark: Benchmark, upload: Upload, settings: Settings
+) -> Submission:
+    """Store an upload and create its submission (state ``submitted``), or a ``duplicate`` row
+    pointing at the existing identical submission (no file written, no quota used).
+
+    Raises QuotaExceededError before anything is stored.
+    """
+    key = dedup_key(upload.weights_sha256, upload.manifest_sha256, benchmark.protocol_version)
+    original = find_original(session, key)
+    if original is not None:
+        return _create_duplicate(session, user=user, original=original, upload=upload, key=key)
+    check_quotas(session, user, settings=settings)
+    artifact, written = _store_artifact(session, upload, settings=settings)
+    try:
+        submission = Submission(
+            user_id=user.id,
+            benchmark_id=benchmark.id,
+            artifact_id=artifact.id,
+            state=S.SUBMITTED,
+            message="waiting for validation",
+            is_private=upload.is_private,
+            model_name=upload.model_name,
+            architecture=upload.architecture,
+            sigma=upload.sigma,
+            extra_data=upload.extra_data,
+            venue=upload.venue,
+            protocol_version=benchmark.protocol_version,
+            dedup_key=key,
+        )
+        session.add(submission)
+        session.flush()
+        session.add(
+            SubmissionEvent(submission_id=submission.id, to_state=S.SUBMITTED, message="uploaded")
+        )
+        session.commit()
+    except BaseException:
+        session.rollback()
+        if written is not None:
+            written.unlink(missing_ok=True)
+        raise
+    return submission
+
+
+def _create_duplicate(
+    session: Session, *, user: User, original: Submission, upload: Upload, key: str
+) -> Submission:
+    message = (
+        f"identical to submission {original.id} (same weights, manifest and protocol "
+        f"{original.protocol_version}); its results apply"
+        if original.user_id == user.id or not original.is_private
+        else "identical to an existing private submission (same weights, manifest and protocol)"
+    )
+    duplicate = Submission(
+        user_id=user.id,
+        benchmark_id=original.benchmark_id,
+        artifact_id=original.artifact_id,
+        state=S.DUPLICATE,
+        reason=Reason.DUPLICATE.value,
+        message=message,
+        is_private=upload.is_private,
+        model_name=upload.model_name,
+        architecture=upload.architecture,
+        sigma=upload.sigma,
+        extra_data=upload.extra_data,
+        venue=upload.venue,
+        protocol_version=original.protocol_version,
+        dedup_key=key,
+        duplicate_of_id=original.id,
+        finished_at=utcnow(),
+    )
+    session.add(duplicate)
+    session.flush()
+    session.add(
+        SubmissionEvent(
+            submission_id=duplicate.id,
+            to_state=S.DUPLICATE,
+            reason=Reason.DUPLICATE.value,
+            message=message,
+        )
+    )
+    session.commit()
+    return duplicate
+
+
+def _store_artifact(
+    session: Session, upload: Upload, *, settings: Settings
+) -> tuple[Artifact, Any]:
+    """Find or create the artifact row and make sure its weights file exists.
+
+    Returns (artifact, path written by this call or None) so the caller can undo the write.
+    """
+    sha, msha = upload.weights_sha256, upload.manifest_sha256
+    artifact = session.scalar(
+        select(Artifact).where(Artifact.sha256 == sha, Artifact.manifest_sha256 == msha)
+    )
+    relpath = storage.weights_relpath(sha)
+    path = storage.resolve(settings.artifacts_dir, relpath)
+    written = None
+    if not path.is_file():
+        storage.write_atomic(path, upload.weights)
+        written = path
+    try:
+        if artifact is None:
+            artifact = Artifact(
+                sha256=sha,
+                size_bytes=len(upload.weights),
+                manifest=upload.manifest,
+                manifest_sha256=msha,
+                weights_path=relpath,
+            )
+            session.add(artifact)
+            session.flush()
+        elif artifact.weights_path is None:
+            artifact.weights_path = relpath
+            session.flush()
+    except IntegrityError:
+        # A concurrent identical upload created the row first: use it.
+        session.rollback()
+        artifact = session.scalar(
+            select(Artifact).where(Artifact.sha256 == sha, Artifact.manifest_sha256 == msha)
+        )
+        if artifact is None:
+            raise
+        written = None
+    except BaseException:
+        session.rollback()
+        if written is not None:
+            written.unlink(missing_ok=True)
+        raise
+    return artifact, written
+
+
+def can_see(submission: Submission, viewer: User | None) -> bool:
+    """Owners and admins see everything of a submission; others only public, visible entries."""
+    if viewer is not None and (viewer.role == Role.ADMIN or viewer.id == submission.user_id):
+        return True
+    return not submission.is_private and not submission.hidden
+
+
+def get_visible(
+    session: Session, submission_id: int, *, viewer: User | None, owner_only: bool = False
+) -> Submission:
+    """A submission the viewer may see (``owner_only``: status pages are for owner and admins).
+
+    Raises NotFoundError otherwise: private submissions of others are indistinguishable from
+    missing ones.
+    """
+    submission = session.get(Submission, submission_id)
+    if submission is not None:
+        if owner_only:
+            allowed = viewer is not None and (
+                viewer.role == Role.ADMIN or viewer.id == submission.user_id
+            )
+        else:
+            allowed = can_see(submission, viewer)
+        if allowed:
+            return submission
+    raise NotFoundError(f"submission {submission_id} does not exist or is not yours")
+
+
+def visibility_filter(viewer: User | None) -> ColumnElement[bool]:
+    """SQL condition matching ``can_see`` (used by leaderboard and list queries)."""
+    public = and_(Submission.is_private.is_(False), Submission.hidden.is_(False))
+    if viewer is None:
+        return public
+    if viewer.role == Role.ADMIN:
+        return Submission.id.is_not(None)
+    return or_(public, Submission.user_id == viewer.id)
+
+
+def list_for_user(
+    session: Session,
+    *,
+    user: User,
+    state: SubmissionState | None = None,
+    offset: int = 0,
+    limit: int = 50,
+) -> tuple[int, list[Submission]]:
+    """The user's own submissions, newest first, and their total count."""
+    query: Select[Any] = select(Submission).where(Submission.user_id == user.id)
+    if state is not None:
+        query = query.where(Submission.state == state)
+    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    rows = session.scalars(query.order_by(Submission.id.desc()).offset(offset).limit(limit))
+    return total, list(rows)
+
+
+def queue_position(session: Session, submission: Submission) -> int | None:
+    """1-based position among waiting submissions (None once it is running or done)."""
+    if submission.state not in WAITING_STATES:
+        return None
+    ahead = session.scalar(
+        select(func.count())
+        .select_from(Submission)
+        .where(Submission.state.in_(WAITING_STATES), Submission.id < submission.id)
+    )
+    return (ahead or 0) + 1
+
+
+def cancel(session: Session, submission_id: int, *, by: User) -> Submission:
+    """Cancel a waiting or running submission (owner or admin). Workers stop before the next
+    shard. Raises NotFoundError, InvalidTransitionError (already finished/failed/...)."""
+    submission = get_visible(session, submission_id, viewer=by, owner_only=True)
+    by_admin = by.role == Role.ADMIN and by.id != submission.user_id
+    moved = transition(
+        session,
+        submission_id,
+        from_states=ACTIVE_STATES,
+        to_state=S.CANCELLED,
+        reason=(Reason.CANCELLED_BY_ADMIN if by_admin else Reason.CANCELLED_BY_USER).value,
+        message=f"cancelled by {by.name}",
+    )
+    if not moved:
+        state = get_submission(session, submission_id).state
+        raise InvalidTransitionError(
+            f"submission {submission_id} is {state}; only submitted, validating, queued or "
+            "running submissions can be cancelled"
+        )
+    return get_submission(session, submission_id)
+
+
+def rerun(session: Session, submission_id: int, *, fresh: bool, settings: Settings) -> Submission:
+    """Admin re-run: back to ``submitted`` (the API then enqueues validation again).
+
+    Raises NotFoundError, InvalidTransitionError (still active or a duplicate), StorageError
+    (weights deleted after a rejection)."""
+    submission = get_submission(session, submission_id)
+    if not reset_for_rerun(session, submission_id, fresh=fresh, settings=settings):
+        raise InvalidTransitionError(
+            f"submission {submission_id} is {submission.state}; only finished, failed, rejected "
+            "or cancelled submissions can be re-run"
+        )
+    return get_submission(session, submission_id)
+
+
+def set_moderation(
+    session: Session,
+    submission_id: int,
+    *,
+    hidden: bool | None = None,
+    flagged: bool | None = None,
+    flag_reason: str | None = None,
+    is_baseline: bool | None = None,
+) -> Submission:
+    """Admin moderation: hide an entry from the leaderboard, flag it with a reason, or mark it
+    as a baseline. Raises NotFoundError."""
+    submission = get_submission(session, submission_id)
+    if hidden is not None:
+        submission.hidden = hidden
+    if flagged is not None:
+        submission.flagged = flagged
+        submission.flag_reason = flag_reason if flagged else None
+    elif flag_reason is not None:
+        submission.flag_reason = flag_reason
+    if is_baseline is not None:
+        submission.is_baseline = is_baseline
+    session.commit()
+    return submission
+
+
+def get_benchmark_by_id(session: Session, benchmark_id: int) -> Benchmark:
+    """Benchmark by id. Raises NotFoundError."""
+    benchmark = session.get(Benchmark, benchmark_id)
+    if benchmark is None:
+        raise NotFoundError(f"benchmark {benchmark_id} does not exist")
+    return benchmark
