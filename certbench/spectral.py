@@ -110,3 +110,38 @@ def radial_profile(values: torch.Tensor, *, max_radius: int | None = None) -> to
 def radial_spectrum(x: torch.Tensor, *, max_radius: int | None = None) -> torch.Tensor:
     """Mean Fourier amplitude ``|fft2c(x)|`` per integer azimuthal frequency, shape (…, R + 1)."""
     return radial_profile(fft2c(x.to(torch.float64)).abs(), max_radius=max_radius)
+
+
+def rfft_frequency(height: int, width: int | None = None) -> torch.Tensor:
+    """Azimuthal frequency of every bin of an *unshifted* ``rfft2`` spectrum, shape (H, W//2+1).
+
+    Same values as :func:`radial_frequency` at the matching bins, so a centred mask can be
+    evaluated directly in the layout ``torch.fft.rfft2`` returns (no fftshift copies).
+    """
+    width = height if width is None else width
+    u = torch.fft.fftfreq(height, d=1.0 / height, dtype=torch.float64)
+    v = torch.fft.rfftfreq(width, d=1.0 / width, dtype=torch.float64)
+    return torch.sqrt(u[:, None] ** 2 + v[None, :] ** 2)
+
+
+def hermitian_rfft_columns(half: torch.Tensor, width: int) -> torch.Tensor:
+    """Make an ``rfft2``-layout half spectrum (…, H, W//2+1) exactly Hermitian, in a copy.
+
+    ``irfft2`` already mirrors columns 1..W/2-1; the self-paired columns (0 and, for even W,
+    W/2) must satisfy ``S[-u] = conj(S[u])`` themselves. Rows 1..H/2-1 are kept, their mirrors
+    become conjugates and the self-conjugate rows (0, H/2) keep their real part: the same rule
+    as :func:`hermitian_symmetrise`, so kept bins keep their amplitude.
+    """
+    out = half.clone()
+    h = half.shape[-2]
+    cols = [0, width // 2] if width % 2 == 0 else [0]
+    mirror = mirror_index(h)
+    rows = torch.arange(h)
+    keep = rows < mirror
+    selfc = rows == mirror
+    for col in cols:
+        column = half[..., :, col]
+        mirrored = torch.conj(column.index_select(-1, mirror))
+        fixed = torch.where(keep, column, mirrored)
+        out[..., :, col] = torch.where(selfc, column.real.to(column.dtype), fixed)
+    return out
