@@ -3,6 +3,8 @@ and agreement with literal per-image implementations of the original recipe wher
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -63,7 +65,7 @@ L2_ORDERED = [n for n in NAMES if n not in ("glass_blur", "frost", "elastic_tran
 @pytest.mark.parametrize("name", L2_ORDERED)
 def test_severity_monotone_in_l2(name: str, images: np.ndarray) -> None:
     sizes = [_l2(cc.corrupt(images, name, s, seed=1), images) for s in cc.SEVERITIES]
-    assert all(b > a for a, b in zip(sizes, sizes[1:], strict=False)), sizes
+    assert all(b > a for a, b in itertools.pairwise(sizes)), sizes
 
 
 def test_glass_blur_orders_blur_and_shuffle(images: np.ndarray) -> None:
@@ -80,7 +82,7 @@ def test_frost_amount_grows_with_severity() -> None:
     # On a black probe the output is c1 * texture crop: c1 = .2, .3, .4, .4, .45.
     black = np.zeros((64, 32, 32, 3), np.uint8)
     amounts = [cc.corrupt(black, "frost", s, seed=1).mean() for s in cc.SEVERITIES]
-    assert all(b > 0.95 * a for a, b in zip(amounts, amounts[1:], strict=False)), amounts
+    assert all(b > 0.95 * a for a, b in itertools.pairwise(amounts)), amounts
     assert amounts[1] > amounts[0] and amounts[2] > amounts[1] and amounts[4] > amounts[2]
 
 
@@ -102,7 +104,7 @@ def test_elastic_non_affine_displacement_grows_with_severity() -> None:
                 coef, *_ = np.linalg.lstsq(design, y, rcond=None)
                 res.append(np.mean((y - design @ coef) ** 2))
         energy.append(float(np.mean(res)))
-    assert all(b > a for a, b in zip(energy, energy[1:], strict=False)), energy
+    assert all(b > a for a, b in itertools.pairwise(energy)), energy
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,7 +236,8 @@ def test_glass_blur_matches_literal_view_swap_loop(images: np.ndarray) -> None:
     ours = cc.corrupt(images[:2], "glass_blur", severity, seed=11)
     rngs = cc.image_rngs(11, "cifar-c", "glass_blur", severity, [0, 1])
     for image, rng, got in zip(images[:2], rngs, ours, strict=True):
-        shifts = iter(cc._sample_glass(rng, image, (sigma, delta, iterations))["shifts"].reshape(-1, 2))
+        draws = cc._sample_glass(rng, image, (sigma, delta, iterations))["shifts"]
+        shifts = iter(draws.reshape(-1, 2))
         blur = lambda a: ndimage.gaussian_filter(a, (sigma, sigma, 0), mode="nearest")  # noqa: E731
         x = np.uint8(blur(image / 255.0) * 255)
         for _ in range(iterations):
@@ -242,7 +245,8 @@ def test_glass_blur_matches_literal_view_swap_loop(images: np.ndarray) -> None:
                 for w in range(32 - delta, delta, -1):
                     dx, dy = next(shifts)
                     hp, wp = h + dy, w + dx
-                    x[h, w], x[hp, wp] = x[hp, wp], x[h, w]  # numpy views: a copy, as in the original
+                    # numpy views: this "swap" copies, exactly as in the original
+                    x[h, w], x[hp, wp] = x[hp, wp], x[h, w]
         ref = np.uint8(np.clip(blur(x / 255.0), 0, 1) * 255)
         np.testing.assert_array_equal(got, ref)
 
