@@ -82,3 +82,9 @@ class StorageError(ServiceError):
     """An artifact path or file is unusable (missing file, path outside the artifacts dir)."""
 
     code = "storage_error"
+
+
+class ServiceUnavailableError(ServiceError):
+    """A backing service (database, broker) cannot be reached; retry later."""
+
+    code = "unavailable"

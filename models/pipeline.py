@@ -502,9 +502,10 @@ def reset_for_rerun(
     """
     artifact = get_submission(session, submission_id).artifact
     if artifact.weights_path is None:
-        raise StorageError(
+        raise InvalidTransitionError(
             f"submission {submission_id} cannot be re-run: its weights were deleted when it was "
-            "rejected; the submitter has to upload them again"
+            "rejected; the submitter has to upload them again",
+            code="weights_deleted",
         )
     moved = transition(
         session,

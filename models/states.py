@@ -72,6 +72,7 @@ class Reason(StrEnum):
     DATASET_UNAVAILABLE = "dataset_unavailable"
     ARTIFACT_MISSING = "artifact_missing"
     TIME_LIMIT = "time_limit"
+    QUEUE_UNAVAILABLE = "queue_unavailable"
     # others
     CANCELLED_BY_USER = "cancelled_by_user"
     CANCELLED_BY_ADMIN = "cancelled_by_admin"

@@ -1,0 +1,83 @@
+"""Request dependencies as named ``Annotated`` aliases; permission checks build on each other.
+
+Handlers never open sessions: ``SessionDep`` gives one per request and closes it. ``OptionalUser``
+(anonymous reads of public data) → ``CurrentUser`` (401 without a valid token) → ``AdminUser``
+(403 unless the role is admin).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from api.queue import JobQueue
+from models.accounts import authenticate
+from models.db import get_sessionmaker
+from models.entities import Role, User
+from models.errors import AuthenticationError, PermissionDeniedError
+from models.settings import Settings
+
+_bearer = HTTPBearer(auto_error=False, description="API token: `Authorization: Bearer cb_...`")
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+def get_session(settings: SettingsDep) -> Iterator[Session]:
+    session = get_sessionmaker(settings)()
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def get_queue(request: Request) -> JobQueue:
+    return request.app.state.queue
+
+
+QueueDep = Annotated[JobQueue, Depends(get_queue)]
+
+
+def get_optional_user(
+    session: SessionDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> User | None:
+    if credentials is None:
+        return None
+    return authenticate(session, credentials.credentials)
+
+
+OptionalUser = Annotated[User | None, Depends(get_optional_user)]
+
+
+def get_current_user(user: OptionalUser) -> User:
+    if user is None:
+        raise AuthenticationError(
+            "this endpoint needs an API token: send `Authorization: Bearer <token>`"
+        )
+    return user
+
+
+CurrentUser = Annotated[User, Depends(get_current_user)]
+
+
+def get_admin_user(user: CurrentUser) -> User:
+    if user.role != Role.ADMIN:
+        raise PermissionDeniedError(
+            f"user {user.name!r} is not an admin; this endpoint is admin-only"
+        )
+    return user
+
+
+AdminUser = Annotated[User, Depends(get_admin_user)]

@@ -1,0 +1,125 @@
+"""JSON errors with a machine-readable ``code`` and a human ``message``, correct status codes.
+
+Service errors map by class; request validation errors become 422 ``invalid_request`` with the
+offending fields; Starlette's own HTTP errors (unknown route, wrong method, unparsable body) keep
+their status. A bad input never reaches the generic 500 handler.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from certbench.errors import CertbenchError, ManifestError, ModelLoadError
+from models.errors import (
+    AuthenticationError,
+    BenchmarkDefinitionError,
+    ConflictError,
+    IntakeError,
+    InvalidTransitionError,
+    NotFoundError,
+    PayloadTooLargeError,
+    PermissionDeniedError,
+    QuotaExceededError,
+    ServiceUnavailableError,
+)
+
+log = logging.getLogger(__name__)
+
+#: Most specific class first.
+STATUS_BY_ERROR: tuple[tuple[type[Exception], int], ...] = (
+    (ServiceUnavailableError, 503),
+    (PayloadTooLargeError, 413),
+    (IntakeError, 422),
+    (AuthenticationError, 401),
+    (PermissionDeniedError, 403),
+    (NotFoundError, 404),
+    (InvalidTransitionError, 409),
+    (ConflictError, 409),
+    (QuotaExceededError, 429),
+    (BenchmarkDefinitionError, 422),
+    (ManifestError, 422),
+    (ModelLoadError, 422),
+)
+
+HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    415: "unsupported_media_type",
+    422: "invalid_request",
+    429: "quota_exceeded",
+    503: "unavailable",
+}
+
+
+def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    """The one error shape every endpoint returns."""
+    body: dict[str, Any] = {"code": code, "message": message}
+    if details is not None:
+        body["details"] = details
+    return body
+
+
+def status_for(err: Exception) -> int:
+    """HTTP status of a service/core error."""
+    for cls, status in STATUS_BY_ERROR:
+        if isinstance(err, cls):
+            return status
+    return 500
+
+
+async def _service_error(_request: Request, err: Exception) -> JSONResponse:
+    status = status_for(err)
+    code = getattr(err, "code", None) or HTTP_CODES.get(status, "error")
+    if status == 500:
+        log.exception("service error without an HTTP mapping", exc_info=err)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(error_body(code, str(err)), status_code=status, headers=headers)
+
+
+async def _validation_error(_request: Request, err: Exception) -> JSONResponse:
+    assert isinstance(err, RequestValidationError)
+    details = [
+        {"field": ".".join(str(p) for p in item.get("loc", ())), "message": item.get("msg", "")}
+        for item in err.errors()
+    ]
+    summary = "; ".join(f"{d['field']}: {d['message']}" for d in details[:5])
+    return JSONResponse(
+        error_body("invalid_request", f"invalid request: {summary}", details), status_code=422
+    )
+
+
+async def _http_error(_request: Request, err: Exception) -> JSONResponse:
+    assert isinstance(err, StarletteHTTPException)
+    code = HTTP_CODES.get(err.status_code, "error")
+    return JSONResponse(
+        error_body(code, str(err.detail)),
+        status_code=err.status_code,
+        headers=getattr(err, "headers", None),
+    )
+
+
+async def _unexpected(_request: Request, err: Exception) -> JSONResponse:
+    log.exception("unhandled error", exc_info=err)
+    return JSONResponse(
+        error_body("internal_error", "internal server error; the operators have the details"),
+        status_code=500,
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the JSON error handlers on ``app``."""
+    app.add_exception_handler(CertbenchError, _service_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

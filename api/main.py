@@ -1,0 +1,65 @@
+"""Build the FastAPI app: settings, queue client, error handlers, size limits, routers.
+
+Run it with ``certbench serve`` (migrations first, then uvicorn with ``--factory``) or
+``uvicorn api.main:create_app --factory``. No work happens at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, FastAPI
+
+from api.errors import install_error_handlers
+from api.limits import BodySizeLimit
+from api.queue import JobQueue
+from api.routes import admin, benchmarks, health, leaderboards, results, submissions, users
+from models.settings import Settings, get_settings
+
+API_PREFIX = "/api/v1"
+#: Multipart framing on top of the two parts' own caps.
+MULTIPART_OVERHEAD = 64 * 1024
+
+
+def api_router() -> APIRouter:
+    """Every REST v1 router."""
+    router = APIRouter(prefix=API_PREFIX)
+    for module in (submissions, benchmarks, leaderboards, results, users, admin):
+        router.include_router(module.router)
+    return router
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The certbench service app for ``settings`` (default: from the environment)."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        app.state.queue.close()
+
+    app = FastAPI(
+        title="certbench",
+        summary="Certified-robustness leaderboard: submit models, read ranked results.",
+        version="1",
+        lifespan=lifespan,
+        docs_url="/docs",
+        openapi_url="/openapi.json",
+    )
+    app.state.settings = settings
+    app.state.queue = JobQueue(settings)
+    install_error_handlers(app)
+    app.add_middleware(
+        BodySizeLimit,
+        limits={
+            f"{API_PREFIX}/submissions": settings.max_weights_bytes
+            + settings.max_manifest_bytes
+            + MULTIPART_OVERHEAD
+        },
+        default_limit=1024 * 1024,
+    )
+    app.include_router(health.router)
+    app.include_router(health.router, prefix=API_PREFIX)
+    app.include_router(api_router())
+    return app

@@ -1,0 +1,1 @@
+"""One router per resource; ``api.main`` mounts them under ``/api/v1``."""

@@ -1,0 +1,79 @@
+"""``/api/v1/submissions``: submit a model, follow it, list your own, cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, File, Form, Query, Response, UploadFile, status
+
+from api.deps import CurrentUser, QueueDep, SessionDep, SettingsDep
+from api.schemas import ERROR_RESPONSES, SubmissionList, SubmissionPublic
+from api.services import submissions as service
+from models.states import SubmissionState
+
+router = APIRouter(prefix="/submissions", tags=["submissions"], responses=ERROR_RESPONSES)
+
+
+@router.post(
+    "",
+    response_model=SubmissionPublic,
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={200: {"model": SubmissionPublic, "description": "duplicate of an existing one"}},
+)
+def create_submission(
+    session: SessionDep,
+    settings: SettingsDep,
+    queue: QueueDep,
+    user: CurrentUser,
+    response: Response,
+    weights: Annotated[UploadFile, File(description="model weights, .safetensors")],
+    manifest: Annotated[UploadFile, File(description="JSON manifest (DESIGN.md §6)")],
+    private: Annotated[bool, Form(description="visible only to you and admins")] = False,
+    extra_data: Annotated[bool, Form(description="trained with data beyond the base set")] = False,
+    venue: Annotated[str | None, Form(max_length=64)] = None,
+) -> SubmissionPublic:
+    """Upload safetensors weights + a JSON manifest. Checked before anything is stored; then
+    queued for validation and certification (202). An identical upload (same weights, manifest
+    and protocol version) returns a ``duplicate`` submission pointing at the original (200)."""
+    submission = service.submit(
+        session,
+        queue,
+        user=user,
+        weights=weights.file,
+        manifest=manifest.file,
+        settings=settings,
+        is_private=private,
+        extra_data=extra_data,
+        venue=venue,
+    )
+    if submission.state == SubmissionState.DUPLICATE:
+        response.status_code = status.HTTP_200_OK
+    return service.public(session, submission)
+
+
+@router.get("", response_model=SubmissionList)
+def list_submissions(
+    session: SessionDep,
+    settings: SettingsDep,
+    user: CurrentUser,
+    state: SubmissionState | None = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> SubmissionList:
+    """Your own submissions, newest first."""
+    return service.list_own(session, user=user, state=state, offset=offset, limit=limit)
+
+
+@router.get("/{submission_id}", response_model=SubmissionPublic)
+def get_submission(session: SessionDep, user: CurrentUser, submission_id: int) -> SubmissionPublic:
+    """State, reason, message, progress, queue position and history (owner and admins)."""
+    return service.status(session, submission_id, viewer=user)
+
+
+@router.post("/{submission_id}/cancel", response_model=SubmissionPublic)
+def cancel_submission(
+    session: SessionDep, user: CurrentUser, submission_id: int
+) -> SubmissionPublic:
+    """Cancel a waiting or running submission; workers stop before the next shard (409 if it
+    already ended)."""
+    return service.cancel(session, submission_id, user=user)

@@ -1,0 +1,462 @@
+"""Request and response shapes (pydantic v2), split by purpose; handlers return the Public shapes
+so token hashes and file paths never leak. Built from ORM rows by the ``from_*`` constructors."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from models.entities import Benchmark, LeaderboardEntry, Result, Role, Submission, TestSet, User
+from models.leaderboard import HIGHER_IS_BETTER, LeaderboardPage
+from models.states import SubmissionState
+
+HUB_URL = "https://huggingface.co/datasets/{repo}"
+
+
+class ErrorResponse(BaseModel):
+    """Every error: a stable machine-readable code and a message saying what to fix."""
+
+    code: str = Field(examples=["not_safetensors"])
+    message: str
+    details: list[dict[str, Any]] | None = None
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse} for status in (400, 401, 403, 404, 409, 413, 422, 429, 503)
+}
+
+
+# ---- users and tokens -------------------------------------------------------------------------
+
+
+class UserCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    role: Role = Role.SUBMITTER
+    email: str | None = Field(default=None, max_length=254)
+
+
+class UserPublic(BaseModel):
+    id: int
+    name: str
+    role: Role
+    is_active: bool
+    created_at: datetime
+
+    @classmethod
+    def of(cls, user: User) -> UserPublic:
+        return cls(
+            id=user.id,
+            name=user.name,
+            role=user.role,
+            is_active=user.is_active,
+            created_at=user.created_at,
+        )
+
+
+class QuotaPublic(BaseModel):
+    submissions_today: int
+    submissions_per_day: int
+    unsuccessful_today: int
+    unsuccessful_per_day: int
+    active: int
+    concurrent: int
+
+
+class MePublic(UserPublic):
+    quota: QuotaPublic
+
+
+class TokenCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    label: str = Field(default="", max_length=64)
+    expires_in_days: int | None = Field(default=None, gt=0, le=3650)
+
+
+class TokenIssued(BaseModel):
+    """Returned once at creation: ``token`` is the secret and is not stored anywhere."""
+
+    id: int
+    user_id: int
+    prefix: str
+    label: str
+    token: str
+    created_at: datetime
+    expires_at: datetime | None
+
+
+# ---- benchmarks and datasets ------------------------------------------------------------------
+
+
+class ProtocolPublic(BaseModel):
+    version: str
+    n0: int
+    n: int
+    alpha: float
+    seed: int
+
+
+class TestSetPublic(BaseModel):
+    __test__ = False
+
+    name: str
+    dataset_repo: str
+    hub_url: str
+    config: str | None
+    revision: str | None
+    split: str
+    subset_skip: int
+    subset_limit: int | None
+    num_images: int
+    band: str | None
+    attributes: dict[str, Any]
+
+    @classmethod
+    def of(cls, test_set: TestSet) -> TestSetPublic:
+        return cls(
+            name=test_set.name,
+            dataset_repo=test_set.dataset_repo,
+            hub_url=HUB_URL.format(repo=test_set.dataset_repo),
+            config=test_set.config,
+            revision=test_set.revision,
+            split=test_set.split,
+            subset_skip=test_set.subset_skip,
+            subset_limit=test_set.subset_limit,
+            num_images=test_set.num_images,
+            band=test_set.band,
+            attributes=dict(test_set.attributes),
+        )
+
+
+class BenchmarkPublic(BaseModel):
+    name: str
+    title: str
+    description: str
+    base_dataset: str
+    num_classes: int
+    sigmas: list[float]
+    definition_version: int
+    protocol: ProtocolPublic
+    bands: dict[str, list[str]]
+    test_sets: list[TestSetPublic]
+    entries: int = Field(description="finished public entries on the leaderboard")
+
+    @classmethod
+    def of(cls, benchmark: Benchmark, *, entries: int) -> BenchmarkPublic:
+        return cls(
+            name=benchmark.name,
+            title=benchmark.title,
+            description=benchmark.description,
+            base_dataset=benchmark.base_dataset,
+            num_classes=benchmark.num_classes,
+            sigmas=list(benchmark.sigmas),
+            definition_version=benchmark.definition_version,
+            protocol=ProtocolPublic(
+                version=benchmark.protocol_version,
+                n0=benchmark.n0,
+                n=benchmark.n,
+                alpha=benchmark.alpha,
+                seed=benchmark.seed,
+            ),
+            bands={k: list(v) for k, v in benchmark.bands.items()},
+            test_sets=[TestSetPublic.of(ts) for ts in benchmark.test_sets],
+            entries=entries,
+        )
+
+
+class DatasetPublic(BaseModel):
+    """A published dataset repo and the configs the benchmarks use from it."""
+
+    repo: str
+    hub_url: str
+    benchmarks: list[str]
+    configs: list[str]
+    load_example: str
+
+
+# ---- submissions ------------------------------------------------------------------------------
+
+
+class EventPublic(BaseModel):
+    at: datetime
+    from_state: SubmissionState | None
+    to_state: SubmissionState
+    reason: str | None
+    message: str
+
+
+class SubmissionPublic(BaseModel):
+    id: int
+    state: SubmissionState
+    reason: str | None
+    message: str
+    benchmark: str
+    model_name: str
+    architecture: str
+    sigma: float
+    is_private: bool
+    hidden: bool
+    flagged: bool
+    flag_reason: str | None
+    is_baseline: bool
+    extra_data: bool
+    venue: str | None
+    protocol_version: str
+    duplicate_of: int | None
+    attempt: int
+    progress: float
+    shards_done: int
+    shards_total: int
+    queue_position: int | None
+    weights_sha256: str
+    weights_size: int
+    manifest: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+    events: list[EventPublic] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        submission: Submission,
+        *,
+        queue_position: int | None,
+        with_events: bool = False,
+    ) -> SubmissionPublic:
+        artifact = submission.artifact
+        return cls(
+            id=submission.id,
+            state=submission.state,
+            reason=submission.reason,
+            message=submission.message,
+            benchmark=submission.benchmark.name,
+            model_name=submission.model_name,
+            architecture=submission.architecture,
+            sigma=submission.sigma,
+            is_private=submission.is_private,
+            hidden=submission.hidden,
+            flagged=submission.flagged,
+            flag_reason=submission.flag_reason,
+            is_baseline=submission.is_baseline,
+            extra_data=submission.extra_data,
+            venue=submission.venue,
+            protocol_version=submission.protocol_version,
+            duplicate_of=submission.duplicate_of_id,
+            attempt=submission.attempt,
+            progress=submission.progress,
+            shards_done=submission.shards_done,
+            shards_total=submission.shards_total,
+            queue_position=queue_position,
+            weights_sha256=artifact.sha256,
+            weights_size=artifact.size_bytes,
+            manifest=dict(artifact.manifest),
+            created_at=submission.created_at,
+            updated_at=submission.updated_at,
+            started_at=submission.started_at,
+            finished_at=submission.finished_at,
+            heartbeat_at=submission.heartbeat_at,
+            events=[
+                EventPublic(
+                    at=e.at,
+                    from_state=e.from_state,
+                    to_state=e.to_state,
+                    reason=e.reason,
+                    message=e.message,
+                )
+                for e in submission.events
+            ]
+            if with_events
+            else None,
+        )
+
+
+class SubmissionList(BaseModel):
+    total: int
+    offset: int
+    limit: int
+    items: list[SubmissionPublic]
+
+
+class ModerationUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    hidden: bool | None = None
+    flagged: bool | None = None
+    flag_reason: str | None = Field(default=None, max_length=500)
+    is_baseline: bool | None = None
+
+
+class RerunRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    fresh: bool = Field(
+        default=False,
+        description="drop recorded shards and results; otherwise finished shards are reused",
+    )
+
+
+# ---- results and leaderboards -----------------------------------------------------------------
+
+
+class Metrics(BaseModel):
+    """Means over the benchmark's test sets (mACR = mean ACR; bands as in seed 000)."""
+
+    macr: float
+    cert_acc_000: float
+    cert_acc_025: float
+    cert_acc_050: float
+    cert_acc_075: float
+    cert_acc_100: float
+    clean_accuracy: float
+    abstain_rate: float
+    pa_median: float
+    band_low: float | None
+    band_mid: float | None
+    band_high: float | None
+    test_sets: int
+    count: int
+    seconds: float
+
+    @classmethod
+    def of(cls, entry: LeaderboardEntry) -> Metrics:
+        return cls(**{name: getattr(entry, name) for name in cls.model_fields})
+
+
+class LeaderboardRowPublic(BaseModel):
+    rank: int
+    submission_id: int
+    model_name: str
+    owner: str
+    authors: list[str]
+    paper_url: str | None
+    code_url: str | None
+    architecture: str
+    sigma: float
+    extra_data: bool
+    venue: str | None
+    is_baseline: bool
+    flagged: bool
+    flag_reason: str | None
+    submitted_at: datetime
+    finished_at: datetime
+    protocol_version: str
+    metrics: Metrics
+
+
+class LeaderboardPublic(BaseModel):
+    benchmark: str
+    protocol_version: str
+    sort: str
+    order: Literal["asc", "desc"]
+    total: int
+    offset: int
+    limit: int
+    higher_is_better: dict[str, bool]
+    rows: list[LeaderboardRowPublic]
+
+    @classmethod
+    def of(cls, page: LeaderboardPage) -> LeaderboardPublic:
+        rows = []
+        for row in page.rows:
+            metadata = row.submission.artifact.manifest.get("metadata", {})
+            rows.append(
+                LeaderboardRowPublic(
+                    rank=row.rank,
+                    submission_id=row.submission.id,
+                    model_name=row.submission.model_name,
+                    owner=row.owner,
+                    authors=list(metadata.get("authors") or []),
+                    paper_url=metadata.get("paper_url"),
+                    code_url=metadata.get("code_url"),
+                    architecture=row.submission.architecture,
+                    sigma=row.submission.sigma,
+                    extra_data=row.submission.extra_data,
+                    venue=row.submission.venue,
+                    is_baseline=row.submission.is_baseline,
+                    flagged=row.submission.flagged,
+                    flag_reason=row.submission.flag_reason,
+                    submitted_at=row.submission.created_at,
+                    finished_at=row.entry.finished_at,
+                    protocol_version=row.entry.protocol_version,
+                    metrics=Metrics.of(row.entry),
+                )
+            )
+        return cls(
+            benchmark=page.benchmark.name,
+            protocol_version=page.query.protocol_version or page.benchmark.protocol_version,
+            sort=page.query.sort,
+            order=page.query.order,
+            total=page.total,
+            offset=page.query.offset,
+            limit=page.query.limit,
+            higher_is_better=HIGHER_IS_BETTER,
+            rows=rows,
+        )
+
+
+class TestSetResultPublic(BaseModel):
+    __test__ = False
+
+    test_set: str
+    band: str | None
+    attributes: dict[str, Any]
+    acr: float
+    certified_accuracy: dict[str, float]
+    clean_accuracy: float
+    abstain_rate: float
+    pa_median: float
+    pa_quantiles: dict[str, float]
+    count: int
+    seconds: float
+    protocol_version: str
+    evaluator_version: str
+    records_url: str
+
+    @classmethod
+    def of(cls, result: Result, *, records_url: str) -> TestSetResultPublic:
+        return cls(
+            test_set=result.test_set.name,
+            band=result.test_set.band,
+            attributes=dict(result.test_set.attributes),
+            acr=result.acr,
+            certified_accuracy=dict(result.certified_accuracy),
+            clean_accuracy=result.clean_accuracy,
+            abstain_rate=result.abstain_rate,
+            pa_median=result.pa_median,
+            pa_quantiles=dict(result.pa_quantiles),
+            count=result.count,
+            seconds=result.seconds,
+            protocol_version=result.protocol_version,
+            evaluator_version=result.evaluator_version,
+            records_url=records_url,
+        )
+
+
+class ResultsPublic(BaseModel):
+    submission_id: int
+    benchmark: str
+    model_name: str
+    state: SubmissionState
+    protocol_version: str
+    manifest: dict[str, Any]
+    summary: Metrics | None
+    results: list[TestSetResultPublic]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "unavailable"]
+    database: str
+    migrations: str
+    queue: str
+    embedded_broker: bool
