@@ -10,7 +10,7 @@ from celery import Celery
 from kombu.exceptions import KombuError
 
 from models.errors import ServiceUnavailableError
-from models.queue import DEFAULT_QUEUE, TASK_VALIDATE, celery_config, ensure_embedded_queue
+from models.queue import CONTROL_QUEUE, TASK_VALIDATE, celery_config, ensure_embedded_queue
 from models.settings import Settings
 
 
@@ -31,7 +31,7 @@ class JobQueue:
         """
         try:
             result = self._celery.send_task(
-                TASK_VALIDATE, args=[submission_id], queue=DEFAULT_QUEUE, retry=False
+                TASK_VALIDATE, args=[submission_id], queue=CONTROL_QUEUE, retry=False
             )
         except (KombuError, OSError) as err:
             raise ServiceUnavailableError(

@@ -1,9 +1,14 @@
 """How the API and the workers reach the same Celery broker, without importing each other.
 
 The API sends tasks by *name* through a client app built from ``celery_config(settings)``; the
-workers build their app from the same function and register tasks under the names below. With no
-``CERTBENCH_BROKER_URL`` the broker is kombu's filesystem transport in ``<data_dir>/queue`` (the
-"embedded" mode: no server to install), otherwise e.g. ``redis://host:6379/0``.
+workers build their app from the same function (adding worker-only keys) and register tasks under
+the names below. With no ``CERTBENCH_BROKER_URL`` the broker is kombu's SQLAlchemy transport on
+``<data_dir>/broker.sqlite`` (the "embedded" mode: no server to install; a separate file from the
+app database, so Alembic never sees kombu's tables). Otherwise e.g. ``redis://host:6379/0``.
+
+Why SQL and not kombu's filesystem transport: that one can hand a consumer a half-written message
+file and, across filesystems, give one message to two consumers; the SQL transport claims a message
+inside one transaction.
 """
 
 from __future__ import annotations
@@ -13,15 +18,19 @@ from typing import Any
 
 from models.settings import Settings
 
-#: Validate a submission (safe load, dummy forward, output check); argument: submission id.
+#: Validate a submission (safe load, dummy forward, output check); args: [submission_id].
 TASK_VALIDATE = "certbench.validate"
-#: Queue name every certbench task uses unless the worker configuration routes them otherwise.
+#: Merge shard records and finish; args: [submission_id] (sent by the workers).
+TASK_AGGREGATE = "certbench.aggregate"
+#: Long GPU work (certify shards).
 DEFAULT_QUEUE = "certbench"
+#: Short tasks (validate, aggregate), so uploads never wait behind hours of shards.
+CONTROL_QUEUE = "certbench.control"
 
 
-def embedded_queue_dir(settings: Settings) -> Path:
-    """Folder of the embedded filesystem broker (messages are small JSON files)."""
-    return (settings.data_dir / "queue").resolve()
+def embedded_broker_path(settings: Settings) -> Path:
+    """SQLite file of the embedded broker."""
+    return (settings.data_dir / "broker.sqlite").resolve()
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -32,19 +41,17 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "result_serializer": "json",
         "task_ignore_result": True,
         "task_default_queue": DEFAULT_QUEUE,
+        "task_routes": {
+            TASK_VALIDATE: {"queue": CONTROL_QUEUE},
+            TASK_AGGREGATE: {"queue": CONTROL_QUEUE},
+        },
         "broker_connection_retry_on_startup": True,
         "timezone": "UTC",
         "enable_utc": True,
     }
     if settings.broker_url is None:
-        folder = embedded_queue_dir(settings)
-        config["broker_url"] = "filesystem://"
-        config["broker_transport_options"] = {
-            "data_folder_in": str(folder / "messages"),
-            "data_folder_out": str(folder / "messages"),
-            "control_folder": str(folder / "control"),
-            "store_processed": False,
-        }
+        config["broker_url"] = f"sqla+sqlite:///{embedded_broker_path(settings)}"
+        config["broker_transport_options"] = {"connect_args": {"timeout": 30}}
     else:
         config["broker_url"] = settings.broker_url
         config["broker_transport_options"] = {
@@ -54,8 +61,6 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 
 
 def ensure_embedded_queue(settings: Settings) -> None:
-    """Create the embedded broker's folders (the filesystem transport does not)."""
+    """Create the folder of the embedded broker file (kombu creates its tables itself)."""
     if settings.broker_url is None:
-        folder = embedded_queue_dir(settings)
-        for name in ("messages", "control"):
-            (folder / name).mkdir(parents=True, exist_ok=True)
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
