@@ -399,7 +399,7 @@ def _names(meta: Mapping[str, Any], key: str, path: Path) -> tuple[str, ...]:
 
 
 def _restricted_globals() -> dict[tuple[str, str], Any]:
-    """The only globals a CIFAR pickle may name: numpy array/scalar rebuilding and bytes."""
+    """The only globals a CIFAR pickle may name: numpy array/scalar rebuilding, plain values."""
     array = np.zeros(1)
     rebuild = type(array).__reduce__(array)[0]
     scalar = np.int64(0).__reduce__()[0]
@@ -408,8 +408,11 @@ def _restricted_globals() -> dict[tuple[str, str], Any]:
         ("numpy", "ndarray"): np.ndarray,
         ("numpy", "dtype"): np.dtype,
         ("_codecs", "encode"): codecs.encode,
-        ("builtins", "bytearray"): bytearray,
     }
+    # Python 2 pickles name the builtins module ``__builtin__``; empty bytes pickle as bytes().
+    for module in ("builtins", "__builtin__"):
+        for kind in (bytes, bytearray, set, frozenset, complex):
+            allowed[(module, kind.__name__)] = kind
     for core in ("numpy.core", "numpy._core"):
         allowed[(f"{core}.multiarray", "_reconstruct")] = rebuild
         allowed[(f"{core}.multiarray", "scalar")] = scalar

@@ -81,7 +81,11 @@ def write_torchvision_cifar(
     if dataset == "cifar10":
         folder = Path(root) / "cifar-10-batches-py"
         names = list(class_names or CIFAR10_CLASSES)
-        meta = {"num_cases_per_batch": 10000, "label_names": names, "num_vis": images[0].size}
+        meta = {
+            "num_cases_per_batch": 10000,
+            "label_names": names,
+            "num_vis": int(np.prod(images.shape[1:])),
+        }
         _pickle(folder / "batches.meta", meta, protocol)
         parts = (
             [("test_batch", np.arange(len(images)))]
@@ -95,7 +99,7 @@ def write_torchvision_cifar(
             batch = {
                 "batch_label": f"{split} batch {file_name}",
                 "labels": labels if split == "test" else [labels[r] for r in rows],
-                "data": images[rows].reshape(len(rows), -1),
+                "data": images[rows].reshape(len(rows), int(np.prod(images.shape[1:]))),
                 "filenames": [f"image_{r:05d}.png" for r in rows],
             }
             _pickle(folder / file_name, batch, protocol)
@@ -112,7 +116,7 @@ def write_torchvision_cifar(
         "batch_label": f"{split} batch 1 of 1",
         "fine_labels": labels,
         "coarse_labels": coarse,
-        "data": images.reshape(len(images), -1),
+        "data": images.reshape(len(images), int(np.prod(images.shape[1:]))),
     }
     _pickle(folder / split, batch, protocol)
     return folder
