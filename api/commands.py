@@ -1,0 +1,262 @@
+"""``certbench serve``, ``certbench admin ...``, ``certbench benchmarks ...``, ``certbench db ...``.
+
+Registered through the ``certbench.commands`` entry point (``api.commands:register``). ``serve``
+migrates the database (``alembic upgrade head``, never ``create_all``), loads the packaged
+benchmark definitions that are not in the database yet, starts the embedded worker
+(``certbench worker --embedded``, a subprocess; api never imports workers) when no broker is
+configured, then runs uvicorn.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from sqlalchemy import select
+
+import migrations
+from certbench.errors import CertbenchError
+from models import accounts
+from models.base import utcnow
+from models.catalog import list_benchmarks, load_definition, packaged_definitions, upsert_benchmark
+from models.db import session_scope
+from models.entities import Benchmark, Role
+from models.settings import Settings, get_settings
+
+WORKER_STOP_SECONDS = 20
+
+admin_app = typer.Typer(help="Manage users and API tokens.", no_args_is_help=True)
+benchmarks_app = typer.Typer(help="Load and list benchmark definitions.", no_args_is_help=True)
+db_app = typer.Typer(help="Database migrations.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Entry point of the ``certbench.commands`` group."""
+    app.command("serve")(serve)
+    app.add_typer(admin_app, name="admin")
+    app.add_typer(benchmarks_app, name="benchmarks")
+    app.add_typer(db_app, name="db")
+
+
+def _settings() -> Settings:
+    try:
+        return get_settings()
+    except ValidationError as err:
+        typer.echo(f"error: invalid CERTBENCH_* settings: {err}", err=True)
+        raise typer.Exit(2) from err
+
+
+def _fail(err: CertbenchError) -> typer.Exit:
+    typer.echo(f"error: {err}", err=True)
+    return typer.Exit(1)
+
+
+def load_packaged_benchmarks(settings: Settings) -> list[str]:
+    """Load the packaged definitions whose names are not in the database yet; returns them."""
+    loaded = []
+    with session_scope(settings) as session:
+        present = set(session.scalars(select(Benchmark.name)))
+        for definition in packaged_definitions():
+            if definition.name not in present:
+                upsert_benchmark(session, definition)
+                loaded.append(definition.name)
+    return loaded
+
+
+def serve(
+    host: Annotated[str | None, typer.Option(help="Bind address (CERTBENCH_HOST).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (CERTBENCH_PORT).")] = None,
+    worker: Annotated[
+        bool,
+        typer.Option(
+            "--worker/--no-worker",
+            help="Start the embedded worker when no broker is configured.",
+        ),
+    ] = True,
+    load_benchmarks: Annotated[
+        bool,
+        typer.Option(
+            "--load-benchmarks/--no-load-benchmarks",
+            help="Load packaged benchmark definitions missing from the database.",
+        ),
+    ] = True,
+) -> None:
+    """Run the leaderboard service: migrate, (embedded worker), API on uvicorn."""
+    import uvicorn
+
+    settings = _settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        migrations.upgrade(settings)
+        if load_benchmarks:
+            loaded = load_packaged_benchmarks(settings)
+            if loaded:
+                typer.echo(f"loaded benchmarks: {', '.join(loaded)}", err=True)
+    except CertbenchError as err:
+        raise _fail(err) from err
+    child = _start_embedded_worker() if worker and settings.embedded_broker else None
+    try:
+        uvicorn.run(
+            "api.main:create_app",
+            factory=True,
+            host=host or settings.host,
+            port=port or settings.port,
+            log_level="info",
+        )
+    finally:
+        if child is not None:
+            _stop(child)
+
+
+def _start_embedded_worker() -> subprocess.Popen[bytes]:
+    """``certbench worker --embedded`` in a child process with the same environment."""
+    command = [sys.executable, "-c", "from certbench.cli import main; main()", "worker"]
+    typer.echo("starting the embedded worker (no CERTBENCH_BROKER_URL set)", err=True)
+    return subprocess.Popen([*command, "--embedded"], env=dict(os.environ))
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    """Warm shutdown (SIGTERM), then kill if it does not exit in time."""
+    if child.poll() is not None:
+        return
+    child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(timeout=WORKER_STOP_SECONDS)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
+# ---- admin --------------------------------------------------------------------------------------
+
+
+@admin_app.command("create-user")
+def create_user(
+    name: Annotated[str, typer.Argument(help="User name (letters, digits, _ . -).")],
+    role: Annotated[Role, typer.Option(help="submitter or admin.")] = Role.SUBMITTER,
+    email: Annotated[str | None, typer.Option(help="Contact e-mail.")] = None,
+    token: Annotated[bool, typer.Option("--token/--no-token", help="Also issue a token.")] = True,
+) -> None:
+    """Create a user (and print a new API token for it)."""
+    settings = _settings()
+    with session_scope(settings) as session:
+        try:
+            user = accounts.create_user(session, name=name, role=role, email=email)
+        except CertbenchError as err:
+            raise _fail(err) from err
+        typer.echo(f"created {user.role} {user.name!r} (id {user.id})", err=True)
+        if token:
+            issued = accounts.create_token(session, user=user, label="cli")
+            typer.echo(issued.secret)
+
+
+@admin_app.command("create-token")
+def create_token(
+    name: Annotated[str, typer.Argument(help="Existing user name.")],
+    label: Annotated[str, typer.Option(help="Label to tell tokens apart.")] = "cli",
+    expires_in_days: Annotated[int | None, typer.Option(min=1, help="Expiry.")] = None,
+) -> None:
+    """Issue an API token for a user; prints the secret (shown only once)."""
+    settings = _settings()
+    with session_scope(settings) as session:
+        try:
+            user = accounts.get_user(session, name=name)
+        except CertbenchError as err:
+            raise _fail(err) from err
+        expires = utcnow() + timedelta(days=expires_in_days) if expires_in_days else None
+        issued = accounts.create_token(session, user=user, label=label, expires_at=expires)
+        typer.echo(f"token {issued.token.prefix}… (id {issued.token.id}) for {name!r}", err=True)
+        typer.echo(issued.secret)
+
+
+@admin_app.command("revoke-token")
+def revoke_token(token_id: Annotated[int, typer.Argument(help="Token id.")]) -> None:
+    """Revoke an API token."""
+    settings = _settings()
+    with session_scope(settings) as session:
+        try:
+            token = accounts.revoke_token(session, token_id=token_id)
+        except CertbenchError as err:
+            raise _fail(err) from err
+        typer.echo(f"revoked token {token.prefix}… (id {token.id})")
+
+
+@admin_app.command("list-users")
+def list_users() -> None:
+    """List users and their roles."""
+    settings = _settings()
+    with session_scope(settings) as session:
+        for user in accounts.list_users(session):
+            active = "active" if user.is_active else "inactive"
+            typer.echo(f"{user.id}\t{user.name}\t{user.role}\t{active}")
+
+
+# ---- benchmarks ---------------------------------------------------------------------------------
+
+
+@benchmarks_app.command("load")
+def load(
+    files: Annotated[list[Path], typer.Argument(help="Definition files (JSON or YAML).")],
+) -> None:
+    """Create or update benchmarks from definition files (a changed file needs a new version)."""
+    settings = _settings()
+    try:
+        definitions = [load_definition(path) for path in files]
+        with session_scope(settings) as session:
+            for definition in definitions:
+                benchmark = upsert_benchmark(session, definition)
+                typer.echo(
+                    f"{benchmark.name} v{benchmark.definition_version}: "
+                    f"{len(benchmark.test_sets)} test sets, protocol {benchmark.protocol_version}"
+                )
+    except CertbenchError as err:
+        raise _fail(err) from err
+
+
+@benchmarks_app.command("load-packaged")
+def load_packaged() -> None:
+    """Load the packaged definitions (CIFAR-10/100 clean, -C, -C̄, -F) not yet in the database."""
+    settings = _settings()
+    try:
+        loaded = load_packaged_benchmarks(settings)
+    except CertbenchError as err:
+        raise _fail(err) from err
+    typer.echo(f"loaded: {', '.join(loaded) if loaded else 'nothing new'}")
+
+
+@benchmarks_app.command("list")
+def list_all() -> None:
+    """List benchmarks in the database."""
+    settings = _settings()
+    with session_scope(settings) as session:
+        for b in list_benchmarks(session):
+            typer.echo(
+                f"{b.name}\tv{b.definition_version}\t{len(b.test_sets)} test sets\t"
+                f"σ {b.sigmas}\t{b.protocol_version}"
+            )
+
+
+# ---- database -----------------------------------------------------------------------------------
+
+
+@db_app.command("upgrade")
+def upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
+    """Apply migrations up to REVISION (default head)."""
+    settings = _settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    migrations.upgrade(settings, revision)
+    typer.echo(f"database at {revision}")
+
+
+@db_app.command("downgrade")
+def downgrade(revision: Annotated[str, typer.Argument()]) -> None:
+    """Revert migrations down to REVISION (``base`` empties the database)."""
+    migrations.downgrade(_settings(), revision)
+    typer.echo(f"database at {revision}")
