@@ -187,6 +187,7 @@ def certify(
     phases = ((SELECT, n0), (ESTIMATE, n))
     threshold = min_count_to_certify(n, alpha) if early_abstain else None
     records: list[CertifyRecord] = []
+    started = time.perf_counter()
     with _progress_bar(len(x) * (n0 + n), progress) as bar:
         for wave in _waves(len(x), n0 + n, batch_size):
             stop = None if threshold is None else _early_abstain_rule(n, threshold)
@@ -199,6 +200,7 @@ def certify(
                 records.append(record)
                 if on_record is not None:
                     on_record(record)
+            bar.set_postfix_str(_images_rate(len(records), len(x), started))
     return records
 
 
@@ -518,8 +520,16 @@ def _host_counts(counts: torch.Tensor | None, images: int, phases: int) -> np.nd
     return counts.view(images, phases, -1).cpu().numpy()
 
 
+def _images_rate(done: int, total: int, started: float) -> str:
+    rate = done / max(time.perf_counter() - started, 1e-9)
+    return f"images {done}/{total}, {rate:.2f} img/s"
+
+
 class _NullBar:
     def update(self, _: int) -> None:
+        return None
+
+    def set_postfix_str(self, _: str) -> None:
         return None
 
     def __enter__(self) -> _NullBar:
