@@ -1,0 +1,200 @@
+"""CLI plugin: ``certbench generate ...`` and ``certbench publish DIR --repo ORG/NAME``.
+
+Registered through the ``certbench.commands`` entry point (``generators.commands:register``).
+``generate`` is one typer sub-app, :data:`generate_app`, shared by every generator: modules named
+``generators/*_commands.py`` add their sub-commands to it (``@generate_app.command("name")``)
+and :func:`register` imports them all before mounting ``generate`` once.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from tqdm import tqdm
+
+from certbench.errors import CertbenchError, GeneratorError
+
+F = TypeVar("F", bound=Callable[..., Any])
+console = Console()
+errors = Console(stderr=True)
+
+generate_app = typer.Typer(
+    name="generate",
+    help="Build benchmark datasets (CIFAR-F, corruption sets) in the Hugging Face Hub layout.",
+    no_args_is_help=True,
+)
+
+
+def friendly_errors(command: F) -> F:
+    """Print a CertbenchError as one clear line and exit 2 instead of a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except CertbenchError as err:
+            errors.print(f"[bold red]error:[/] {err}", highlight=False)
+            raise typer.Exit(2) from err
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _parse_list(text: str | None, cast: Callable[[str], Any], flag: str) -> list[Any] | None:
+    if text is None:
+        return None
+    try:
+        return [cast(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError as err:
+        raise GeneratorError(
+            f"{flag}={text!r} is not a comma-separated list of numbers, e.g. {flag} 0.5,1,2"
+        ) from err
+
+
+@generate_app.command("cifar-f")
+@friendly_errors
+def cifar_f_command(
+    dataset: Annotated[str, typer.Option(help="cifar10 or cifar100.")],
+    out: Annotated[Path, typer.Option(help="Output folder (Hub layout); resumable.")],
+    source: Annotated[
+        str | None,
+        typer.Option(
+            help="Clean test set: Hub id, Hub-layout folder or torchvision CIFAR folder "
+            "(default: the Hub copy of --dataset)."
+        ),
+    ] = None,
+    protocol: Annotated[str, typer.Option(help="paper (the equations) or reference.")] = "paper",
+    seed: int = 0,
+    alphas: Annotated[str | None, typer.Option(help="Comma list, default 0.5,1,2,3.")] = None,
+    fcs: Annotated[str | None, typer.Option(help="Comma list of f_c, default 1..16.")] = None,
+    severities: Annotated[str | None, typer.Option(help="Comma list, default 1,2,3.")] = None,
+    extra_alphas: Annotated[
+        bool, typer.Option("--extra-alphas", help="Also allow/add α = 0.1 and 0.3.")
+    ] = False,
+    limit: Annotated[int | None, typer.Option(help="Use only the first N test images.")] = None,
+    revision: Annotated[str | None, typer.Option(help="Hub revision of the source.")] = None,
+    batch_size: Annotated[int, typer.Option(help="Images per FFT batch.")] = 1000,
+    card: Annotated[bool, typer.Option(help="Write README.md and figures at the end.")] = True,
+) -> None:
+    """Generate CIFAR-10-F / CIFAR-100-F: 192 power-law Fourier test sets (Sun et al. 2022)."""
+    from generators import cifar_f
+    from generators.cifar_f_card import write_cifar_f_card
+
+    try:
+        chosen_protocol = cifar_f.Protocol(protocol)
+    except ValueError as err:
+        raise GeneratorError(
+            f"--protocol {protocol!r} is unknown; use paper or reference."
+        ) from err
+    alpha_list = _parse_list(alphas, float, "--alphas")
+    if alpha_list is None:
+        alpha_list = list(cifar_f.ALPHAS) + (list(cifar_f.EXTRA_ALPHAS) if extra_alphas else [])
+    specs = cifar_f.grid(
+        alpha_list,
+        _parse_list(fcs, int, "--fcs") or cifar_f.FCS,
+        _parse_list(severities, int, "--severities") or cifar_f.SEVERITIES,
+        extra_alphas=extra_alphas,
+    )
+    if batch_size < 1:
+        raise GeneratorError(f"--batch-size must be >= 1, got {batch_size}.")
+    images = cifar_f.load_source(dataset, source, revision=revision, limit=limit)
+    source_info = {
+        "source": str(source if source is not None else dataset),
+        "source_revision": revision or "unpinned",
+    }
+    console.print(
+        f"{len(specs)} test sets × {len(images)} images from {images.name} → {out} "
+        f"(protocol {chosen_protocol.value}, seed {seed})"
+    )
+    with (
+        tqdm(total=len(specs), desc="test sets", unit="set", position=0) as sets_bar,
+        tqdm(total=len(specs) * len(images), desc="images", unit="img", position=1) as img_bar,
+    ):
+        state = {"config": None, "done": 0}
+
+        def hook(config: str, done: int, total: int) -> None:
+            if config != state["config"]:
+                state["config"], state["done"] = config, 0
+            img_bar.update(done - state["done"])
+            state["done"] = done
+            if done == total:
+                sets_bar.update(1)
+                sets_bar.set_postfix_str(config)
+
+        report = cifar_f.generate(
+            images,
+            out,
+            specs,
+            dataset=dataset,
+            protocol=chosen_protocol,
+            seed=seed,
+            batch_size=batch_size,
+            source_info=source_info,
+            progress=hook,
+        )
+    if card:
+        source_info["source_sha256"] = cifar_f.source_fingerprint(images)
+        readme = write_cifar_f_card(
+            out,
+            images,
+            specs,
+            dataset=dataset,
+            protocol=chosen_protocol,
+            seed=seed,
+            source=source_info,
+        )
+        console.print(f"card: {readme}")
+    console.print(
+        f"wrote {len(report.written)} test sets ({report.images_written} images), skipped "
+        f"{len(report.skipped)} already complete, in {report.seconds:.1f} s"
+    )
+
+
+@friendly_errors
+def publish_command(
+    folder: Annotated[Path, typer.Argument(help="A generated Hub-layout folder.")],
+    repo: Annotated[str, typer.Option(help="Target dataset repo, ORG/NAME.")],
+    private: Annotated[bool, typer.Option("--private", help="Create the repo as private.")] = False,
+    revision: Annotated[str | None, typer.Option(help="Branch to push to (default main).")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List the plan without any network access.")
+    ] = False,
+    max_commit_mb: Annotated[
+        int, typer.Option(help="Upper bound on the bytes of one commit, in MB.")
+    ] = 1024,
+) -> None:
+    """Upload a dataset folder to the Hugging Face Hub, skipping files already identical there."""
+    from generators import hub
+
+    result = hub.publish(
+        folder,
+        repo,
+        private=private,
+        revision=revision,
+        dry_run=dry_run,
+        max_commit_bytes=max_commit_mb * 1024 * 1024,
+        log=console.print,
+    )
+    console.print(result.summary())
+
+
+def _import_generator_commands() -> None:
+    """Import every ``generators/*_commands.py`` so their commands join :data:`generate_app`."""
+    import generators
+
+    for module in sorted(pkgutil.iter_modules(generators.__path__), key=lambda m: m.name):
+        if module.name.endswith("_commands"):
+            importlib.import_module(f"generators.{module.name}")
+
+
+def register(app: typer.Typer) -> None:
+    """Entry point of the ``certbench.commands`` group: mount ``generate`` and ``publish``."""
+    _import_generator_commands()
+    app.add_typer(generate_app, name="generate")
+    app.command("publish")(publish_command)
