@@ -237,9 +237,15 @@ def test_training_mode_model_is_certified_in_eval_mode():
 def test_on_record_sees_every_record_in_order():
     seen: list[int] = []
     certify(
-        Constant(0), torch.rand(4, 3, 4, 4), [0] * 4, sigma=0.1, n0=5, n=50,
-        on_record=lambda r: seen.append(r.index), indices=[10, 11, 12, 13],
-    )  # fmt: skip
+        Constant(0),
+        torch.rand(4, 3, 4, 4),
+        [0] * 4,
+        sigma=0.1,
+        n0=5,
+        n=50,
+        on_record=lambda r: seen.append(r.index),
+        indices=[10, 11, 12, 13],
+    )
     assert seen == [10, 11, 12, 13]
 
 
