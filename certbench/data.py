@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+import yaml
 from PIL import Image as PILImage
 
 from certbench.errors import DataSourceError
@@ -468,18 +469,19 @@ def _read_cifar_pickle(path: Path) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- Hub-layout folders
 
 
-def _folder_configs(folder: Path) -> dict[str, dict[str, list[Path]]]:
-    """Config name -> split -> parquet files, from README.md's YAML ``configs:``.
+def _folder_configs(folder: Path) -> dict[str, dict[str, list[str]]]:
+    """Config name -> split -> data file patterns, from README.md's YAML ``configs:``.
 
     Without a ``configs:`` section the folder is one ``default`` config whose split files are
     named ``<split>.parquet`` or ``<split>-*.parquet`` (the names ``Dataset.to_parquet`` and the
-    Hub use).
+    Hub use). Patterns are resolved only for the config being loaded, so one broken config
+    never blocks the others.
     """
     entries = _readme_configs(folder)
     if not entries:
         splits = {
             split: sorted(
-                p
+                str(p.relative_to(folder))
                 for p in folder.rglob("*.parquet")
                 if p.stem == split or p.stem.startswith(f"{split}-")
             )
@@ -492,7 +494,7 @@ def _folder_configs(folder: Path) -> dict[str, dict[str, list[Path]]]:
                 "named <split>.parquet or <split>-*.parquet"
             )
         return {"default": splits}
-    configs: dict[str, dict[str, list[Path]]] = {}
+    configs: dict[str, dict[str, list[str]]] = {}
     for entry in entries:
         name = entry.get("config_name", "default") if isinstance(entry, dict) else None
         if not isinstance(name, str) or "data_files" not in entry:
@@ -500,8 +502,7 @@ def _folder_configs(folder: Path) -> dict[str, dict[str, list[Path]]]:
                 f"{str(folder / 'README.md')!r}: every `configs:` entry needs `config_name` and "
                 f"`data_files`, found {entry!r}"
             )
-        patterns = _split_patterns(entry["data_files"], folder, name)
-        configs[name] = {s: _glob_files(folder, name, s, p) for s, p in patterns.items()}
+        configs[name] = _split_patterns(entry["data_files"], folder, name)
     return configs
 
 
@@ -513,7 +514,7 @@ def _readme_configs(folder: Path) -> list[Any]:
 
     try:
         metadata = metadata_load(readme) or {}
-    except Exception as err:  # YAML errors of several types: all mean "unreadable card"
+    except (yaml.YAMLError, UnicodeDecodeError, ValueError) as err:
         raise DataSourceError(f"cannot parse the YAML header of {str(readme)!r}: {err}") from err
     configs = metadata.get("configs", [])
     if not isinstance(configs, list):
@@ -591,7 +592,7 @@ def _load_folder(folder: Path, config: str | None, split: str, subset: Subset) -
             f"unknown split {split!r} for config {config!r} in {str(folder)!r}; available: "
             f"{sorted(splits)}"
         )
-    files = splits[split]
+    files = _glob_files(folder, config, split, splits[split])
     try:
         tables = [pq.read_table(path) for path in files]
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]

@@ -144,6 +144,8 @@ def write_hub_folder(
     coarse_labels: Sequence[int] | np.ndarray | None = None,
     coarse_class_names: Sequence[str] | None = None,
     data_dir: str = "data",
+    image_column: str = "image",
+    label_column: str = "label",
 ) -> Path:
     """Add one config's split to a Hub-layout folder (DESIGN.md §5); return the parquet file.
 
@@ -153,7 +155,9 @@ def write_hub_folder(
     metadata columns (Value types from their numpy dtypes) and optional ``source_index`` (int64).
     README.md's YAML ``configs:`` gains (or updates) the entry of ``config`` with one
     ``{split, path}`` data file per split written so far, so the folder loads with
-    ``datasets.load_dataset(root, config, split=split)``.
+    ``datasets.load_dataset(root, config, split=split)``. ``data_dir=""`` with
+    ``image_column="img"`` (and ``label_column="fine_label"``) mimics ``uoft-cs/cifar10``
+    (``uoft-cs/cifar100``), whose files are ``<config>/<split>-*.parquet``.
     """
     root = Path(root)
     pictures = (
@@ -161,8 +165,11 @@ def write_hub_folder(
         if isinstance(images, np.ndarray)
         else list(images)
     )
-    columns: dict[str, object] = {"image": pictures, "label": [int(v) for v in labels]}
-    spec: dict[str, object] = {"image": Image(), "label": ClassLabel(names=list(class_names))}
+    columns: dict[str, object] = {image_column: pictures, label_column: [int(v) for v in labels]}
+    spec: dict[str, object] = {
+        image_column: Image(),
+        label_column: ClassLabel(names=list(class_names)),
+    }
     if coarse_labels is not None:
         columns["coarse_label"] = [int(v) for v in coarse_labels]
         spec["coarse_label"] = ClassLabel(names=list(coarse_class_names or ()))
@@ -173,7 +180,7 @@ def write_hub_folder(
     if source_index is not None:
         columns["source_index"] = [int(v) for v in source_index]
         spec["source_index"] = Value("int64")
-    relative = f"{data_dir}/{config}/{split}-00000-of-00001.parquet"
+    relative = "/".join(p for p in (data_dir, config, f"{split}-00000-of-00001.parquet") if p)
     path = root / relative
     path.parent.mkdir(parents=True, exist_ok=True)
     Dataset.from_dict(columns, features=Features(spec)).to_parquet(str(path))

@@ -455,10 +455,15 @@ def _readme(folder: Path, yaml_header: str) -> None:
     (folder / "README.md").write_text(f"---\n{textwrap.dedent(yaml_header)}---\n# card\n")
 
 
-def test_readme_pattern_matching_nothing(tmp_path: Path) -> None:
-    _readme(tmp_path, "configs:\n- config_name: a\n  data_files: data/a/test-*.parquet\n")
-    with pytest.raises(DataSourceError, match=r"pattern 'data/a/test-\*\.parquet' matches no"):
-        list_configs(tmp_path)
+def test_readme_pattern_matching_nothing_fails_only_that_config(tmp_path: Path) -> None:
+    write_hub_folder(tmp_path, "good", random_images(2), [0, 0], class_names=["a"])
+    readme = (tmp_path / "README.md").read_text()
+    broken = "- config_name: broken\n  data_files: data/broken/test-*.parquet\n"
+    (tmp_path / "README.md").write_text(readme.replace("configs:\n", f"configs:\n{broken}", 1))
+    assert list_configs(tmp_path) == ["broken", "good"]
+    assert_same(load_images(tmp_path, config="good"), random_images(2), [0, 0])
+    with pytest.raises(DataSourceError, match=r"pattern 'data/broken/test-\*\.parquet' matches no"):
+        load_images(tmp_path, config="broken", split="train")
 
 
 def test_readme_data_file_outside_folder(tmp_path: Path) -> None:
@@ -502,6 +507,65 @@ def test_readme_data_files_string_and_dict_forms(tmp_path: Path) -> None:
     assert list_configs(tmp_path) == ["s", "d"]
     assert_same(load_images(tmp_path, config="s", split="train"), random_images(2, seed=9), [0, 1])
     assert_same(load_images(tmp_path, config="d"), random_images(2, seed=9), [0, 1])
+
+
+# ----------------------------------------------------------------------------- Hub datasets
+
+
+@pytest.fixture(scope="module")
+def uoft_cifar100(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A local copy shaped like uoft-cs/cifar100 (img, fine_label, coarse_label; cifar100/)."""
+    root = tmp_path_factory.mktemp("uoft")
+    for split, seed in (("train", 11), ("test", 12)):
+        write_hub_folder(
+            root,
+            "cifar100",
+            random_images(N, seed=seed),
+            random_labels(N, 100, seed=seed),
+            class_names=CIFAR100_FINE,
+            coarse_labels=random_labels(N, 20, seed=seed + 1),
+            coarse_class_names=CIFAR100_COARSE,
+            split=split,
+            data_dir="",
+            image_column="img",
+            label_column="fine_label",
+        )
+    return root
+
+
+def test_hub_dataset_conversion(
+    uoft_cifar100: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Hub path (datasets.load_dataset -> arrow -> ImageSet) on a dataset with Hub columns.
+
+    ``load_dataset`` takes a local folder exactly as it takes a repo id, so this runs the same
+    conversion a real Hub download goes through, without network.
+    """
+    from certbench import data
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path)  # keep ~/.cache clean
+    image_set = data._load_hub(str(uoft_cifar100), None, "test", None, Subset(skip=9, limit=4))
+    rows = np.array([0, 9, 18, 27])
+    assert_same(image_set, random_images(N, seed=12)[rows], random_labels(N, 100, seed=12)[rows])
+    np.testing.assert_array_equal(image_set.indices.numpy(), rows)
+    assert image_set.coarse_labels is not None
+    np.testing.assert_array_equal(
+        image_set.coarse_labels.numpy(), random_labels(N, 20, seed=13)[rows]
+    )
+    assert image_set.class_names == CIFAR100_FINE
+    assert image_set.coarse_class_names == CIFAR100_COARSE
+    assert image_set.name == f"{uoft_cifar100}/cifar100/test"
+    with pytest.raises(DataSourceError, match=r"cannot load Hub dataset.*validation"):
+        data._load_hub(str(uoft_cifar100), None, "validation", None, Subset())
+
+
+def test_hub_columns_in_a_local_folder(uoft_cifar100: Path) -> None:
+    """A local download of uoft-cs/cifar100 loads as a Hub-layout folder."""
+    assert list_configs(uoft_cifar100) == ["cifar100"]
+    image_set = load_images(uoft_cifar100, split="train")
+    assert_same(image_set, random_images(N, seed=11), random_labels(N, 100, seed=11))
+    assert image_set.coarse_labels is not None
+    np.testing.assert_array_equal(image_set.coarse_labels.numpy(), random_labels(N, 20, seed=12))
 
 
 # ----------------------------------------------------------------------------- source errors
