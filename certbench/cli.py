@@ -8,9 +8,23 @@ through the ``certbench.commands`` entry-point group: each entry point names a c
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
+from collections.abc import Callable
 from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from certbench.errors import CertbenchError, ManifestError
+
+F = TypeVar("F", bound=Callable[..., Any])
+console = Console()
+errors = Console(stderr=True)
 
 PLUGIN_GROUP = "certbench.commands"
 
@@ -20,6 +34,197 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
+
+
+def user_errors(command: F) -> F:
+    """Show a CertbenchError as one clear line and exit 2, never as a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except CertbenchError as err:
+            errors.print(f"[bold red]error:[/] {err}", highlight=False)
+            raise typer.Exit(2) from err
+
+    return wrapper  # type: ignore[return-value]
+
+
+Weights = Annotated[Path, typer.Option(help="Model weights (safetensors only).")]
+ManifestPath = Annotated[Path, typer.Option(help="JSON manifest: architecture, classes, mean/std.")]
+Dataset = Annotated[
+    str,
+    typer.Option(
+        help="Hub id (cifar10, org/name), Hub-layout folder, or torchvision CIFAR folder."
+    ),
+]
+
+
+@app.command()
+@user_errors
+def certify(
+    weights: Weights,
+    manifest: ManifestPath,
+    dataset: Dataset,
+    out: Annotated[Path, typer.Option(help="Per-image records (parquet).")],
+    arch: Annotated[
+        str | None, typer.Option(help="Must match the manifest's architecture.")
+    ] = None,
+    config: Annotated[str | None, typer.Option(help="Dataset config (test set).")] = None,
+    split: str = "test",
+    revision: Annotated[str | None, typer.Option(help="Hub revision (commit/tag).")] = None,
+    sigma: Annotated[float | None, typer.Option(help="Noise level; manifest's by default.")] = None,
+    n0: int = 100,
+    n: int = 100_000,
+    alpha: float = 0.001,
+    skip: Annotated[int, typer.Option(help="Certify every skip-th image.")] = 1,
+    limit: Annotated[int | None, typer.Option(help="Certify at most this many images.")] = None,
+    batch_size: int = 1000,
+    amp: Annotated[str | None, typer.Option(help="bf16 or fp16 autocast of the forward.")] = None,
+    seed: int = 0,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...")] = None,
+    compile: Annotated[bool, typer.Option(help="torch.compile the model.")] = False,
+    channels_last: bool = True,
+    early_abstain: Annotated[
+        bool, typer.Option(help="Stop sampling once abstention is certain (exact).")
+    ] = False,
+) -> None:
+    """Certify a model with randomized smoothing (Cohen et al. CERTIFY) on a test set."""
+    from certbench.data import Subset, load_images
+    from certbench.loading import load_manifest, load_model
+    from certbench.metrics import summarize
+    from certbench.records import write_records
+    from certbench.smoothing import certify as run_certify
+
+    spec = load_manifest(manifest)
+    if arch is not None and arch != spec.architecture.name:
+        raise ManifestError(
+            f"--arch {arch!r} contradicts the manifest's architecture {spec.architecture.name!r}"
+        )
+    model = load_model(weights, spec, device=device)
+    images = load_images(
+        dataset, config=config, split=split, revision=revision, subset=Subset(skip, limit)
+    )
+    sigma = spec.smoothing.sigma if sigma is None else sigma
+    test_set = f"{dataset}/{config or 'default'}/{split}"
+    records = run_certify(
+        model,
+        images.as_float(),
+        images.labels,
+        sigma=sigma,
+        n0=n0,
+        n=n,
+        alpha=alpha,
+        batch_size=batch_size,
+        seed=seed,
+        device=device,
+        indices=images.indices,
+        test_set=test_set,
+        amp=amp,
+        channels_last=channels_last,
+        compile=compile,
+        early_abstain=early_abstain,
+        progress=True,
+    )
+    metadata = {
+        "dataset": dataset,
+        "config": config,
+        "split": split,
+        "revision": revision,
+        "test_set": test_set,
+        "protocol": {"sigma": sigma, "n0": n0, "n": n, "alpha": alpha, "skip": skip},
+        "seed": seed,
+        "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+        "manifest": spec.model_dump(mode="json"),
+    }
+    write_records(records, out, metadata)
+    _print_summary(summarize(records), title=f"{test_set}: σ={sigma}, n={n}, α={alpha}")
+    console.print(f"records: {out}")
+
+
+@app.command()
+@user_errors
+def predict(
+    weights: Weights,
+    manifest: ManifestPath,
+    dataset: Dataset,
+    config: str | None = None,
+    split: str = "test",
+    revision: str | None = None,
+    sigma: float | None = None,
+    n: int = 100_000,
+    alpha: float = 0.001,
+    skip: int = 1,
+    limit: int | None = None,
+    batch_size: int = 1000,
+    seed: int = 0,
+    device: str | None = None,
+) -> None:
+    """Smoothed prediction (Cohen et al. PREDICT): accuracy and abstain rate."""
+    from certbench.data import Subset, load_images
+    from certbench.loading import load_manifest, load_model
+    from certbench.smoothing import ABSTAIN
+    from certbench.smoothing import predict as run_predict
+
+    spec = load_manifest(manifest)
+    model = load_model(weights, spec, device=device)
+    images = load_images(
+        dataset, config=config, split=split, revision=revision, subset=Subset(skip, limit)
+    )
+    records = run_predict(
+        model,
+        images.as_float(),
+        images.labels,
+        sigma=spec.smoothing.sigma if sigma is None else sigma,
+        n=n,
+        alpha=alpha,
+        batch_size=batch_size,
+        seed=seed,
+        device=device,
+        indices=images.indices,
+        test_set=f"{dataset}/{config or 'default'}/{split}",
+        progress=True,
+    )
+    accuracy = sum(r.correct for r in records) / len(records)
+    abstain = sum(r.prediction == ABSTAIN for r in records) / len(records)
+    console.print(f"images {len(records)}  accuracy {accuracy:.4f}  abstain rate {abstain:.4f}")
+
+
+@app.command()
+@user_errors
+def metrics(
+    records: Annotated[Path, typer.Argument(help="Records parquet written by `certify`.")],
+    alpha: Annotated[
+        float | None, typer.Option(help="Recompute bounds and radii at this α from the counts.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Metrics of a records file: ACR, certified accuracy, abstain rate, p_A distribution."""
+    from certbench.metrics import recompute_at_alpha, summarize
+    from certbench.records import read_records
+
+    loaded = read_records(records)
+    if alpha is not None:
+        loaded = recompute_at_alpha(loaded, alpha)
+    summary = summarize(loaded)
+    if as_json:
+        console.print_json(json.dumps(summary.to_dict()))
+    else:
+        _print_summary(summary, title=str(records))
+
+
+def _print_summary(summary: Any, title: str) -> None:
+    table = Table(title=title, show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("images", str(summary.count))
+    table.add_row("ACR", f"{summary.acr:.4f}")
+    for radius, value in summary.certified_accuracy.items():
+        table.add_row(f"certified accuracy @ {radius:g}", f"{value:.4f}")
+    table.add_row("abstain rate", f"{summary.abstain_rate:.4f}")
+    table.add_row("p_A median (n_y/n)", f"{summary.pa_median:.4f}")
+    table.add_row("seconds", f"{summary.seconds:.1f}")
+    console.print(table)
 
 
 def register_plugins(target: typer.Typer) -> None:
