@@ -16,7 +16,7 @@ from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
 
 from models.settings import get_settings
-from workers.config import WorkerSettings, celery_config
+from workers.config import celery_config
 from workers.watchdog import WatchdogThread
 
 app = Celery("certbench", include=["workers.tasks"])
@@ -26,12 +26,13 @@ _watchdog: list[WatchdogThread] = []
 
 @app.on_configure.connect
 def _configure(sender: Celery, **_: Any) -> None:
-    sender.conf.update(celery_config(get_settings(), WorkerSettings()))
+    sender.conf.update(celery_config(get_settings()))
 
 
 @worker_process_init.connect
 def _start_watchdog(**_: Any) -> None:
-    thread = WatchdogThread(get_settings(), WorkerSettings().watchdog_seconds)
+    settings = get_settings()
+    thread = WatchdogThread(settings, settings.watchdog_interval_seconds)
     thread.start()
     _watchdog.append(thread)
 

@@ -1,0 +1,139 @@
+"""Fixtures for the worker tests: a migrated SQLite service, the tiny benchmark, an inline worker.
+
+``InlineWorker`` consumes the real Celery messages the tasks publish (kombu's in-memory
+transport, JSON-serialised exactly as on Redis) and executes them in this process one at a time,
+so the tests can stop between any two tasks, drop messages (a lost worker) or deliver one twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from sqlalchemy.orm import Session
+from support import load_benchmark, tiny_definition, write_tiny_dataset
+
+import migrations
+from models.db import dispose_engines, session_scope
+from models.settings import Settings, get_settings
+from workers.app import app
+from workers.names import QUEUES
+
+
+@dataclass(frozen=True)
+class Message:
+    """A task message taken off the in-memory broker."""
+
+    name: str
+    args: list[object]
+    queue: str
+
+
+class InlineWorker:
+    """Runs queued task messages in-process, control queue first (as a worker prefers them)."""
+
+    def __init__(self) -> None:
+        self.ran: list[tuple[Message, object]] = []
+
+    def take(self) -> Message | None:
+        """Remove and return the next message, or None when every queue is empty."""
+        with app.connection_for_read() as connection:
+            for queue in QUEUES:
+                simple = connection.SimpleQueue(queue)
+                try:
+                    message = simple.get(block=False)
+                except simple.Empty:
+                    simple.close()
+                    continue
+                message.ack()
+                simple.close()
+                args, _kwargs, _embed = message.payload
+                return Message(message.headers["task"], list(args), queue)
+        return None
+
+    def pending(self) -> list[Message]:
+        """All queued messages (taken off and put back in order)."""
+        messages = []
+        while (message := self.take()) is not None:
+            messages.append(message)
+        for message in messages:
+            app.send_task(message.name, args=message.args, queue=message.queue)
+        return messages
+
+    def execute(self, message: Message) -> object:
+        """Run one message as a worker would (task_always_eager is not involved)."""
+        outcome = app.tasks[message.name].apply(args=message.args).get(propagate=True)
+        self.ran.append((message, outcome))
+        return outcome
+
+    def run_next(self) -> object:
+        message = self.take()
+        if message is None:
+            raise AssertionError("no message queued")
+        return self.execute(message)
+
+    def run_all(self, limit: int = 200) -> int:
+        """Run messages until the queues are empty; returns how many ran."""
+        count = 0
+        while (message := self.take()) is not None:
+            self.execute(message)
+            count += 1
+            if count > limit:
+                raise AssertionError(f"more than {limit} task messages: a dispatch loop?")
+        return count
+
+    def purge(self) -> int:
+        """Drop every queued message (what a killed in-memory broker would lose)."""
+        return len([m for m in iter(self.take, None)])
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread() -> None:
+    """The CI box has 2 shared cores: one intra-op thread is several times faster there."""
+    torch.set_num_threads(1)
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    """A fresh SQLite service under tmp_path, migrated to head, with 1-image shards on CPU."""
+    monkeypatch.setenv("CERTBENCH_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("CERTBENCH_DATABASE_URL", raising=False)
+    monkeypatch.setenv("CERTBENCH_BROKER_URL", "memory://")
+    monkeypatch.setenv("CERTBENCH_SHARD_SIZE", "1")
+    monkeypatch.setenv("CERTBENCH_WORKER_DEVICE", "cpu")
+    monkeypatch.setenv("CERTBENCH_CANCEL_CHECK_SECONDS", "0.001")
+    get_settings.cache_clear()
+    current = get_settings()
+    migrations.upgrade(current)
+    yield current
+    get_settings.cache_clear()
+    dispose_engines()
+
+
+@pytest.fixture
+def session(settings: Settings) -> Iterator[Session]:
+    with session_scope(settings) as db:
+        yield db
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    return write_tiny_dataset(tmp_path / "tiny-dataset")
+
+
+@pytest.fixture
+def benchmark(session: Session, dataset: Path) -> str:
+    load_benchmark(session, tiny_definition(dataset))
+    return "tiny"
+
+
+@pytest.fixture
+def worker() -> Iterator[InlineWorker]:
+    app.loader.import_default_modules()  # registers workers.tasks, as a starting worker does
+    inline = InlineWorker()
+    inline.purge()
+    yield inline
+    inline.purge()

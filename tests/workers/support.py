@@ -1,0 +1,170 @@
+"""Tiny service fixtures shared by the worker tests and the end-to-end tests.
+
+A benchmark of two test sets of a few images in the Hub layout (written with the data helper's
+``write_hub_folder``), a randomly initialised ``cifar_resnet20``, its manifest, and submissions
+created straight through the ORM for tests that drive the tasks without the API. Everything is
+sized for seconds of CPU: 2 images per test set, n0=4, n=16.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from sqlalchemy.orm import Session
+from torch import nn
+
+from certbench.architectures import build_classifier
+from certbench.loading import save_weights
+from models import storage
+from models.catalog import parse_definition, upsert_benchmark
+from models.entities import Artifact, Benchmark, Role, Submission, User
+from models.settings import Settings
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "certbench"))
+from data_layouts import CIFAR10_CLASSES, write_hub_folder
+
+CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR_STD = (0.2470, 0.2435, 0.2616)
+TEST_SETS = ("clean", "shifted")
+SOURCE_SIZE = 4
+SKIP = 2
+"""Every 2nd of 4 source images: 2 images per test set, at global indices 0 and 2."""
+
+
+def write_tiny_dataset(root: Path, *, seed: int = 0) -> Path:
+    """A Hub-layout folder with one config per test set, SOURCE_SIZE random images each."""
+    rng = np.random.default_rng(seed)
+    for k, config in enumerate(TEST_SETS):
+        images = rng.integers(0, 256, size=(SOURCE_SIZE, 3, 32, 32), dtype=np.uint8)
+        if k:
+            images = np.clip(images.astype(np.int16) + 40, 0, 255).astype(np.uint8)
+        labels = rng.integers(0, 10, size=SOURCE_SIZE)
+        write_hub_folder(root, config, images, labels, class_names=CIFAR10_CLASSES)
+    return root
+
+
+def tiny_definition(
+    dataset: Path, *, name: str = "tiny", n0: int = 4, n: int = 16, seed: int = 7
+) -> dict[str, Any]:
+    """A benchmark definition over ``write_tiny_dataset``'s folder."""
+    return {
+        "format": "certbench-benchmark/1",
+        "name": name,
+        "version": 1,
+        "title": "Tiny test benchmark",
+        "base_dataset": "cifar10",
+        "num_classes": 10,
+        "sigmas": [0.25, 0.5],
+        "protocol": {
+            "version": "test-v1",
+            "n0": n0,
+            "n": n,
+            "alpha": 0.001,
+            "seed": seed,
+            "skip": SKIP,
+        },
+        "bands": {"low": ["clean"], "high": ["shifted"]},
+        "test_sets": [
+            {
+                "name": ts,
+                "repo": "local/tiny",
+                "folder": str(dataset),
+                "config": ts,
+                "source_size": SOURCE_SIZE,
+                "band": band,
+            }
+            for ts, band in zip(TEST_SETS, ("low", "high"), strict=True)
+        ],
+    }
+
+
+def load_benchmark(session: Session, definition: dict[str, Any]) -> Benchmark:
+    """Upsert a definition dict the way ``certbench benchmarks load`` would."""
+    return upsert_benchmark(session, parse_definition(json.dumps(definition)))
+
+
+def tiny_model(seed: int = 0) -> nn.Module:
+    """A randomly initialised CIFAR ResNet-20 (NormalizeLayer first), deterministic per seed."""
+    torch.manual_seed(seed)
+    return build_classifier("cifar_resnet20", num_classes=10, mean=CIFAR_MEAN, std=CIFAR_STD)
+
+
+def nan_model() -> nn.Module:
+    """A model whose logits are NaN for every input (last layer's bias is NaN)."""
+    model = tiny_model()
+    last = [m for m in model.modules() if isinstance(m, nn.Linear)][-1]
+    with torch.no_grad():
+        last.bias.fill_(float("nan"))
+    return model
+
+
+def manifest(benchmark: str = "tiny", sigma: float = 0.25, **changes: Any) -> dict[str, Any]:
+    """A valid manifest for ``tiny_model``; keyword arguments replace top-level fields."""
+    document: dict[str, Any] = {
+        "benchmark": benchmark,
+        "architecture": {"name": "cifar_resnet20", "kwargs": {}},
+        "num_classes": 10,
+        "preprocessing": {"mean": list(CIFAR_MEAN), "std": list(CIFAR_STD)},
+        "smoothing": {"sigma": sigma},
+        "metadata": {"name": "tiny resnet20", "authors": ["certbench tests"]},
+    }
+    document.update(changes)
+    return document
+
+
+def weights_bytes(model: nn.Module, folder: Path, name: str = "model.safetensors") -> bytes:
+    """The safetensors bytes of ``model`` (written with certbench's own save_weights)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    save_weights(model, path)
+    return path.read_bytes()
+
+
+def create_submission(
+    session: Session,
+    settings: Settings,
+    *,
+    weights: bytes,
+    manifest_doc: dict[str, Any],
+    benchmark: str = "tiny",
+    user: str = "alice",
+) -> int:
+    """Store the weights and rows of a ``submitted`` submission, as the API's intake does."""
+    owner = session.query(User).filter_by(name=user).one_or_none()
+    if owner is None:
+        owner = User(name=user, role=Role.SUBMITTER)
+        session.add(owner)
+        session.flush()
+    bench = session.query(Benchmark).filter_by(name=benchmark).one()
+    sha = hashlib.sha256(weights).hexdigest()
+    manifest_json = json.dumps(manifest_doc, sort_keys=True)
+    relpath = storage.weights_relpath(sha)
+    storage.write_atomic(storage.resolve(settings.artifacts_dir, relpath), weights)
+    artifact = Artifact(
+        sha256=sha,
+        size_bytes=len(weights),
+        manifest=manifest_doc,
+        manifest_sha256=hashlib.sha256(manifest_json.encode()).hexdigest(),
+        weights_path=relpath,
+    )
+    session.add(artifact)
+    session.flush()
+    submission = Submission(
+        user_id=owner.id,
+        benchmark_id=bench.id,
+        artifact_id=artifact.id,
+        model_name=manifest_doc["metadata"]["name"],
+        architecture=manifest_doc["architecture"]["name"],
+        sigma=manifest_doc["smoothing"]["sigma"],
+        protocol_version=bench.protocol_version,
+        dedup_key=hashlib.sha256((sha + manifest_json).encode()).hexdigest(),
+    )
+    session.add(submission)
+    session.commit()
+    return submission.id

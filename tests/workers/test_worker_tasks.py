@@ -1,0 +1,218 @@
+"""The pipeline tasks, driven message by message: finish, redelivery, resume, cancel, reject."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+from support import (
+    CIFAR10_CLASSES,
+    TEST_SETS,
+    create_submission,
+    manifest,
+    nan_model,
+    tiny_model,
+    weights_bytes,
+    write_hub_folder,
+)
+
+from certbench.data import Subset, load_images
+from certbench.records import read_records
+from certbench.smoothing import certify
+from models import pipeline, storage
+from models.entities import Artifact, LeaderboardEntry, Result, Shard, Submission
+from models.settings import Settings
+from models.states import Reason, SubmissionState
+from workers import certification
+from workers.app import app
+from workers.names import AGGREGATE, CERTIFY_SHARD, VALIDATE
+
+S = SubmissionState
+
+
+def _submit(session: Session, settings: Settings, tmp_path: Path, model=None, **changes) -> int:
+    weights = weights_bytes(model or tiny_model(), tmp_path / "upload")
+    sid = create_submission(session, settings, weights=weights, manifest_doc=manifest(**changes))
+    app.send_task(VALIDATE, args=[sid])
+    return sid
+
+
+def _submission(session: Session, sid: int) -> Submission:
+    session.expire_all()
+    return session.get(Submission, sid)
+
+
+def _shard_rows(session: Session, sid: int) -> int:
+    return session.scalar(select(func.count()).select_from(Shard).where(Shard.submission_id == sid))
+
+
+def test_submission_goes_from_submitted_to_finished(settings, session, benchmark, worker, tmp_path):
+    sid = _submit(session, settings, tmp_path)
+    first = worker.run_next()
+    assert first == "4 shard(s) enqueued"  # 2 test sets x 2 images / shard size 1
+    assert _submission(session, sid).state == S.QUEUED
+    assert [m.name for m in worker.pending()] == [CERTIFY_SHARD] * 4
+    worker.run_all()
+    submission = _submission(session, sid)
+    assert submission.state == S.FINISHED, submission.message
+    assert submission.progress == 1.0 and submission.shards_done == 4
+    assert [m.name for m, _ in worker.ran][-1] == AGGREGATE
+    results = session.scalars(select(Result).where(Result.submission_id == sid)).all()
+    assert sorted(r.test_set.name for r in results) == sorted(TEST_SETS)
+    assert all(r.count == 2 for r in results)
+    entry = session.get(LeaderboardEntry, sid)
+    assert entry is not None and entry.test_sets == 2 and entry.count == 4
+    assert entry.macr == sum(r.acr for r in results) / 2
+
+
+def test_sharded_records_equal_one_unsharded_certify(
+    settings, session, benchmark, worker, tmp_path, dataset
+):
+    model = tiny_model(seed=3)
+    sid = _submit(session, settings, tmp_path, model=model)
+    worker.run_all()
+    assert _submission(session, sid).state == S.FINISHED
+    for name in TEST_SETS:
+        merged = read_records(
+            storage.resolve(settings.artifacts_dir, storage.test_set_records_relpath(sid, name))
+        )
+        images = load_images(dataset, config=name, subset=Subset(skip=2))
+        reference = certify(
+            model.eval(),
+            images.as_float(),
+            images.labels,
+            sigma=0.25,
+            n0=4,
+            n=16,
+            alpha=0.001,
+            seed=7,
+            indices=images.indices,
+            test_set=name,
+            device="cpu",
+        )
+        assert [r.index for r in merged] == [0, 2]
+
+        def strip(records):
+            return [(r.index, r.label, r.prediction, r.n_a, r.n_y, r.radius) for r in records]
+
+        assert strip(merged) == strip(reference)
+
+
+def test_redelivered_shard_returns_quietly_and_duplicates_nothing(
+    settings, session, benchmark, worker, tmp_path
+):
+    sid = _submit(session, settings, tmp_path)
+    worker.run_next()
+    shard_message = worker.take()
+    worker.execute(shard_message)
+    path = storage.resolve(
+        settings.artifacts_dir, storage.shard_records_relpath(sid, TEST_SETS[0], 0)
+    )
+    written = path.stat().st_mtime_ns
+    assert worker.execute(shard_message) == "already recorded"
+    assert path.stat().st_mtime_ns == written
+    assert _shard_rows(session, sid) == 1
+    worker.run_all()
+    assert _submission(session, sid).state == S.FINISHED
+    assert _shard_rows(session, sid) == 4
+    # A late duplicate of a finished run's shard and aggregate change nothing either.
+    assert worker.execute(shard_message).startswith("skipped")
+    worker.execute(type(shard_message)(AGGREGATE, [sid], "certbench.control"))
+    assert _shard_rows(session, sid) == 4
+    assert session.scalar(select(func.count()).select_from(Result)) == 2
+
+
+def test_lost_messages_resume_from_finished_shards(settings, session, benchmark, worker, tmp_path):
+    sid = _submit(session, settings, tmp_path)
+    worker.run_next()
+    worker.run_next()  # one shard done
+    assert worker.purge() == 3  # the broker lost the other shard messages
+    done = (
+        storage.resolve(settings.artifacts_dir, storage.shard_records_relpath(sid, TEST_SETS[0], 0))
+        .stat()
+        .st_mtime_ns
+    )
+    # The validate message is delivered again (e.g. Redis visibility timeout): only the missing
+    # shards are dispatched and the finished one is not recomputed.
+    app.send_task(VALIDATE, args=[sid])
+    assert worker.run_next() == "3 shard(s) enqueued"
+    worker.run_all()
+    assert _submission(session, sid).state == S.FINISHED
+    assert _shard_rows(session, sid) == 4
+    assert (
+        storage.resolve(settings.artifacts_dir, storage.shard_records_relpath(sid, TEST_SETS[0], 0))
+        .stat()
+        .st_mtime_ns
+        == done
+    )
+
+
+def test_cancel_stops_further_shards(settings, session, benchmark, worker, tmp_path):
+    sid = _submit(session, settings, tmp_path)
+    worker.run_next()
+    worker.run_next()
+    assert pipeline.transition(
+        session,
+        sid,
+        from_states={S.RUNNING},
+        to_state=S.CANCELLED,
+        reason=Reason.CANCELLED_BY_USER.value,
+    )
+    worker.run_all()
+    assert all(str(outcome).startswith("skipped") for _, outcome in worker.ran[2:])
+    assert _submission(session, sid).state == S.CANCELLED
+    assert _shard_rows(session, sid) == 1
+    assert session.scalar(select(func.count()).select_from(Result)) == 0
+
+
+def test_nan_model_is_rejected_and_its_weights_deleted(
+    settings, session, benchmark, worker, tmp_path
+):
+    sid = _submit(session, settings, tmp_path, model=nan_model())
+    assert worker.run_next() == f"rejected: {Reason.NON_FINITE_OUTPUT}"
+    assert worker.run_all() == 0
+    submission = _submission(session, sid)
+    assert submission.state == S.REJECTED
+    assert submission.reason == Reason.NON_FINITE_OUTPUT
+    assert "not finite" in submission.message or "NaN" in submission.message
+    artifact = session.get(Artifact, submission.artifact_id)
+    assert artifact.weights_path is None
+    assert not any((settings.artifacts_dir / "weights").rglob("*.safetensors"))
+    assert not (settings.artifacts_dir / storage.submission_records_dir(sid)).exists()
+
+
+def test_missing_weights_fail_with_artifact_missing(settings, session, benchmark, worker, tmp_path):
+    sid = _submit(session, settings, tmp_path)
+    artifact = session.get(Artifact, _submission(session, sid).artifact_id)
+    storage.resolve(settings.artifacts_dir, artifact.weights_path).unlink()
+    assert worker.run_next() == "failed: artifact missing"
+    submission = _submission(session, sid)
+    assert submission.state == S.FAILED and submission.reason == Reason.ARTIFACT_MISSING
+
+
+def test_dataset_smaller_than_definition_fails_the_run(
+    settings, session, benchmark, worker, tmp_path, dataset
+):
+    sid = _submit(session, settings, tmp_path)
+    worker.run_next()
+    # The definition promises 2 images per test set; replace one test set by a 1-image one.
+    write_hub_folder(
+        dataset,
+        TEST_SETS[1],
+        np.zeros((1, 3, 32, 32), np.uint8),
+        [0],
+        class_names=CIFAR10_CLASSES,
+    )
+    certification.images_for.cache_clear()
+    worker.run_all()
+    submission = _submission(session, sid)
+    assert submission.state == S.FAILED
+    assert submission.reason == Reason.DATASET_UNAVAILABLE
+    assert "definition says 2" in submission.message
+
+
+def test_certify_uses_the_configured_device(settings):
+    assert certification.resolve_device(settings.worker_device) == torch.device("cpu")

@@ -1,0 +1,131 @@
+"""``certbench worker``: one Celery worker process per GPU.
+
+Registered through the ``certbench.commands`` entry point (``workers.commands:register``).
+A worker is a Celery main process plus ONE pool process (prefork, concurrency 1): the pool process
+owns the device and the database connections; the parent enforces the hard time limit and
+re-queues the task if the pool process dies. Run one ``certbench worker`` per GPU
+(``--device cuda:1`` or ``CUDA_VISIBLE_DEVICES=1``).
+
+``--embedded`` is what ``certbench serve`` starts when no broker is configured: the same worker
+over the embedded SQLite transport, exiting when its parent process goes away.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+
+from models.queue import celery_config as broker_config
+from models.queue import ensure_embedded_queue
+from models.settings import Settings, get_settings
+from workers.config import check_timing
+from workers.errors import WorkerConfigError
+from workers.names import QUEUES
+
+log = logging.getLogger(__name__)
+
+PARENT_POLL_SECONDS = 1.0
+
+
+def register(app: typer.Typer) -> None:
+    """Entry point of the ``certbench.commands`` group."""
+    app.command("worker")(worker)
+
+
+def worker(
+    embedded: Annotated[
+        bool,
+        typer.Option(
+            "--embedded",
+            help="Use the embedded SQLite transport (no broker server); requires "
+            "CERTBENCH_BROKER_URL to be unset. Exits when the parent process exits.",
+        ),
+    ] = False,
+    device: Annotated[
+        str | None,
+        typer.Option(help="Torch device for this worker (sets CERTBENCH_WORKER_DEVICE)."),
+    ] = None,
+    hostname: Annotated[
+        str | None, typer.Option(help="Celery node name (default certbench-<device>@<host>).")
+    ] = None,
+    loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "info",
+) -> None:
+    """Run a certification worker (validate, certify shards, aggregate) until stopped."""
+    if device is not None:
+        os.environ["CERTBENCH_WORKER_DEVICE"] = device
+        get_settings.cache_clear()
+    try:
+        settings = get_settings()
+    except ValidationError as err:
+        typer.echo(f"error: invalid CERTBENCH_* settings: {err}", err=True)
+        raise typer.Exit(2) from err
+    try:
+        _check_mode(settings, embedded)
+        check_timing(settings)
+    except WorkerConfigError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from err
+    if embedded:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        ensure_embedded_queue(settings)
+        _exit_with_parent(os.getppid())
+    from workers.app import app as celery_app
+
+    node = hostname or f"certbench-{(settings.worker_device or 'auto').replace(':', '')}@%h"
+    typer.echo(
+        f"certbench worker {node}: broker {_redacted(broker_config(settings)['broker_url'])}",
+        err=True,
+    )
+    celery_worker = celery_app.Worker(
+        hostname=node,
+        pool="prefork",
+        concurrency=1,
+        queues=list(QUEUES),
+        loglevel=loglevel.upper(),
+        without_mingle=True,
+        without_gossip=True,
+        without_heartbeat=True,
+    )
+    celery_worker.start()
+    raise typer.Exit(celery_worker.exitcode or 0)
+
+
+def _check_mode(settings: Settings, embedded: bool) -> None:
+    if embedded and settings.broker_url is not None:
+        raise WorkerConfigError(
+            f"--embedded uses the embedded SQLite transport but CERTBENCH_BROKER_URL="
+            f"{_redacted(settings.broker_url)!r} is set; unset it, or drop --embedded to use it"
+        )
+    if not embedded and settings.broker_url is None:
+        raise WorkerConfigError(
+            "no broker configured: set CERTBENCH_BROKER_URL (e.g. redis://localhost:6379/0), or "
+            "pass --embedded for the single-machine SQLite transport"
+        )
+
+
+def _redacted(url: str) -> str:
+    """The broker URL without its password, for logs."""
+    scheme, sep, rest = url.partition("://")
+    if "@" not in rest:
+        return url
+    credentials, _, host = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}{sep}{user}:***@{host}"
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Warm-shut the worker down (SIGTERM to itself) once the launching process is gone."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            threading.Event().wait(PARENT_POLL_SECONDS)
+        log.warning("parent process %s exited; stopping the embedded worker", parent)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
