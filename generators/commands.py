@@ -83,8 +83,7 @@ def cifar_f_command(
     card: Annotated[bool, typer.Option(help="Write README.md and figures at the end.")] = True,
 ) -> None:
     """Generate CIFAR-10-F / CIFAR-100-F: 192 power-law Fourier test sets (Sun et al. 2022)."""
-    from generators import cifar_f
-    from generators.cifar_f_card import write_cifar_f_card
+    from generators import cifar_f, cifar_f_build
 
     try:
         chosen_protocol = cifar_f.Protocol(protocol)
@@ -103,7 +102,7 @@ def cifar_f_command(
     )
     if batch_size < 1:
         raise GeneratorError(f"--batch-size must be >= 1, got {batch_size}.")
-    images = cifar_f.load_source(dataset, source, revision=revision, limit=limit)
+    images = cifar_f_build.load_source(dataset, source, revision=revision, limit=limit)
     source_info = {
         "source": str(source if source is not None else dataset),
         "source_revision": revision or "unpinned",
@@ -127,7 +126,7 @@ def cifar_f_command(
                 sets_bar.update(1)
                 sets_bar.set_postfix_str(config)
 
-        report = cifar_f.generate(
+        report = cifar_f_build.generate(
             images,
             out,
             specs,
@@ -137,19 +136,10 @@ def cifar_f_command(
             batch_size=batch_size,
             source_info=source_info,
             progress=hook,
+            card=card,
         )
     if card:
-        source_info["source_sha256"] = cifar_f.source_fingerprint(images)
-        readme = write_cifar_f_card(
-            out,
-            images,
-            specs,
-            dataset=dataset,
-            protocol=chosen_protocol,
-            seed=seed,
-            source=source_info,
-        )
-        console.print(f"card: {readme}")
+        console.print(f"card: {out / 'README.md'}")
     console.print(
         f"wrote {len(report.written)} test sets ({report.images_written} images), skipped "
         f"{len(report.skipped)} already complete, in {report.seconds:.1f} s"
