@@ -1,0 +1,471 @@
+"""Corruption benchmarks (CIFAR-C, CIFAR-C-bar, weather) written as Hub-layout test sets.
+
+One config per corruption x severity level, named ``{corruption}_s{level}`` (e.g.
+``gaussian_noise_s3``), each with the 10,000 (or ``--limit``) corrupted test images and the columns
+``corruption``, ``severity`` (level 1..5), ``severity_value`` (the benchmark's own scale), ``band``
+(spectral band, see ``generators.bands``) and ``source_index``. Generation is resumable: a config
+is skipped only when its checksum verifies and it was made with the same benchmark, dataset, seed
+and source content (``hub.config_complete``). The mean perturbation spectrum of every config is
+kept in ``spectra/<config>.npy`` for the card's spectra grid and band table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+from PIL import Image
+
+from certbench.data import ImageSet, Subset, load_images
+from certbench.errors import GeneratorError
+from generators import bands, hub
+
+GENERATOR_VERSION = 1
+NUM_CLASSES = {"cifar10": 10, "cifar100": 100}
+SPECTRA_DIR = "spectra"
+GRID_FIGURE = "sample_grid.png"
+SPECTRA_FIGURE = "spectra_grid.png"
+ApplyFn = Callable[[np.ndarray, str, int, int, np.ndarray], np.ndarray]
+ProgressHook = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class CorruptionBenchmark:
+    """What a corruption benchmark is: its corruptions, how to apply one, and its card text."""
+
+    key: str
+    suffix: str  # CIFAR-10 + suffix, e.g. "-C"
+    names: tuple[str, ...]
+    apply: ApplyFn  # (uint8 NHWC images, corruption, level, seed, source indices) -> uint8
+    severity_value: Callable[[str, int], float]
+    protocol: str  # markdown: the definitions, constants and equivalents
+    citation: str
+    tags: tuple[str, ...] = ()
+
+
+@dataclass
+class CorruptionReport:
+    """What one generation run did."""
+
+    out_dir: Path
+    written: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    images_written: int = 0
+    seconds: float = 0.0
+
+
+def config_name(corruption: str, level: int) -> str:
+    return hub.validate_config_name(f"{corruption}_s{level}")
+
+
+def benchmark(key: str) -> CorruptionBenchmark:
+    """The registered benchmark ``key`` (cifar-c, cifar-c-bar, weather)."""
+    registry = _benchmarks()
+    if key not in registry:
+        raise GeneratorError(f"benchmark={key!r} is unknown; use one of {sorted(registry)}.")
+    return registry[key]
+
+
+CIFAR_C_CITATION = """@inproceedings{hendrycks2019benchmarking,
+  title={Benchmarking Neural Network Robustness to Common Corruptions and Perturbations},
+  author={Hendrycks, Dan and Dietterich, Thomas},
+  booktitle={International Conference on Learning Representations},
+  year={2019}
+}"""
+CIFAR_CBAR_CITATION = """@inproceedings{mintun2021interaction,
+  title={On Interaction Between Augmentations and Corruptions in Natural Corruption Robustness},
+  author={Mintun, Eric and Kirillov, Alexander and Xie, Saining},
+  booktitle={Advances in Neural Information Processing Systems},
+  year={2021}
+}"""
+
+
+def _cifar_c_protocol() -> str:
+    from generators import corruptions_c as cc
+
+    rows = "\n".join(
+        f"| {name} | {'; '.join(map(str, spec.constants))} |" for name, spec in cc.CIFAR_C.items()
+    )
+    equivalents = "\n".join(f"- **{name}**: {text}" for name, text in cc.EQUIVALENTS.items())
+    return f"""The 15 corruptions of Hendrycks & Dietterich (2019) with the CIFAR constants of
+`make_cifar_c.py` (hendrycks/robustness), re-implemented batched (numpy/scipy) operation by
+operation, outputs truncated to uint8 as in the original.
+
+| corruption | constants per severity 1..5 |
+|---|---|
+{rows}
+
+Documented equivalents where the original software cannot be used:
+
+{equivalents}
+- skimage/OpenCV primitives are replaced by scipy.ndimage/numpy with the same border modes;
+  PIL's BOX resize (pixelate) is reproduced bit-exactly; JPEG uses PIL/libjpeg itself.
+
+Quirks of the original reproduced on purpose: glass blur's pixel "swap" is a copy (numpy views
+alias), fog's plasma uses wibble·U(−wibble, wibble), frost picks among the first 5 textures."""
+
+
+def _cifar_cbar_protocol() -> str:
+    from generators import corruptions_cbar as cb
+
+    rows = "\n".join(
+        f"| {name} | {', '.join(map(str, values))} |" for name, values in cb.CBAR_SEVERITIES.items()
+    )
+    return f"""The 10 corruptions of CIFAR-10-C-bar (Mintun et al., 2021) at the severities of the
+released `cifar10_c_bar.csv` (the paper's 0–10 scale, `severity_value`), implemented from the
+released transforms for 32x32 images and vectorised over the batch (anti-aliased lines in
+lockstep, the scipy rotate/zoom maps as precomputed linear operators).
+
+| corruption | severity values for levels 1..5 |
+|---|---|
+{rows}"""
+
+
+def _benchmarks() -> dict[str, CorruptionBenchmark]:
+    from generators import corruptions_c as cc
+    from generators import corruptions_cbar as cb
+    from generators import weather
+
+    def apply_c(images, name, level, seed, indices):  # type: ignore[no-untyped-def]
+        return cc.corrupt(images, name, level, seed=seed, indices=indices)
+
+    def apply_cbar(images, name, level, seed, indices):  # type: ignore[no-untyped-def]
+        return cb.corrupt_bar(images, name, level, seed=seed, indices=indices)
+
+    return {
+        "cifar-c": CorruptionBenchmark(
+            key="cifar-c",
+            suffix="-C",
+            names=tuple(cc.CIFAR_C),
+            apply=apply_c,
+            severity_value=lambda name, level: float(level),
+            protocol=_cifar_c_protocol(),
+            citation=CIFAR_C_CITATION,
+            tags=("cifar-c",),
+        ),
+        "cifar-c-bar": CorruptionBenchmark(
+            key="cifar-c-bar",
+            suffix="-C-bar",
+            names=tuple(cb.CIFAR_CBAR),
+            apply=apply_cbar,
+            severity_value=lambda name, level: cb.CBAR_SEVERITIES[name][level - 1],
+            protocol=_cifar_cbar_protocol(),
+            citation=CIFAR_CBAR_CITATION,
+            tags=("cifar-c-bar",),
+        ),
+        "weather": weather.benchmark_spec(),
+    }
+
+
+def select(
+    bench: CorruptionBenchmark,
+    corruptions: Sequence[str] | None,
+    severities: Sequence[int] | None,
+) -> list[tuple[str, int]]:
+    """The (corruption, level) grid to generate, validated."""
+    names = list(corruptions) if corruptions else list(bench.names)
+    unknown = [n for n in names if n not in bench.names]
+    if unknown:
+        raise GeneratorError(
+            f"--corruptions {','.join(unknown)} not in {bench.key}; choose from "
+            f"{', '.join(bench.names)}."
+        )
+    levels = list(severities) if severities else [1, 2, 3, 4, 5]
+    bad = [s for s in levels if s not in (1, 2, 3, 4, 5)]
+    if bad:
+        raise GeneratorError(f"--severities {bad} invalid; severity levels are 1..5.")
+    return [(n, s) for n in names for s in levels]
+
+
+def load_source(
+    dataset: str, source: str | Path | None, *, revision: str | None, limit: int | None
+) -> ImageSet:
+    """The clean CIFAR test split (default: the Hub copy of ``dataset``), checked for 32x32."""
+    if dataset not in NUM_CLASSES:
+        raise GeneratorError(f"--dataset {dataset!r} is unknown; use cifar10 or cifar100.")
+    images = load_images(
+        source if source is not None else dataset,
+        split="test",
+        revision=revision,
+        subset=Subset(limit=limit),
+    )
+    if tuple(images.images.shape[1:]) != (3, 32, 32):
+        raise GeneratorError(
+            f"source images have shape {tuple(images.images.shape[1:])}; the corruption "
+            "constants are defined for (3, 32, 32) CIFAR images."
+        )
+    if len(images.class_names) != NUM_CLASSES[dataset]:
+        raise GeneratorError(
+            f"source {images.name!r} has {len(images.class_names)} classes but --dataset "
+            f"{dataset} needs {NUM_CLASSES[dataset]}; pass the matching --dataset or --source."
+        )
+    return images
+
+
+def source_fingerprint(images: ImageSet) -> str:
+    """sha256 over pixels, labels and indices: resumed runs only reuse sets of the same source."""
+    digest = hashlib.sha256()
+    for tensor in (images.images, images.labels, images.indices):
+        digest.update(tensor.contiguous().numpy().tobytes())
+    digest.update("\x1f".join(images.class_names).encode())
+    return digest.hexdigest()
+
+
+def spectrum_path(out_dir: str | Path, config: str) -> Path:
+    return Path(out_dir) / SPECTRA_DIR / f"{config}.npy"
+
+
+def _save_spectrum(out_dir: Path, config: str, spectrum: np.ndarray) -> None:
+    path = spectrum_path(out_dir, config)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as handle:
+            np.save(handle, spectrum)
+
+    hub._atomic_write(path, write)
+
+
+def generate_sets(
+    images: ImageSet,
+    out_dir: str | Path,
+    bench: CorruptionBenchmark,
+    grid: Sequence[tuple[str, int]],
+    *,
+    dataset: str,
+    seed: int = 0,
+    batch_size: int = 1000,
+    progress: ProgressHook | None = None,
+) -> CorruptionReport:
+    """Write every (corruption, level) of ``grid`` as a config under ``out_dir``; skip verified
+    configs made with the same parameters. Returns what was written and skipped."""
+    if batch_size < 1:
+        raise GeneratorError(f"--batch-size must be >= 1, got {batch_size}.")
+    out = Path(out_dir)
+    report = CorruptionReport(out_dir=out)
+    started = time.perf_counter()
+    fingerprint = source_fingerprint(images)
+    clean = images.images.permute(0, 2, 3, 1).contiguous().numpy()
+    indices = images.indices.numpy()
+    n = len(clean)
+    for name, level in grid:
+        config = config_name(name, level)
+        metadata = {
+            "benchmark": bench.key,
+            "dataset": dataset,
+            "corruption": name,
+            "severity": level,
+            "seed": seed,
+            "source_sha256": fingerprint,
+            "generator_version": GENERATOR_VERSION,
+        }
+        if (
+            hub.config_complete(out, config, metadata=metadata)
+            and spectrum_path(out, config).is_file()
+        ):
+            report.skipped.append(config)
+            if progress:
+                progress(config, n, n)
+            continue
+        corrupted = np.empty_like(clean)
+        acc = bands.SpectrumAccumulator()
+        for start in range(0, n, batch_size):
+            stop = min(start + batch_size, n)
+            batch = bench.apply(clean[start:stop], name, level, seed, indices[start:stop])
+            corrupted[start:stop] = batch
+            acc.add(clean[start:stop], batch)
+            if progress:
+                progress(config, stop, n)
+        spectrum = acc.mean()
+        _save_spectrum(out, config, spectrum)
+        hub.write_config(
+            out,
+            config,
+            images=corrupted,
+            labels=images.labels.numpy(),
+            class_names=images.class_names,
+            columns={
+                "corruption": np.full(n, name),
+                "severity": np.full(n, level, dtype=np.int64),
+                "severity_value": np.full(n, bench.severity_value(name, level), dtype=np.float64),
+                "band": np.full(n, bands.assign_band(spectrum)),
+            },
+            source_index=indices,
+            coarse_labels=None if images.coarse_labels is None else images.coarse_labels.numpy(),
+            coarse_class_names=images.coarse_class_names,
+            metadata=metadata,
+        )
+        report.written.append(config)
+        report.images_written += n
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+# --------------------------------------------------------------------------------------------
+# card
+
+
+def _first_image(out_dir: Path, config: str) -> np.ndarray:
+    table = pq.read_table(hub.shard_path(out_dir, config), columns=["image"])
+    blob = table.column("image")[0].as_py()["bytes"]
+    with Image.open(io.BytesIO(blob)) as image:
+        return np.asarray(image.convert("RGB"))
+
+
+def _sample_grid(out_dir: Path, grid: Sequence[tuple[str, int]], clean: np.ndarray) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(n for n, _ in grid))
+    levels = sorted({s for _, s in grid})
+    fig, axes = plt.subplots(
+        len(names),
+        len(levels) + 1,
+        figsize=(1.3 * (len(levels) + 1), 1.3 * len(names)),
+        squeeze=False,
+    )
+    for r, name in enumerate(names):
+        axes[r][0].imshow(clean)
+        axes[r][0].set_ylabel(name, fontsize=6)
+        for c, level in enumerate(levels, start=1):
+            if (name, level) in grid:
+                axes[r][c].imshow(_first_image(out_dir, config_name(name, level)))
+        for ax in axes[r]:
+            ax.set_xticks([])
+            ax.set_yticks([])
+    for c, title in enumerate(["clean", *[f"s{level}" for level in levels]]):
+        axes[0][c].set_title(title, fontsize=7)
+    fig.tight_layout()
+    path = hub.figure_path(out_dir, GRID_FIGURE)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
+def band_summary(
+    out_dir: str | Path, grid: Sequence[tuple[str, int]]
+) -> tuple[dict[tuple[str, int], np.ndarray], dict[tuple[str, int], str]]:
+    """Saved spectra and their bands for every generated (corruption, level)."""
+    spectra = {
+        key: np.load(spectrum_path(out_dir, config_name(*key)))
+        for key in grid
+        if spectrum_path(out_dir, config_name(*key)).is_file()
+    }
+    return spectra, {key: bands.assign_band(s) for key, s in spectra.items()}
+
+
+def _band_section(
+    spectra: dict[tuple[str, int], np.ndarray], set_bands: dict[tuple[str, int], str]
+) -> str:
+    per_corruption = bands.corruption_bands(set_bands)
+    lines = [
+        "| corruption | " + " | ".join(f"s{s}" for s in range(1, 6)) + " | band |",
+        "|---|" + "---|" * 6,
+    ]
+    for name, band in per_corruption.items():
+        cells = []
+        for level in range(1, 6):
+            key = (name, level)
+            cells.append(
+                f"{set_bands[key]} ({bands.spectral_centroid(spectra[key]):.1f})"
+                if key in spectra
+                else "–"
+            )
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | **{band}** |")
+    agree, compared, misses = bands.paper_agreement(per_corruption)
+    text = "\n".join(lines)
+    if compared:
+        text += (
+            f"\n\nAgreement with the hand grouping of Sun et al. (2022, Sec. 2): **{agree} of "
+            f"{compared}** corruptions."
+        )
+        if misses:
+            text += " Differences: " + "; ".join(misses) + "."
+    return text
+
+
+def write_card(
+    out_dir: str | Path,
+    images: ImageSet,
+    bench: CorruptionBenchmark,
+    grid: Sequence[tuple[str, int]],
+    *,
+    dataset: str,
+    seed: int,
+    source: dict[str, Any],
+) -> Path:
+    """README.md with the configs, protocol, bands, figures, licence and citation."""
+    out = Path(out_dir)
+    done = [key for key in grid if hub.config_complete(out, config_name(*key), verify=False)]
+    if not done:
+        raise GeneratorError(f"no complete configs under {out}; generate the sets first.")
+    clean = images.images[0].permute(1, 2, 0).numpy()
+    _sample_grid(out, done, clean)
+    spectra, set_bands = band_summary(out, done)
+    if spectra:
+        bands.spectra_figure(spectra, set_bands, hub.figure_path(out, SPECTRA_FIGURE))
+    title = dataset.upper().replace("CIFAR", "CIFAR-") + bench.suffix
+    body = f"""# {title}
+
+{title}: {len(done)} test sets ({len({n for n, _ in done})} corruptions x severity levels) of the
+{len(images)} {dataset.upper()} test images, generated by certbench for the certified-robustness
+leaderboard. Config `<corruption>_s<level>` holds one test set (`test` split). Columns: `image`,
+`label`{", `coarse_label`" if images.coarse_labels is not None else ""}, `corruption`,
+`severity` (level 1..5), `severity_value` (the benchmark's own severity scale), `band`
+(spectral band of the perturbation), `source_index` (position in the source test split).
+
+## Protocol
+
+{bench.protocol}
+
+Seeded: every image's random draws come from its own stream keyed by (seed={seed}, benchmark,
+corruption, severity level, source index), so any image can be regenerated alone and results do
+not depend on batch size.
+
+Source: `{source.get("source")}` (revision `{source.get("source_revision", "unpinned")}`,
+content sha256 `{source.get("source_sha256", "")}`).
+
+## Spectral bands
+
+Band of each set by the rule of `generators/bands.py`: the energy-weighted mean radial frequency
+(centroid, cycles/image, shown in brackets) of the mean amplitude spectrum of the perturbation
+(corrupted − clean); low < 16/3 <= mid < 32/3 <= high. A corruption's band is that of its
+severity-3 set.
+
+{_band_section(spectra, set_bands)}
+
+![Mean perturbation spectra (log10): rows corruptions, columns levels](images/{SPECTRA_FIGURE})
+
+## Samples
+
+![Sample grid: rows corruptions, columns clean and severities](images/{GRID_FIGURE})
+
+## Licence
+
+The corrupted images are derived from {dataset.upper()} (Krizhevsky, 2009), distributed without
+an explicit licence; use them under the same terms as the original dataset. The generator
+(certbench) is Apache-2.0.
+
+## Citation
+
+```bibtex
+{bench.citation}
+```
+"""
+    card = hub.build_card(
+        configs=[config_name(*key) for key in done],
+        pretty_name=title,
+        body=body,
+        license="other",
+        tags=["certified-robustness", "corruptions", *bench.tags],
+        source_datasets=[f"extended|{dataset}"],
+    )
+    return hub.write_card(out, card)

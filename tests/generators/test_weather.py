@@ -1,0 +1,114 @@
+"""Weather simulator: sprites, compositing bounds, gradients to particle parameters, severities."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from certbench.errors import GeneratorError
+from generators import weather as w
+
+
+def _images(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (n, 32, 32, 3), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("kind", w.WEATHERS)
+def test_sprite_bank_is_fixed_bounded_and_rotation_safe(kind: str) -> None:
+    bank = w.sprite_bank(kind, 3)
+    assert bank.shape == (w.BANK_SIZE, 1, w.SPRITE, w.SPRITE) and bank.dtype == torch.float32
+    assert bank.min() >= 0 and bank.max() <= 1 and (bank.amax(dim=(1, 2, 3)) > 0.5).all()
+    w.sprite_bank.cache_clear()
+    assert torch.equal(bank, w.sprite_bank(kind, 3))
+    yy, xx = np.meshgrid(np.arange(15) - 7, np.arange(15) - 7, indexing="ij")
+    outside = torch.from_numpy((yy**2 + xx**2) > 36)
+    assert bank[:, 0][:, outside].abs().max() == 0  # nothing a rotation could push out
+
+
+def test_rain_streaks_grow_with_the_level_length() -> None:
+    extent = [
+        float((w.sprite_bank("rain", lv)[:, 0] > 0.3).sum(dim=(1, 2)).float().mean())
+        for lv in range(1, 6)
+    ]
+    assert all(b > a for a, b in itertools.pairwise(extent)), extent
+
+
+def test_compositing_stays_in_unit_interval_even_when_particles_pile_up() -> None:
+    bank = w.sprite_bank("snow", 5)
+    b, n = 3, 400  # far more particles than any level, all near the centre
+    ids = torch.randint(0, w.BANK_SIZE, (b, n), generator=torch.Generator().manual_seed(0))
+    centres = 16 + 2 * torch.randn(b, n, 2, generator=torch.Generator().manual_seed(1))
+    angles = torch.rand(b, n, generator=torch.Generator().manual_seed(2)) * 6.3
+    mask = w.render_mask(bank, ids, centres, angles, opacity=0.95)
+    assert mask.shape == (b, 1, 32, 32)
+    assert mask.min() >= 0 and mask.max() <= 1 and mask.max() > 0.99
+    for x in (torch.zeros(b, 3, 32, 32), torch.ones(b, 3, 32, 32), torch.rand(b, 3, 32, 32)):
+        out = w.composite(x, mask)
+        assert out.min() >= 0 and out.max() <= 1
+        assert torch.all(out >= x - 1e-6)  # white particles only brighten
+
+
+def test_gradients_reach_particle_positions_and_rotations() -> None:
+    bank = w.sprite_bank("rain", 4).double()  # float64 so the finite difference is precise
+    ids = torch.tensor([[3, 7, 11, 20]])
+    centres = torch.tensor(
+        [[[10.3, 12.6], [20.5, 8.2], [16.0, 16.0], [5.5, 25.1]]],
+        dtype=torch.float64,
+        requires_grad=True,
+    )
+    angles = torch.tensor([[0.3, -0.2, 0.9, 0.1]], dtype=torch.float64, requires_grad=True)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(1, 3, 32, 32, generator=gen, dtype=torch.float64)
+    target = torch.rand(1, 3, 32, 32, generator=gen, dtype=torch.float64)
+    loss = (
+        (w.composite(x, w.render_mask(bank, ids, centres, angles, opacity=0.7)) - target) ** 2
+    ).sum()
+    loss.backward()
+    assert centres.grad is not None and angles.grad is not None
+    assert (centres.grad.abs().sum(dim=-1) > 0).all() and (angles.grad.abs() > 0).all()
+
+    # the gradient is the real derivative: compare with a central finite difference
+    def f(c: torch.Tensor) -> float:
+        mask = w.render_mask(bank, ids, c, angles.detach(), opacity=0.7)
+        return float(((w.composite(x, mask) - target) ** 2).sum())
+
+    eps = 1e-5
+    bump = torch.zeros_like(centres)
+    bump[0, 0, 1] = eps  # a non-integer centre: bilinear sampling is smooth there
+    numeric = (f(centres.detach() + bump) - f(centres.detach() - bump)) / (2 * eps)
+    assert numeric == pytest.approx(float(centres.grad[0, 0, 1]), rel=1e-3)
+
+
+@pytest.mark.parametrize("kind", w.WEATHERS)
+def test_simulation_deterministic_batch_independent_and_ordered(kind: str) -> None:
+    imgs = _images(12)
+    out = w.simulate(imgs, kind, 3, seed=5)
+    assert out.dtype == np.uint8 and out.shape == imgs.shape
+    np.testing.assert_array_equal(out, w.simulate(imgs, kind, 3, seed=5))
+    np.testing.assert_array_equal(
+        w.simulate(imgs[3:6], kind, 3, seed=5, indices=[3, 4, 5]), out[3:6]
+    )
+    assert not np.array_equal(out, w.simulate(imgs, kind, 3, seed=6))
+    assert np.all(out.astype(int) >= imgs.astype(int) - 1)  # only brightens (rounding aside)
+    size = [
+        np.abs(w.simulate(imgs, kind, lv, seed=5).astype(float) - imgs).sum() for lv in range(1, 6)
+    ]
+    assert all(b > a for a, b in itertools.pairwise(size)), size
+
+
+def test_errors() -> None:
+    with pytest.raises(GeneratorError, match="weather='fog'"):
+        w.simulate(_images(2), "fog", 1)
+    with pytest.raises(GeneratorError, match="severity=9"):
+        w.simulate(_images(2), "rain", 9)
+    with pytest.raises(GeneratorError, match="opacity"):
+        w.render_mask(
+            w.sprite_bank("rain", 1),
+            torch.zeros(1, 1, dtype=torch.long),
+            torch.zeros(1, 1, 2),
+            torch.zeros(1, 1),
+            opacity=1.0,
+        )
