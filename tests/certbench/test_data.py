@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import subprocess
@@ -383,6 +384,41 @@ def test_hub_folder_mixed_image_sizes(tmp_path: Path) -> None:
         load_images(tmp_path)
 
 
+def test_palette_and_jpeg_images_decode_to_rgb(tmp_path: Path) -> None:
+    rgb = [PILImage.fromarray(img.transpose(1, 2, 0)) for img in random_images(2, size=8)]
+    palette = _encoded(rgb[0].convert("P"), "PNG")  # RGB palette: converting is lossless
+    jpeg = _encoded(rgb[1], "JPEG")
+    path = write_hub_folder(tmp_path, "x", [palette, jpeg], [0, 1], class_names=["a", "b"])
+    stored = pq.read_table(path).column("image").to_pylist()
+    assert [PILImage.open(_io(c["bytes"])).format for c in stored] == ["PNG", "JPEG"]
+    image_set = load_images(tmp_path)
+    jpeg_pixels = np.asarray(PILImage.open(_io(stored[1]["bytes"])))  # as stored (re-encoded)
+    expected = [np.asarray(palette.convert("RGB")), jpeg_pixels]
+    np.testing.assert_array_equal(
+        image_set.images.numpy(), np.stack(expected).transpose(0, 3, 1, 2)
+    )
+
+
+def _encoded(image: PILImage.Image, image_format: str) -> PILImage.Image:
+    """``image`` re-opened from its encoding, so datasets stores the bytes in that format."""
+    buffer = io.BytesIO()
+    image.save(buffer, format=image_format)
+    return PILImage.open(_io(buffer.getvalue()))
+
+
+def _io(blob: bytes) -> io.BytesIO:
+    return io.BytesIO(blob)
+
+
+def test_hub_folder_image_without_bytes(tmp_path: Path) -> None:
+    path = write_hub_folder(tmp_path, "x", random_images(2), [0, 1], class_names=["a", "b"])
+    image_type = pq.read_table(path).schema.field("image").type
+    only_paths = pa.array([{"bytes": _png(), "path": None}, {"bytes": None, "path": "b.png"}])
+    _rewrite_column(path, "image", only_paths.cast(image_type))
+    with pytest.raises(DataSourceError, match=r"row 1 has no embedded bytes"):
+        load_images(tmp_path)
+
+
 def test_non_square_rgb_images_are_fine(tmp_path: Path) -> None:
     images = np.random.default_rng(0).integers(0, 256, (4, 3, 20, 24), dtype=np.uint8)
     write_hub_folder(tmp_path, "rect", images, [0, 1, 0, 1], class_names=["a", "b"])
@@ -419,8 +455,6 @@ def test_hub_folder_label_without_class_names(tmp_path: Path) -> None:
 
 
 def _png() -> bytes:
-    import io
-
     buffer = io.BytesIO()
     PILImage.new("RGB", (4, 4)).save(buffer, format="PNG")
     return buffer.getvalue()
