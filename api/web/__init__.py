@@ -1,0 +1,22 @@
+"""The web leaderboard (issue 6): HTML pages and static files served by the same FastAPI app.
+
+``mount_web(app)`` adds the page router and ``/static``; pages read the same service functions as
+the REST API (``api.services``), so the two can never disagree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from api.web.routes import router
+
+STATIC_DIR = Path(__file__).parent / "static"
+
+
+def mount_web(app: FastAPI) -> None:
+    """Include the HTML pages and mount the bundled CSS/JS (no CDN, works offline)."""
+    app.include_router(router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -1,0 +1,159 @@
+"""Dataset pages: which Hub repo each benchmark uses, its configs, sample grids and spectra.
+
+Hub links and configs come from ``api.services.leaderboards.datasets``. Pictures need the images,
+and the service works offline, so they are drawn only from a local copy in the Hub layout
+(``generators.hub`` writes ``data/<config>/test-*.parquet`` and card figures under ``images/``):
+the test set's ``folder`` in the benchmark definition, resolved by ``models.pipeline.
+dataset_source`` exactly as the workers resolve it. Without a local copy the page says so.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from markupsafe import Markup
+from PIL import Image
+from sqlalchemy.orm import Session
+
+from api.web.plots import Axis, Series, line_chart
+from certbench.data import Subset, load_images
+from certbench.errors import DataSourceError
+from certbench.spectral import radial_spectrum
+from models.catalog import list_benchmarks
+from models.errors import NotFoundError
+from models.pipeline import dataset_source
+from models.settings import Settings
+
+GRID_SIDE = 4
+GRID_SCALE = 3
+SPECTRUM_IMAGES = 64
+SPECTRUM_MAX_CONFIGS = 8
+_FIGURE_NAME = re.compile(r"^[A-Za-z0-9_.-]+\.(png|jpg|jpeg|svg)$")
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    """A config of a dataset repo that is available in a local Hub-layout folder."""
+
+    config: str
+    folder: Path
+    split: str
+
+
+def local_configs(session: Session, repo: str, *, settings: Settings) -> dict[str, LocalConfig]:
+    """Configs of ``repo`` whose test set names a local folder that exists on this machine."""
+    found: dict[str, LocalConfig] = {}
+    for benchmark in list_benchmarks(session):
+        for test_set in benchmark.test_sets:
+            if test_set.dataset_repo != repo or not test_set.dataset_folder:
+                continue
+            folder = Path(dataset_source(test_set, settings))
+            config = test_set.config or "default"
+            if folder.is_dir() and config not in found:
+                found[config] = LocalConfig(config, folder, test_set.split)
+    return found
+
+
+def card_figures(configs: dict[str, LocalConfig]) -> dict[str, Path]:
+    """Dataset-card figures (``images/*.png``: sample grid, radial spectra) of the local copies."""
+    figures: dict[str, Path] = {}
+    for local in configs.values():
+        folder = local.folder / "images"
+        if folder.is_dir():
+            for path in sorted(folder.iterdir()):
+                if _FIGURE_NAME.match(path.name) and path.name not in figures:
+                    figures[path.name] = path
+    return figures
+
+
+def figure_file(configs: dict[str, LocalConfig], name: str) -> Path:
+    """A card figure by file name; only names listed by ``card_figures`` are served."""
+    figures = card_figures(configs)
+    if name not in figures:
+        raise NotFoundError(f"dataset figure {name!r} does not exist; known: {sorted(figures)}")
+    return figures[name]
+
+
+def _load(local: LocalConfig, limit: int) -> np.ndarray:
+    """The first ``limit`` images (N, C, H, W). Raises NotFoundError for an unreadable copy."""
+    try:
+        images = load_images(
+            local.folder,
+            config=None if local.config == "default" else local.config,
+            split=local.split,
+            subset=Subset(limit=limit),
+        )
+    except DataSourceError as err:
+        raise NotFoundError(
+            f"the local copy of config {local.config!r} cannot be read: {err}",
+            code="dataset_unavailable",
+        ) from err
+    return images.images.numpy()
+
+
+@lru_cache(maxsize=512)
+def _grid_png(folder: str, config: str, split: str, mtime_ns: int) -> bytes:
+    images = _load(LocalConfig(config, Path(folder), split), GRID_SIDE * GRID_SIDE)
+    n, _, h, w = images.shape
+    canvas = np.full((GRID_SIDE * (h + 2), GRID_SIDE * (w + 2), 3), 255, dtype=np.uint8)
+    for i in range(n):
+        r, c = divmod(i, GRID_SIDE)
+        top, left = r * (h + 2) + 1, c * (w + 2) + 1
+        canvas[top : top + h, left : left + w] = images[i].transpose(1, 2, 0)
+    picture = Image.fromarray(canvas).resize(
+        (canvas.shape[1] * GRID_SCALE, canvas.shape[0] * GRID_SCALE), Image.Resampling.NEAREST
+    )
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def sample_grid_png(local: LocalConfig) -> bytes:
+    """A 4×4 grid of the config's first images, upscaled 3× without smoothing (cached)."""
+    return _grid_png(str(local.folder), local.config, local.split, _mtime(local))
+
+
+def _mtime(local: LocalConfig) -> int:
+    data = local.folder / "data" / local.config
+    return data.stat().st_mtime_ns if data.exists() else local.folder.stat().st_mtime_ns
+
+
+@lru_cache(maxsize=512)
+def _spectrum(folder: str, config: str, split: str, mtime_ns: int) -> np.ndarray:
+    import torch
+
+    images = _load(LocalConfig(config, Path(folder), split), SPECTRUM_IMAGES)
+    x = torch.from_numpy(images).to(torch.float64) / 255.0
+    return radial_spectrum(x).mean(dim=(0, 1)).numpy()
+
+
+def spectra_chart(configs: dict[str, LocalConfig], *, chart_id: str = "spectra") -> Markup | None:
+    """Mean radial amplitude spectrum of the images, one line per config (first few configs)."""
+    if not configs:
+        return None
+    chosen = list(configs.values())[:SPECTRUM_MAX_CONFIGS]
+    series = []
+    for local in chosen:
+        profile = _spectrum(str(local.folder), local.config, local.split, _mtime(local))
+        series.append(
+            Series(local.config, np.arange(len(profile)), np.log10(np.maximum(profile, 1e-12)))
+        )
+    values = np.concatenate([np.asarray(s.y) for s in series])
+    lo, hi = float(np.floor(values.min())), float(np.ceil(values.max()))
+    shown = f"{len(chosen)} of {len(configs)} configs" if len(configs) > len(chosen) else ""
+    return line_chart(
+        series,
+        chart_id=chart_id,
+        title="Radial amplitude spectrum of the images" + (f" ({shown})" if shown else ""),
+        description=(
+            f"Mean |FFT| per integer azimuthal frequency over the first {SPECTRUM_IMAGES} images "
+            "and the three channels, log10 scale."
+        ),
+        x=Axis("azimuthal frequency f (cycles per image)", 0.0, float(len(series[0].x) - 1)),
+        y=Axis("log10 mean |FFT| amplitude", lo, hi),
+    )
