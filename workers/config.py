@@ -3,7 +3,7 @@
 ``models.queue.celery_config(settings)`` is the single source of truth for how the API and the
 workers reach the broker (Redis, or the embedded transport when ``CERTBENCH_BROKER_URL`` is
 unset). This module adds what only a consuming worker needs: late acks, requeue on worker loss,
-prefetch 1, time limits, routes, and, on the embedded transport, no broadcast remote control.
+prefetch 1, time limits, and, on the embedded transport, no broadcast remote control.
 
 The timing settings live in ``models.settings.Settings`` (one environment for everything); their
 order is what makes a crash recoverable:
@@ -30,7 +30,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from models.queue import celery_config as broker_config
 from models.settings import Settings
 from workers.errors import WorkerConfigError
-from workers.names import AGGREGATE, CONTROL_QUEUE, QUEUE, VALIDATE
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +75,6 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     embedded = is_embedded(config["broker_url"])
     config.update(
         {
-            "task_default_queue": QUEUE,
-            "task_routes": {
-                VALIDATE: {"queue": CONTROL_QUEUE},
-                AGGREGATE: {"queue": CONTROL_QUEUE},
-            },
             "task_acks_late": True,
             "task_reject_on_worker_lost": True,
             "task_soft_time_limit": settings.shard_soft_time_limit_seconds,

@@ -1,29 +1,32 @@
-"""Task and queue names: the only thing the API and the workers share about Celery.
+"""Task and queue names.
 
-The API enqueues ``VALIDATE`` by name (``send_task(VALIDATE, args=[id], queue=CONTROL_QUEUE)``)
-with a submission id; everything after that is chained by the workers themselves.
+The names the API also uses (validate, aggregate, the two queues) come from ``models.queue`` so
+both sides share one definition; the shard and watchdog tasks are internal to the workers.
+The API enqueues ``VALIDATE`` by name with a submission id; everything after that is chained by
+the workers themselves.
 """
 
 from __future__ import annotations
 
-QUEUE = "certbench"
+from models.queue import CONTROL_QUEUE, DEFAULT_QUEUE, TASK_AGGREGATE, TASK_VALIDATE
+
+QUEUE = DEFAULT_QUEUE
 """Long GPU work: certify shards. Every certbench worker consumes it (one process per GPU)."""
 
-CONTROL_QUEUE = "certbench.control"
-"""Short tasks (validate, aggregate): also consumed by every worker, alternately with ``QUEUE``,
-so a new upload is validated (or rejected) without waiting behind hours of queued shards, and a
-finished run is aggregated before its lease runs out."""
-
 QUEUES = (CONTROL_QUEUE, QUEUE)
+"""Every worker consumes both; CONTROL_QUEUE holds the short validate/aggregate tasks, so a new
+upload is validated without waiting behind hours of queued shards."""
 
-VALIDATE = "certbench.validate"
+VALIDATE = TASK_VALIDATE
 """args: [submission_id]. Safe-load + dummy forward; queued → shards, or rejected."""
 
 CERTIFY_SHARD = "certbench.certify_shard"
 """args: [submission_id, test_set_id, shard_index]. CERTIFY one image range of one test set."""
 
-AGGREGATE = "certbench.aggregate"
+AGGREGATE = TASK_AGGREGATE
 """args: [submission_id]. Merge shard records per test set, compute metrics, finish."""
 
 WATCHDOG = "certbench.watchdog"
 """args: []. Fail running submissions whose lease expired (also run by a thread in every worker)."""
+
+__all__ = ["AGGREGATE", "CERTIFY_SHARD", "CONTROL_QUEUE", "QUEUE", "QUEUES", "VALIDATE", "WATCHDOG"]

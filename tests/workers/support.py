@@ -2,13 +2,12 @@
 
 A benchmark of two test sets of a few images in the Hub layout (written with the data helper's
 ``write_hub_folder``), a randomly initialised ``cifar_resnet20``, its manifest, and submissions
-created straight through the ORM for tests that drive the tasks without the API. Everything is
-sized for seconds of CPU: 2 images per test set, n0=4, n=16.
+created through the service's intake (``models.submissions``) for tests that skip the HTTP API.
+Everything is sized for seconds of CPU: 2 images per test set, n0=4, n=16.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -16,15 +15,18 @@ from typing import Any
 
 import numpy as np
 import torch
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 from torch import nn
 
 from certbench.architectures import build_classifier
 from certbench.loading import save_weights
-from models import storage
-from models.catalog import parse_definition, upsert_benchmark
-from models.entities import Artifact, Benchmark, Role, Submission, User
+from models import submissions
+from models.accounts import create_user
+from models.catalog import get_benchmark, parse_definition, upsert_benchmark
+from models.entities import Benchmark, User
 from models.settings import Settings
+from models.submissions import Upload
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "certbench"))
 from data_layouts import CIFAR10_CLASSES, write_hub_folder
@@ -135,36 +137,20 @@ def create_submission(
     benchmark: str = "tiny",
     user: str = "alice",
 ) -> int:
-    """Store the weights and rows of a ``submitted`` submission, as the API's intake does."""
-    owner = session.query(User).filter_by(name=user).one_or_none()
-    if owner is None:
-        owner = User(name=user, role=Role.SUBMITTER)
-        session.add(owner)
-        session.flush()
-    bench = session.query(Benchmark).filter_by(name=benchmark).one()
-    sha = hashlib.sha256(weights).hexdigest()
-    manifest_json = json.dumps(manifest_doc, sort_keys=True)
-    relpath = storage.weights_relpath(sha)
-    storage.write_atomic(storage.resolve(settings.artifacts_dir, relpath), weights)
-    artifact = Artifact(
-        sha256=sha,
-        size_bytes=len(weights),
+    """Store the upload of a ``submitted`` submission through the service's own intake."""
+    owner = session.scalar(select(User).where(User.name == user)) or create_user(session, name=user)
+    upload = Upload(
+        weights=weights,
         manifest=manifest_doc,
-        manifest_sha256=hashlib.sha256(manifest_json.encode()).hexdigest(),
-        weights_path=relpath,
-    )
-    session.add(artifact)
-    session.flush()
-    submission = Submission(
-        user_id=owner.id,
-        benchmark_id=bench.id,
-        artifact_id=artifact.id,
         model_name=manifest_doc["metadata"]["name"],
         architecture=manifest_doc["architecture"]["name"],
         sigma=manifest_doc["smoothing"]["sigma"],
-        protocol_version=bench.protocol_version,
-        dedup_key=hashlib.sha256((sha + manifest_json).encode()).hexdigest(),
     )
-    session.add(submission)
-    session.commit()
+    submission = submissions.create_submission(
+        session,
+        user=owner,
+        benchmark=get_benchmark(session, benchmark),
+        upload=upload,
+        settings=settings,
+    )
     return submission.id

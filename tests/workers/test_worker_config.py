@@ -1,0 +1,108 @@
+"""Worker Celery configuration and the ``certbench worker`` command's refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from certbench.cli import app as cli_app
+from certbench.cli import register_plugins
+from models.settings import Settings
+from workers.config import WorkerSettings, celery_config, check_timing
+from workers.errors import WorkerConfigError
+from workers.names import AGGREGATE, CONTROL_QUEUE, QUEUE, VALIDATE
+
+
+def _settings(tmp_path: Path, **values: object) -> Settings:
+    return Settings(data_dir=tmp_path / "data", **values)
+
+
+def test_redis_worker_acks_late_with_visibility_timeout_above_the_hard_limit(tmp_path):
+    settings = _settings(
+        tmp_path,
+        broker_url="redis://127.0.0.1:6379/0",
+        shard_soft_time_limit_seconds=50,
+        shard_time_limit_seconds=60,
+        visibility_timeout_seconds=90,
+        lease_seconds=120,
+        heartbeat_seconds=10,
+    )
+    config = celery_config(settings)
+    assert config["broker_url"] == "redis://127.0.0.1:6379/0"
+    assert config["broker_transport_options"]["visibility_timeout"] == 90
+    assert config["task_acks_late"] is True
+    assert config["task_reject_on_worker_lost"] is True
+    assert config["worker_prefetch_multiplier"] == 1
+    assert config["worker_concurrency"] == 1
+    assert (config["task_soft_time_limit"], config["task_time_limit"]) == (50, 60)
+    assert config["task_time_limit"] < config["broker_transport_options"]["visibility_timeout"]
+    assert config["accept_content"] == ["json"] and config["task_serializer"] == "json"
+    assert config["task_default_queue"] == QUEUE
+    assert config["task_routes"][VALIDATE] == {"queue": CONTROL_QUEUE}
+    assert config["task_routes"][AGGREGATE] == {"queue": CONTROL_QUEUE}
+    assert config["worker_enable_remote_control"] is True
+
+
+def test_embedded_worker_uses_a_sqlite_message_store_under_the_data_dir(tmp_path):
+    settings = _settings(tmp_path)
+    config = celery_config(settings)
+    assert config["broker_url"].startswith("sqla+sqlite:///")
+    store = Path(config["broker_url"].removeprefix("sqla+sqlite:///"))
+    assert store.is_absolute() and store.parent == (tmp_path / "data").resolve()
+    assert store.name != Path(settings.database_url).name  # never the service database
+    assert config["worker_enable_remote_control"] is False  # no fanout on the SQL transport
+    assert config["task_acks_late"] is True
+
+
+def test_heartbeat_must_fit_twice_into_the_lease(tmp_path):
+    with pytest.raises(WorkerConfigError, match="CERTBENCH_HEARTBEAT_SECONDS=60"):
+        check_timing(_settings(tmp_path, heartbeat_seconds=60, lease_seconds=100))
+
+
+def test_short_lease_with_a_broker_is_reported(tmp_path, caplog):
+    settings = _settings(tmp_path, broker_url="redis://127.0.0.1:6379/0", lease_seconds=900)
+    check_timing(settings)
+    assert "fails its submission (lease_expired) before the broker re-delivers it" in caplog.text
+
+
+def test_worker_settings_read_the_environment(monkeypatch):
+    monkeypatch.setenv("CERTBENCH_CERTIFY_BATCH_SIZE", "256")
+    monkeypatch.setenv("CERTBENCH_CANCEL_CHECK_SECONDS", "0.5")
+    knobs = WorkerSettings()
+    assert (knobs.certify_batch_size, knobs.cancel_check_seconds) == (256, 0.5)
+
+
+@pytest.fixture
+def cli(monkeypatch, tmp_path):
+    monkeypatch.setenv("CERTBENCH_DATA_DIR", str(tmp_path / "data"))
+    for name in ("CERTBENCH_BROKER_URL", "CERTBENCH_DATABASE_URL", "CERTBENCH_WORKER_DEVICE"):
+        monkeypatch.delenv(name, raising=False)
+    from models.settings import get_settings
+
+    get_settings.cache_clear()
+    register_plugins(cli_app)
+    yield CliRunner()
+    get_settings.cache_clear()
+
+
+def test_worker_without_broker_or_embedded_flag_refuses(cli):
+    result = cli.invoke(cli_app, ["worker"])
+    assert result.exit_code == 2
+    assert "CERTBENCH_BROKER_URL" in result.output and "--embedded" in result.output
+
+
+def test_embedded_worker_refuses_a_configured_broker(cli, monkeypatch):
+    monkeypatch.setenv("CERTBENCH_BROKER_URL", "redis://user:secret@127.0.0.1:6379/0")
+    result = cli.invoke(cli_app, ["worker", "--embedded"])
+    assert result.exit_code == 2
+    assert "CERTBENCH_BROKER_URL" in result.output
+    assert "secret" not in result.output
+
+
+def test_worker_refuses_inconsistent_time_limits(cli, monkeypatch):
+    monkeypatch.setenv("CERTBENCH_SHARD_TIME_LIMIT_SECONDS", "9000")
+    result = cli.invoke(cli_app, ["worker", "--embedded"])
+    assert result.exit_code == 2
+    assert "visibility_timeout_seconds" in result.output
