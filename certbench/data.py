@@ -54,12 +54,15 @@ COARSE_COLUMN = "coarse_label"
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "GIF")
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
-_LOCAL_HINT = (
-    "pass a local folder instead: a folder in the Hub layout (README.md with YAML `configs:` and "
-    "parquet files, e.g. made with `hf download REPO --repo-type dataset --local-dir DIR` on a "
-    "machine with network access) or a torchvision CIFAR folder containing cifar-10-batches-py/ "
-    "or cifar-100-python/"
-)
+
+
+def _local_hint(repo: str) -> str:
+    return (
+        "pass a local folder instead: a folder in the Hub layout (README.md with YAML `configs:` "
+        f"and parquet files, e.g. made with `hf download {repo} --repo-type dataset --local-dir "
+        "DIR` on a machine with network access) or a torchvision CIFAR folder containing "
+        "cifar-10-batches-py/ or cifar-100-python/"
+    )
 
 
 # ----------------------------------------------------------------------------- public types
@@ -122,6 +125,9 @@ class ImageSet:
                 f"ImageSet {self.name!r}: images must have shape (N, 3, H, W), got "
                 f"{tuple(images.shape)}"
             )
+        object.__setattr__(self, "class_names", tuple(map(str, self.class_names)))
+        if self.coarse_class_names is not None:
+            object.__setattr__(self, "coarse_class_names", tuple(map(str, self.coarse_class_names)))
         count = images.shape[0]
         if count == 0:
             raise DataSourceError(f"ImageSet {self.name!r} has no images")
@@ -644,12 +650,12 @@ def _hub_call(repo: str, what: str, call: Callable[[], Any]) -> Any:
     except ConnectionError as err:
         raise DataSourceError(
             f"could not reach the Hugging Face Hub to {what} {repo!r} ({err}); no local path "
-            f"{repo!r} exists either. Without network access, {_LOCAL_HINT}"
+            f"{repo!r} exists either. Without network access, {_local_hint(repo)}"
         ) from err
     except DatasetNotFoundError as err:
         raise DataSourceError(
             f"Hub dataset {repo!r} was not found or is not accessible ({err}); check the id, "
-            f"log in for gated/private data, or {_LOCAL_HINT}"
+            f"log in for gated/private data, or {_local_hint(repo)}"
         ) from err
     except Exception as err:  # datasets raises many types (ValueError for bad config/split, ...)
         raise DataSourceError(f"cannot {what} Hub dataset {repo!r}: {err}") from err

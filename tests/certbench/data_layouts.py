@@ -22,6 +22,7 @@ from typing import Literal
 import numpy as np
 import yaml
 from datasets import ClassLabel, Dataset, Features, Image, Value
+from huggingface_hub.repocard import metadata_load
 from PIL import Image as PILImage
 
 CIFAR10_CLASSES = (
@@ -200,10 +201,7 @@ def _value_type(array: np.ndarray) -> Value:
 
 def _add_readme_config(root: Path, config: str, split: str, relative: str) -> None:
     readme = root / "README.md"
-    header: dict = {}
-    if readme.is_file():
-        text = readme.read_text(encoding="utf-8")
-        header = yaml.safe_load(text.split("---")[1]) or {}
+    header = (metadata_load(readme) or {}) if readme.is_file() else {}
     configs = header.setdefault("configs", [])
     entry = next((c for c in configs if c.get("config_name") == config), None)
     if entry is None:

@@ -691,6 +691,15 @@ def test_image_set_as_float() -> None:
     assert images.dtype == torch.uint8 and int(images.max()) == 255  # source untouched
 
 
+def test_image_set_class_names_become_tuples() -> None:
+    image_set = _image_set(
+        class_names=["a", "b"], coarse_labels=torch.tensor([0, 0]), coarse_class_names=["x"]
+    )
+    assert image_set.class_names == ("a", "b")
+    assert image_set.coarse_class_names == ("x",)
+    assert len(image_set) == 2
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
