@@ -32,6 +32,8 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 from PIL import Image, ImageDraw
 from scipy import ndimage
 
@@ -214,7 +216,7 @@ def line_motion_blur(x: np.ndarray, radius: float, sigma: float, angles: np.ndar
     (normalised) and samples the pixel at row + ceil(i sin a - 0.5), column + ceil(i cos a - 0.5),
     clamped to the border (ImageMagick's default edge virtual pixels).
     """
-    b, h, w, _ = x.shape
+    b, h, w, c = x.shape
     width = int(2 * np.ceil(radius) + 1)
     taps = np.arange(width, dtype=np.float64)
     kernel = np.exp(-(taps**2) / (2.0 * sigma * sigma))
@@ -222,14 +224,17 @@ def line_motion_blur(x: np.ndarray, radius: float, sigma: float, angles: np.ndar
     theta = np.deg2rad(np.asarray(angles, dtype=np.float64))
     d_row = np.ceil(taps[None, :] * np.sin(theta)[:, None] - 0.5).astype(np.int64)
     d_col = np.ceil(taps[None, :] * np.cos(theta)[:, None] - 0.5).astype(np.int64)
-    batch = np.arange(b)[:, None, None]
-    rows, cols = np.arange(h)[None, :], np.arange(w)[None, :]
-    out = np.zeros_like(x, dtype=np.float64)
+    rows, cols = np.arange(h), np.arange(w)
+    # channels-first flat view so each tap is one torch.gather over (B, C, H*W)
+    flat = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2).reshape(b, c, h * w)))
+    flat = flat.to(torch.float64)
+    out = torch.zeros_like(flat)
     for i in range(width):
-        r = np.clip(rows + d_row[:, i : i + 1], 0, h - 1)
-        c = np.clip(cols + d_col[:, i : i + 1], 0, w - 1)
-        out += kernel[i] * x[batch, r[:, :, None], c[:, None, :]]
-    return out
+        r = np.clip(rows[None, :] + d_row[:, i : i + 1], 0, h - 1)  # (B, H)
+        cc_ = np.clip(cols[None, :] + d_col[:, i : i + 1], 0, w - 1)  # (B, W)
+        index = torch.from_numpy((r[:, :, None] * w + cc_[:, None, :]).reshape(b, 1, h * w))
+        out += kernel[i] * torch.gather(flat, 2, index.expand(b, c, h * w))
+    return out.reshape(b, c, h, w).permute(0, 2, 3, 1).numpy()
 
 
 @lru_cache(maxsize=64)
@@ -280,8 +285,13 @@ def bilinear_sample(
     """Bilinear samples of (B, H, W, C) at float (B, H, W) coordinates.
 
     ``border`` extends the image per neighbour index: 'reflect101' (OpenCV BORDER_REFLECT_101),
-    'symmetric' (scipy mode 'reflect'), or 'zero' (out-of-range neighbours read 0).
+    'symmetric' (scipy mode 'reflect'), or 'zero' (out-of-range neighbours read 0). The two
+    reflections run as torch ``grid_sample`` (float64), whose reflect-then-clip of coordinates
+    gives the same value as reflecting each neighbour index (about pixel centres with
+    ``align_corners=True`` for reflect101, about the borders with ``False`` for symmetric).
     """
+    if border in ("reflect101", "symmetric"):
+        return _grid_sample_reflect(image, rows, cols, align=border == "reflect101")
     b, h, w, _ = image.shape
     r0 = np.floor(rows).astype(np.int64)
     c0 = np.floor(cols).astype(np.int64)
@@ -299,6 +309,20 @@ def bilinear_sample(
     top = fetch(r0, c0) * (1 - fc) + fetch(r0, c0 + 1) * fc
     bottom = fetch(r0 + 1, c0) * (1 - fc) + fetch(r0 + 1, c0 + 1) * fc
     return top * (1 - fr) + bottom * fr
+
+
+def _grid_sample_reflect(
+    image: np.ndarray, rows: np.ndarray, cols: np.ndarray, *, align: bool
+) -> np.ndarray:
+    _, h, w, _ = image.shape
+    src = torch.from_numpy(np.ascontiguousarray(image.transpose(0, 3, 1, 2), dtype=np.float64))
+    if align:  # pixel centres at -1 .. 1
+        gx, gy = 2 * cols / (w - 1) - 1, 2 * rows / (h - 1) - 1
+    else:  # pixel edges at -1 .. 1
+        gx, gy = (2 * cols + 1) / w - 1, (2 * rows + 1) / h - 1
+    grid = torch.from_numpy(np.stack([gx, gy], axis=-1).astype(np.float64))
+    out = F.grid_sample(src, grid, mode="bilinear", padding_mode="reflection", align_corners=align)
+    return out.permute(0, 2, 3, 1).numpy()
 
 
 def _extend(index: np.ndarray, n: int, border: str) -> np.ndarray:
@@ -760,9 +784,10 @@ def pillow_box_resize(images: np.ndarray, size: int) -> np.ndarray:
     horizontal pass then vertical pass, each rounding to uint8 as Pillow does."""
 
     def one_pass(x: np.ndarray, coeffs: np.ndarray, axis: int) -> np.ndarray:
-        acc = np.tensordot(x.astype(np.int64), coeffs, axes=([axis], [1]))
-        acc = np.moveaxis(acc, -1, axis) + (1 << (PRECISION_BITS - 1))
-        return np.clip(acc >> PRECISION_BITS, 0, 255).astype(np.uint8)
+        # pixel (< 2^8) x weight (< 2^23) sums stay far below 2^53: float64 BLAS is exact here
+        acc = np.tensordot(x.astype(np.float64), coeffs.astype(np.float64), axes=([axis], [1]))
+        acc = np.moveaxis(acc, -1, axis) + float(1 << (PRECISION_BITS - 1))
+        return np.clip(np.floor(acc / (1 << PRECISION_BITS)), 0, 255).astype(np.uint8)
 
     h, w = images.shape[1:3]
     x = images

@@ -296,3 +296,22 @@ def test_errors_name_the_argument(images: np.ndarray) -> None:
         cc.corrupt(images[:, :16], "fog", 1)
     with pytest.raises(GeneratorError, match="indices"):
         cc.corrupt(images, "fog", 1, indices=[0, 1])
+
+
+@pytest.mark.parametrize(
+    ("border", "scipy_mode"), [("reflect101", "mirror"), ("symmetric", "reflect")]
+)
+def test_bilinear_reflections_match_scipy_map_coordinates(border: str, scipy_mode: str) -> None:
+    # OpenCV BORDER_REFLECT_101 is scipy 'mirror'; scipy 'reflect' is what the original's
+    # map_coordinates used for the elastic displacement.
+    rng = np.random.default_rng(0)
+    image = rng.random((2, 32, 32, 3))
+    rows = rng.uniform(-3, 35, (2, 32, 32))
+    cols = rng.uniform(-3, 35, (2, 32, 32))
+    ours = cc.bilinear_sample(image, rows, cols, border=border)
+    for b in range(2):
+        for ch in range(3):
+            ref = ndimage.map_coordinates(
+                image[b, :, :, ch], [rows[b], cols[b]], order=1, mode=scipy_mode
+            )
+            np.testing.assert_allclose(ours[b, :, :, ch], ref, atol=1e-12)
