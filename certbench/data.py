@@ -812,7 +812,8 @@ def _decode_images(column: pa.ChunkedArray, name: str) -> torch.Tensor:
 def _decode_one(blob: bytes, row: int, name: str) -> np.ndarray:
     """One image as uint8 (H, W, 3); anything but 8-bit RGB is refused, never converted."""
     try:
-        with PILImage.open(io.BytesIO(blob), formats=IMAGE_FORMATS) as image:
+        with PILImage.open(io.BytesIO(blob), formats=IMAGE_FORMATS) as opened:
+            image: PILImage.Image = opened
             if image.mode == "P" and image.palette is not None and image.palette.mode == "RGB":
                 image = image.convert("RGB")  # lossless: a palette of RGB colours
             if image.mode != "RGB":
