@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -373,7 +374,17 @@ def _prepare_model(model: nn.Module, settings: _Settings, compile: bool) -> nn.M
     model.eval().to(settings.device)
     if settings.channels_last:
         model.to(memory_format=torch.channels_last)
-    return torch.compile(model, dynamic=False) if compile else model
+    if not compile:
+        return model
+    if model not in _COMPILED:
+        # freezing treats the weights as constants: BatchNorm folds into the convolutions and
+        # the weights are pre-packed; valid because the base classifier is fixed while certifying
+        _COMPILED[model] = torch.compile(model, dynamic=False, options={"freezing": True})
+    return _COMPILED[model]
+
+
+_COMPILED: weakref.WeakKeyDictionary[nn.Module, nn.Module] = weakref.WeakKeyDictionary()
+"""One compiled graph per model, reused by every certify call (shards, test sets)."""
 
 
 def _waves(count: int, samples_per_image: int, batch_size: int) -> Iterator[slice]:
