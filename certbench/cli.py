@@ -106,7 +106,7 @@ def certify(
         dataset, config=config, split=split, revision=revision, subset=Subset(skip, limit)
     )
     sigma = spec.smoothing.sigma if sigma is None else sigma
-    test_set = f"{dataset}/{config or 'default'}/{split}"
+    test_set = f"{config or 'default'}/{split}"
     records = run_certify(
         model,
         images.as_float(),
@@ -182,7 +182,7 @@ def predict(
         seed=seed,
         device=device,
         indices=images.indices,
-        test_set=f"{dataset}/{config or 'default'}/{split}",
+        test_set=f"{config or 'default'}/{split}",
         progress=True,
     )
     accuracy = sum(r.correct for r in records) / len(records)
