@@ -22,8 +22,8 @@ from tqdm import tqdm
 from certbench.errors import CertbenchError, GeneratorError
 
 F = TypeVar("F", bound=Callable[..., Any])
-console = Console()
-errors = Console(stderr=True)
+console = Console(soft_wrap=True)
+errors = Console(stderr=True, soft_wrap=True)  # keep paths unbroken
 
 generate_app = typer.Typer(
     name="generate",
