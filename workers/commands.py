@@ -19,6 +19,7 @@ import threading
 from typing import Annotated
 
 import typer
+from celery.utils.nodenames import host_format
 from pydantic import ValidationError
 
 from models.queue import celery_config as broker_config
@@ -77,7 +78,9 @@ def worker(
         _exit_with_parent(os.getppid())
     from workers.app import app as celery_app
 
-    node = hostname or f"certbench-{(settings.worker_device or 'auto').replace(':', '')}@%h"
+    node = host_format(
+        hostname or f"certbench-{(settings.worker_device or 'auto').replace(':', '')}@%h"
+    )
     typer.echo(
         f"certbench worker {node}: broker {_redacted(broker_config(settings)['broker_url'])}",
         err=True,

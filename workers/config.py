@@ -68,11 +68,28 @@ def is_embedded(url: str) -> bool:
     return url.startswith(("sqla+", "sqlalchemy+", "filesystem:"))
 
 
+def restore_options(visibility_timeout: int) -> dict[str, int]:
+    """Redis: sweep for expired unacknowledged messages every tenth of the visibility timeout.
+
+    kombu's default sweep runs every ~100 s (interval 10 × throttle 10) whatever the timeout, so
+    a shard lost with a killed worker could wait that much longer than the timeout promises.
+    """
+    return {
+        "unacked_restore_interval": max(1, min(60, visibility_timeout // 10)),
+        "unacked_restore_throttle": 1,
+    }
+
+
 def celery_config(settings: Settings) -> dict[str, Any]:
     """The full Celery configuration of a worker for ``settings``."""
     check_timing(settings)
     config = broker_config(settings)
     embedded = is_embedded(config["broker_url"])
+    if not embedded:
+        config["broker_transport_options"] = {
+            **config["broker_transport_options"],
+            **restore_options(settings.visibility_timeout_seconds),
+        }
     config.update(
         {
             "task_acks_late": True,

@@ -73,9 +73,9 @@ class Service:
         self.process.wait(timeout=30)
 
     def stop(self, timeout: float = 30) -> None:
-        """SIGTERM (warm shutdown), SIGKILL the group if it does not exit in time."""
+        """SIGTERM to the main process (warm shutdown), SIGKILL the group if it lingers."""
         if self.alive():
-            os.killpg(self.process.pid, signal.SIGTERM)
+            os.kill(self.process.pid, signal.SIGTERM)
             try:
                 self.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:

@@ -32,6 +32,8 @@ def test_redis_worker_acks_late_with_visibility_timeout_above_the_hard_limit(tmp
     config = celery_config(settings)
     assert config["broker_url"] == "redis://127.0.0.1:6379/0"
     assert config["broker_transport_options"]["visibility_timeout"] == 90
+    assert config["broker_transport_options"]["unacked_restore_interval"] == 9
+    assert config["broker_transport_options"]["unacked_restore_throttle"] == 1
     assert config["task_acks_late"] is True
     assert config["task_reject_on_worker_lost"] is True
     assert config["worker_prefetch_multiplier"] == 1
@@ -54,6 +56,7 @@ def test_embedded_worker_uses_a_sqlite_message_store_under_the_data_dir(tmp_path
     assert store.name != Path(settings.database_url).name  # never the service database
     assert config["worker_enable_remote_control"] is False  # no fanout on the SQL transport
     assert config["task_acks_late"] is True
+    assert "unacked_restore_interval" not in config["broker_transport_options"]
 
 
 def test_heartbeat_must_fit_twice_into_the_lease(tmp_path):

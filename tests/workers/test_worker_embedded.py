@@ -1,0 +1,104 @@
+"""A real ``certbench worker --embedded`` process over the SQLite transport finishes a submission.
+
+No broker server: the test process publishes ``certbench.validate`` with a Celery client built from
+``models.queue.celery_config`` (exactly what the API does), and a separate worker process picks it
+up from ``<data_dir>/broker.sqlite``, certifies and aggregates into the SQLite service database.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from celery import Celery
+from processes import Service, service_env, start_worker, wait_for
+from sqlalchemy import func, select
+from support import (
+    TEST_SETS,
+    create_submission,
+    load_benchmark,
+    manifest,
+    tiny_definition,
+    tiny_model,
+    weights_bytes,
+    write_tiny_dataset,
+)
+
+import migrations
+from models import storage
+from models.db import dispose_engines, session_scope
+from models.entities import LeaderboardEntry, Result, Shard, Submission
+from models.queue import TASK_VALIDATE, celery_config
+from models.settings import Settings
+from models.states import SubmissionState
+
+pytestmark = pytest.mark.slow
+
+ENV = {
+    "CERTBENCH_SHARD_SIZE": "1",
+    "CERTBENCH_WORKER_DEVICE": "cpu",
+    "CERTBENCH_HEARTBEAT_SECONDS": "2",
+    "CERTBENCH_LEASE_SECONDS": "600",
+    "CERTBENCH_WATCHDOG_INTERVAL_SECONDS": "5",
+}
+
+
+@pytest.fixture
+def embedded(tmp_path: Path) -> Iterator[tuple[Settings, Service]]:
+    env = service_env(CERTBENCH_DATA_DIR=str(tmp_path / "data"), **ENV)
+    settings = Settings(data_dir=tmp_path / "data", **{k[10:].lower(): v for k, v in ENV.items()})
+    migrations.upgrade(settings)
+    worker = start_worker(env, tmp_path / "worker.log", "--embedded")
+    yield settings, worker
+    worker.stop()
+    dispose_engines()
+
+
+def test_embedded_worker_finishes_a_submission(embedded, tmp_path):
+    settings, worker = embedded
+    assert settings.broker_url is None
+    dataset = write_tiny_dataset(tmp_path / "dataset")
+    with session_scope(settings) as session:
+        load_benchmark(session, tiny_definition(dataset))
+        sid = create_submission(
+            session,
+            settings,
+            weights=weights_bytes(tiny_model(), tmp_path / "upload"),
+            manifest_doc=manifest(),
+        )
+    client = Celery("certbench-api-client")
+    client.conf.update(celery_config(settings))
+    client.send_task(TASK_VALIDATE, args=[sid], queue="certbench.control")
+    assert (tmp_path / "data" / "broker.sqlite").is_file()
+
+    def finished() -> Submission | None:
+        with session_scope(settings) as session:
+            submission = session.get(Submission, sid)
+            if submission.state in (SubmissionState.FAILED, SubmissionState.REJECTED):
+                raise AssertionError(
+                    f"{submission.state}: {submission.reason} {submission.message}"
+                )
+            return submission if submission.state == SubmissionState.FINISHED else None
+
+    submission = wait_for(
+        finished, timeout=400, what="the submission to finish", services=(worker,)
+    )
+    assert (
+        submission.progress == 1.0
+        and submission.worker
+        and submission.worker.startswith(f"certbench-cpu@{socket.gethostname()}/")
+    )
+    with session_scope(settings) as session:
+        shards = session.scalars(select(Shard).where(Shard.submission_id == sid)).all()
+        assert sorted((s.test_set_id, s.shard_index) for s in shards) == sorted(
+            {(s.test_set_id, s.shard_index) for s in shards}
+        )
+        assert len(shards) == 4
+        assert session.scalar(select(func.count()).select_from(Result)) == len(TEST_SETS)
+        assert session.get(LeaderboardEntry, sid).test_sets == len(TEST_SETS)
+    for name in TEST_SETS:
+        merged = storage.test_set_records_relpath(sid, name)
+        assert storage.resolve(settings.artifacts_dir, merged).is_file()
+    assert worker.alive()
