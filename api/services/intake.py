@@ -8,6 +8,7 @@ Loading the model and a dummy forward pass are the worker's ``validate`` task.
 
 from __future__ import annotations
 
+import json
 import struct
 from typing import BinaryIO
 
@@ -89,15 +90,30 @@ def check_weights(data: bytes, *, settings: Settings) -> None:
 
 
 def _weights_reason(data: bytes) -> str:
-    """truncated_weights when the safetensors header promises more bytes than were sent."""
+    """truncated_weights when the safetensors header promises more bytes than were sent (the
+    header itself cut short, or tensors whose data offsets run past the end)."""
     if data[:1] == b"\x80" or data[:2] == b"PK":
         return Reason.NOT_SAFETENSORS.value
     if len(data) < 8:
         return Reason.TRUNCATED.value
     (header_len,) = struct.unpack("<Q", data[:8])
-    if data[8:9] == b"{" and header_len + 8 > len(data):
+    if data[8:9] != b"{":
+        return Reason.NOT_SAFETENSORS.value
+    if header_len + 8 > len(data):
         return Reason.TRUNCATED.value
-    return Reason.NOT_SAFETENSORS.value
+    try:
+        header = json.loads(data[8 : 8 + header_len])
+        end = max(
+            (int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"),
+            default=0,
+        )
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return Reason.NOT_SAFETENSORS.value
+    return (
+        Reason.TRUNCATED.value
+        if 8 + header_len + end > len(data)
+        else (Reason.NOT_SAFETENSORS.value)
+    )
 
 
 def build_upload(
