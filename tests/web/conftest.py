@@ -1,0 +1,178 @@
+"""Fixtures for the web tests: one seeded SQLite service database per session, the app served by
+uvicorn in a subprocess on 127.0.0.1, and real headless Chromium driven by Playwright.
+
+Chromium is Debian's ``chromium`` package (``apt-get install -y chromium``); Playwright's own
+browser download is never used. If the binary is missing, the browser tests FAIL with that
+instruction: they are never skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from web_app import has_web
+from web_seed import Seeded, seed_database
+
+import migrations
+from models.db import dispose_engines, session_scope
+from models.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts" / "web"
+CHROMIUM = Path(os.environ.get("CERTBENCH_CHROMIUM", "/usr/bin/chromium"))
+#: Importing the app (torch included) can take a minute on a busy 2-core machine.
+SERVER_START_SECONDS = 300
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@dataclass(frozen=True)
+class Site:
+    settings: Settings
+    seeded: Seeded
+    data_dir: Path
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    """A migrated SQLite database seeded through the service layer (see ``web_seed.py``)."""
+    data_dir = tmp_path_factory.mktemp("web") / "data"
+    settings = Settings(data_dir=data_dir, environment="test")
+    migrations.upgrade(settings)
+    with session_scope(settings) as session:
+        seeded = seed_database(session, settings, data_dir.parent / "dataset")
+    yield Site(settings, seeded, data_dir)
+    dispose_engines()
+
+
+@pytest.fixture(scope="session")
+def client(site: Site) -> Iterator[TestClient]:
+    from api.main import create_app
+    from api.web import mount_web
+
+    app = create_app(site.settings)
+    if not has_web(app):
+        mount_web(app)
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def server(site: Site) -> Iterator[str]:
+    """uvicorn serving the app on a free loopback port; yields its base URL."""
+    port = _free_port()
+    env = {**os.environ, "CERTBENCH_DATA_DIR": str(site.data_dir), "CERTBENCH_ENVIRONMENT": "test"}
+    env.pop("CERTBENCH_DATABASE_URL", None)
+    env.pop("CERTBENCH_BROKER_URL", None)
+    log = (site.data_dir.parent / "uvicorn.log").open("w")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "web_app:create",
+            "--factory",
+            "--app-dir",
+            str(Path(__file__).parent),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + SERVER_START_SECONDS
+    while True:
+        if process.poll() is not None:
+            log.close()
+            pytest.fail(
+                f"uvicorn exited with {process.returncode}:\n"
+                + (site.data_dir.parent / "uvicorn.log").read_text()
+            )
+        try:
+            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass  # not listening yet
+        if time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"uvicorn did not answer /health within {SERVER_START_SECONDS} s")
+        time.sleep(0.2)
+    yield base
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    log.close()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """Headless Debian Chromium through Playwright (no Playwright browser download)."""
+    if not CHROMIUM.is_file() or shutil.which(str(CHROMIUM)) is None:
+        pytest.fail(
+            f"Chromium is required for the web browser tests and {CHROMIUM} is missing: run "
+            "`apt-get update && apt-get install -y chromium` (Debian package; never "
+            "`playwright install`), or set CERTBENCH_CHROMIUM to the binary.",
+            pytrace=False,
+        )
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()
+
+
+@pytest.fixture
+def page(browser: Any, server: str) -> Iterator[Any]:
+    """A fresh browser context and page; fails the test on any console error."""
+    context = browser.new_context(base_url=server, viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page
+    context.close()
+    assert not errors, f"browser console errors: {errors}"
+
+
+def screenshot(page: Any, name: str, *, full_page: bool = True) -> Path:
+    """Save a screenshot under test-artifacts/web/ for a reviewer to look at."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=full_page)
+    return path

@@ -1,0 +1,201 @@
+"""Real headless Chromium against the app served by uvicorn (see conftest.py).
+
+Every page is loaded with JavaScript on and checked for console errors (the ``page`` fixture fails
+the test on any); screenshots land in test-artifacts/web/ for review.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import Site, screenshot
+from sqlalchemy import select
+
+from models.db import session_scope
+from models.entities import LeaderboardEntry, Submission
+
+pytestmark = pytest.mark.slow
+
+
+def _db_order(site: Site, benchmark: str, column: str, *, descending: bool) -> list[str]:
+    """Model names of the public entries of ``benchmark`` ordered by ``column`` in SQL."""
+    ids = site.seeded.entries[benchmark]
+    with session_scope(site.settings) as session:
+        rows = session.execute(
+            select(Submission.model_name, getattr(LeaderboardEntry, column), Submission.id)
+            .join(LeaderboardEntry, LeaderboardEntry.submission_id == Submission.id)
+            .where(Submission.id.in_(ids.values()))
+        ).all()
+    rows.sort(key=lambda r: ((-r[1] if descending else r[1]), r[2]))
+    return [r[0] for r in rows]
+
+
+def _model_names(page: Any) -> list[str]:
+    return page.locator("#leaderboard tbody th.model > a").all_inner_texts()
+
+
+def test_home_lists_benchmarks_with_top_entries(page: Any, site: Site) -> None:
+    page.goto("/")
+    cards = page.locator("article.benchmark-card")
+    assert cards.count() == 3
+    bands = page.locator('article[data-benchmark="webbands"]')
+    assert bands.locator("tbody tr").count() == 3
+    assert "certbench/web-c" in bands.inner_text()
+    screenshot(page, "home")
+
+
+def test_leaderboard_sorts_by_header_clicks(page: Any, site: Site) -> None:
+    page.goto("/leaderboards/webbands")
+    assert _model_names(page) == _db_order(site, "webbands", "macr", descending=True)
+    screenshot(page, "leaderboard-default")
+    page.click('th[data-key="pa_median"] a')
+    page.wait_for_url("**sort=pa_median**")
+    by_pa = _model_names(page)
+    assert by_pa == _db_order(site, "webbands", "pa_median", descending=True)
+    assert page.get_attribute('th[data-key="pa_median"]', "aria-sort") == "descending"
+    page.click('th[data-key="pa_median"] a')  # second click flips the order
+    page.wait_for_url("**order=asc**")
+    assert _model_names(page) == list(reversed(by_pa))
+    page.click('th[data-key="abstain_rate"] a')  # lower is better: best (lowest) first
+    page.wait_for_url("**sort=abstain_rate**")
+    assert _model_names(page) == _db_order(site, "webbands", "abstain_rate", descending=False)
+    screenshot(page, "leaderboard-sorted-abstain")
+
+
+def test_leaderboard_filters_change_rows(page: Any, site: Site) -> None:
+    page.goto("/leaderboards/webbands")
+    assert page.locator("#leaderboard tbody tr").count() == 5
+    page.select_option("select[name=sigma]", "0.5")  # JS submits on change
+    page.wait_for_url("**sigma=0.5**")
+    names = _model_names(page)
+    assert sorted(names) == ["Charlie", "Echo"]
+    page.select_option("select[name=flagged]", "exclude")
+    page.wait_for_url("**flagged=exclude**")
+    assert _model_names(page) == ["Charlie"]
+    page.goto("/leaderboards/webbands")
+    page.fill("input[name=search]", "del")
+    page.wait_for_url("**search=del**")
+    assert _model_names(page) == ["Delta"]
+    assert page.locator("tr.baseline .badge.baseline").count() == 1
+    screenshot(page, "leaderboard-filtered")
+
+
+def test_flagged_entry_shows_reason(page: Any) -> None:
+    page.goto("/leaderboards/webbands")
+    row = page.locator("tr.flagged")
+    assert row.count() == 1
+    assert "weights do not match paper" in row.inner_text()
+
+
+def test_leaderboard_pages(page: Any) -> None:
+    page.goto("/leaderboards/webbands?per_page=2")
+    assert page.locator("#leaderboard tbody tr").count() == 2
+    first = _model_names(page)
+    page.click(".pager a[rel=next]")
+    page.wait_for_url("**page=2**")
+    second = _model_names(page)
+    assert len(second) == 2 and not set(first) & set(second)
+    assert page.locator("#leaderboard tbody td.rank").first.inner_text() == "3"
+
+
+def test_model_page_plots_have_expected_series(page: Any, site: Site) -> None:
+    sid = site.seeded.entries["webbands"]["Bravo"]
+    page.goto(f"/models/{sid}")
+    # 6 test sets > 6? no: exactly 6 curves + the mean
+    assert page.locator("#cert-acc g.series").count() == 7
+    # this entry + the 3 best other public entries at σ = 0.25 (Alpha, Delta; Echo is σ 0.5)
+    pa = page.locator("#pa-ecdf g.series")
+    labels = [pa.nth(i).get_attribute("data-label") for i in range(pa.count())]
+    assert labels[0].startswith("Bravo") and len(labels) == 3
+    assert page.locator("#bands tbody tr").count() == 3
+    page.hover("#cert-acc", position={"x": 200, "y": 150})
+    tip = page.locator("figure .chart-tip:not([hidden])")
+    assert tip.count() == 1 and "radius" in tip.inner_text()
+    screenshot(page, "model-bands")
+
+
+def test_fourier_model_page_has_heatmap_and_lines(page: Any, site: Site) -> None:
+    sid = site.seeded.entries["webf"]["Alpha"]
+    page.goto(f"/models/{sid}")
+    assert page.locator("#fourier-heatmap g.cell").count() == 6  # 2 α × 3 f_c
+    assert page.locator("#fourier-lines g.series").count() == 2  # one line per α
+    screenshot(page, "model-fourier")
+
+
+def test_compare_overlays_selected_entries(page: Any, site: Site) -> None:
+    page.goto("/leaderboards/webf")
+    boxes = page.locator("#leaderboard tbody input[type=checkbox]")
+    for i in range(3):
+        boxes.nth(i).check()
+    page.click("#compare-button")
+    page.wait_for_url("**/compare?**")
+    assert page.locator("#compare-cert-acc g.series").count() == 3
+    assert page.locator("#compare-pa g.series").count() == 3
+    assert page.locator("svg[id^=compare-fourier-] ").count() == 2  # one panel per α
+    screenshot(page, "compare")
+
+
+def test_owner_signs_in_and_follows_a_running_submission(page: Any, site: Site) -> None:
+    page.goto("/submissions")
+    page.wait_for_url("**/login?next=/submissions")
+    page.fill("#token", "cb_wrong")
+    page.click("form.stacked button[type=submit]")
+    assert "invalid API token" in page.locator("#login-error").inner_text()
+    page.fill("#token", site.seeded.tokens["alice"])
+    page.click("form.stacked button[type=submit]")
+    page.wait_for_url("**/submissions")
+    cookies = {c["name"]: c for c in page.context.cookies()}
+    assert cookies["certbench_token"]["httpOnly"] is True
+    assert cookies["certbench_token"]["sameSite"] == "Strict"
+    assert page.evaluate("document.cookie") == ""  # invisible to scripts
+    page.click(f"#my-submissions a[href='/submissions/{site.seeded.running_id}']")
+    assert page.locator("#state").inner_text() == "running"
+    rows = page.locator("#progress-table tbody tr")
+    assert rows.count() == 6
+    assert rows.first.locator("td.num").inner_text() == "4 / 8"
+    screenshot(page, "status-running")
+    page.click("header.site button.link")  # sign out
+    page.wait_for_url(page.context.pages[0].url)
+    assert "certbench_token" not in {c["name"] for c in page.context.cookies()}
+
+
+def test_dataset_page_shows_samples_and_spectra(page: Any) -> None:
+    page.goto("/datasets/certbench/web-clean")
+    image = page.locator("img.samples")
+    image.scroll_into_view_if_needed()
+    page.wait_for_function("document.querySelector('img.samples').naturalWidth > 0")
+    assert page.locator("#spectra g.series").count() == 1
+    screenshot(page, "dataset")
+
+
+def test_phone_width_has_no_horizontal_page_scroll(browser: Any, server: str) -> None:
+    context = browser.new_context(base_url=server, viewport={"width": 375, "height": 800})
+    page = context.new_page()
+    try:
+        for path in ("/", "/leaderboards/webbands"):
+            page.goto(path)
+            overflow = page.evaluate(
+                "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            assert overflow <= 0, f"{path} scrolls sideways by {overflow}px at 375px width"
+        screenshot(page, "leaderboard-phone")
+    finally:
+        context.close()
+
+
+def test_pages_read_without_javascript(browser: Any, server: str, site: Site) -> None:
+    context = browser.new_context(base_url=server, java_script_enabled=False)
+    page = context.new_page()
+    try:
+        page.goto("/leaderboards/webbands?sort=cert_acc_050")
+        assert _model_names(page) == _db_order(site, "webbands", "cert_acc_050", descending=True)
+        page.select_option("select[name=sigma]", "0.25")
+        page.click("form.filters button[type=submit]")
+        page.wait_for_url("**sigma=0.25**")
+        assert sorted(_model_names(page)) == ["Alpha", "Bravo", "Delta"]
+        page.goto(f"/models/{site.seeded.entries['webclean']['Alpha']}")
+        assert page.locator("#cert-acc g.series").count() == 1  # one test set, no mean line
+        screenshot(page, "model-no-js")
+    finally:
+        context.close()
