@@ -224,17 +224,18 @@ def line_motion_blur(x: np.ndarray, radius: float, sigma: float, angles: np.ndar
     theta = np.deg2rad(np.asarray(angles, dtype=np.float64))
     d_row = np.ceil(taps[None, :] * np.sin(theta)[:, None] - 0.5).astype(np.int64)
     d_col = np.ceil(taps[None, :] * np.cos(theta)[:, None] - 0.5).astype(np.int64)
-    rows, cols = np.arange(h), np.arange(w)
-    # channels-first flat view so each tap is one torch.gather over (B, C, H*W)
-    flat = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2).reshape(b, c, h * w)))
-    flat = flat.to(torch.float64)
-    out = torch.zeros_like(flat)
+    rows, cols = torch.arange(h), torch.arange(w)
+    src = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2), dtype=np.float64))
+    out = torch.zeros_like(src)
+    d_row_t, d_col_t = torch.from_numpy(d_row), torch.from_numpy(d_col)
     for i in range(width):
-        r = np.clip(rows[None, :] + d_row[:, i : i + 1], 0, h - 1)  # (B, H)
-        cc_ = np.clip(cols[None, :] + d_col[:, i : i + 1], 0, w - 1)  # (B, W)
-        index = torch.from_numpy((r[:, :, None] * w + cc_[:, None, :]).reshape(b, 1, h * w))
-        out += kernel[i] * torch.gather(flat, 2, index.expand(b, c, h * w))
-    return out.reshape(b, c, h, w).permute(0, 2, 3, 1).numpy()
+        # an integer shift with edge clamping is a row gather followed by a column gather
+        r = (rows[None, :] + d_row_t[:, i : i + 1]).clamp(0, h - 1)  # (B, H)
+        cc_ = (cols[None, :] + d_col_t[:, i : i + 1]).clamp(0, w - 1)  # (B, W)
+        shifted = torch.gather(src, 2, r[:, None, :, None].expand(b, c, h, w))
+        shifted = torch.gather(shifted, 3, cc_[:, None, None, :].expand(b, c, h, w))
+        out.add_(shifted, alpha=float(kernel[i]))
+    return out.permute(0, 2, 3, 1).numpy()
 
 
 @lru_cache(maxsize=64)
