@@ -93,7 +93,7 @@ def radial_profile(values: torch.Tensor, *, max_radius: int | None = None) -> to
     """Mean of ``values`` (…, H, W), over centred bins grouped by rounded radius ``round(f)``.
 
     Returns ``(…, R + 1)`` with R = ``max_radius`` (default: the largest radius on the grid,
-    22 for 32×32); radii with no bin are 0.
+    23 for 32×32, the corner bin); radii with no bin are 0.
     """
     h, w = values.shape[-2:]
     radius = torch.round(radial_frequency(h, w)).to(torch.int64).flatten()
