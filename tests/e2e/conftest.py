@@ -1,0 +1,205 @@
+"""The whole service as separate processes: PostgreSQL, Redis, the API (uvicorn) and a worker.
+
+Every run gets its own PostgreSQL database (created here, dropped afterwards) and claims an idle
+Redis database index, so parallel runs and other test suites never share queues or rows. When
+PostgreSQL or Redis is not running the tests FAIL with the command that starts it.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+import redis
+from psycopg import sql
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workers"))
+
+from processes import BIN, Service, service_env, start_worker, wait_for
+
+import migrations
+from models import accounts
+from models.db import dispose_engines, session_scope
+from models.entities import Role
+from models.settings import Settings
+
+POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
+REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
+REDIS_LOCK = "certbench-e2e-owner"
+
+START_POSTGRES = (
+    "PostgreSQL is not reachable at 127.0.0.1:5432 (database `test`, user postgres, trust auth): "
+    "{err}. Start it, e.g. `service postgresql start` or `pg_ctlcluster 15 main start`, or "
+    "`docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust -e POSTGRES_DB=test "
+    "postgres:16`."
+)
+START_REDIS = (
+    "Redis is not reachable at 127.0.0.1:6379: {err}. Start it, e.g. `service redis-server start`, "
+    "`redis-server --daemonize yes`, or `docker run -d -p 6379:6379 redis:7`."
+)
+
+#: Timings small enough for a test, in the order the worker requires: soft < hard < visibility
+#: < lease, heartbeat at most half the lease. A killed worker's shard is re-delivered after 45 s.
+SERVICE_ENV = {
+    "CERTBENCH_SHARD_SIZE": "1",
+    "CERTBENCH_WORKER_DEVICE": "cpu",
+    "CERTBENCH_HEARTBEAT_SECONDS": "2",
+    "CERTBENCH_SHARD_SOFT_TIME_LIMIT_SECONDS": "30",
+    "CERTBENCH_SHARD_TIME_LIMIT_SECONDS": "40",
+    "CERTBENCH_VISIBILITY_TIMEOUT_SECONDS": "45",
+    "CERTBENCH_LEASE_SECONDS": "120",
+    "CERTBENCH_WATCHDOG_INTERVAL_SECONDS": "5",
+    "CERTBENCH_MAX_WEIGHTS_BYTES": str(3 * 1024 * 1024),
+    "CERTBENCH_QUOTA_CONCURRENT": "20",
+    "CERTBENCH_QUOTA_FAILED_PER_DAY": "50",
+    "CERTBENCH_QUOTA_SUBMISSIONS_PER_DAY": "50",
+}
+
+
+def settings_from_env(env: dict[str, str]) -> Settings:
+    """The Settings a process started with ``env`` reads."""
+    values = {k.removeprefix("CERTBENCH_").lower(): v for k, v in env.items()}
+    return Settings(**{k: v for k, v in values.items() if k in Settings.model_fields})
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh database on the local PostgreSQL, dropped after the session."""
+    try:
+        admin = psycopg.connect(POSTGRES_ADMIN, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as err:
+        pytest.fail(START_POSTGRES.format(err=err), pytrace=False)
+    name = f"certbench_e2e_{uuid.uuid4().hex[:12]}"
+    with admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+    dispose_engines()
+    with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """An idle Redis database index on the local server, claimed with a lock key, then flushed."""
+    token = uuid.uuid4().hex
+    try:
+        redis.Redis(REDIS_HOST, REDIS_PORT, socket_connect_timeout=5).ping()
+    except redis.exceptions.ConnectionError as err:
+        pytest.fail(START_REDIS.format(err=err), pytrace=False)
+    for index in range(15, 0, -1):
+        client = redis.Redis(REDIS_HOST, REDIS_PORT, db=index)
+        if client.dbsize() == 0 and client.set(REDIS_LOCK, token, nx=True, ex=3600):
+            break
+    else:
+        pytest.fail("every Redis database 1..15 is in use; flush an unused one", pytrace=False)
+    yield f"redis://{REDIS_HOST}:{REDIS_PORT}/{index}"
+    if client.get(REDIS_LOCK) == token.encode():
+        client.flushdb()
+
+
+@dataclass
+class Stack:
+    """The running service: API base URL, an admin client, the worker, the shared settings."""
+
+    env: dict[str, str]
+    settings: Settings
+    api: Service
+    base: str
+    admin: httpx.Client
+    root: Path
+    worker: Service | None = None
+    workers_started: int = 0
+    clients: list[httpx.Client] = field(default_factory=list)
+
+    def start_worker(self) -> Service:
+        self.workers_started += 1
+        log = self.root / f"worker-{self.workers_started}.log"
+        self.worker = start_worker(self.env, log, "--hostname", f"e2e{self.workers_started}@%h")
+        return self.worker
+
+    def client(self, token: str) -> httpx.Client:
+        client = httpx.Client(
+            base_url=self.base, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        )
+        self.clients.append(client)
+        return client
+
+    def submitter(self, name: str) -> httpx.Client:
+        """A new submitter with a token, both created through the admin REST API."""
+        user = self.admin.post("/api/v1/admin/users", json={"name": name, "role": "submitter"})
+        assert user.status_code == 201, user.text
+        token = self.admin.post(f"/api/v1/admin/users/{user.json()['id']}/tokens", json={})
+        assert token.status_code == 201, token.text
+        return self.client(token.json()["token"])
+
+    def services(self) -> tuple[Service, ...]:
+        return tuple(s for s in (self.api, self.worker) if s is not None)
+
+
+@pytest.fixture(scope="session")
+def stack(postgres_url: str, redis_url: str, tmp_path_factory) -> Iterator[Stack]:
+    """Migrated PostgreSQL, Redis, ``certbench serve`` (API only) and one ``certbench worker``."""
+    root = tmp_path_factory.mktemp("e2e")
+    env = service_env(
+        CERTBENCH_DATA_DIR=str(root / "data"),
+        CERTBENCH_DATABASE_URL=postgres_url,
+        CERTBENCH_BROKER_URL=redis_url,
+        **SERVICE_ENV,
+    )
+    settings = settings_from_env(env)
+    migrations.upgrade(settings)
+    with session_scope(settings) as session:
+        admin = accounts.create_user(session, name="root", role=Role.ADMIN)
+        secret = accounts.create_token(session, user=admin, label="e2e").secret
+    port = free_port()
+    api = Service(
+        [str(BIN / "certbench"), "serve", "--host", "127.0.0.1", "--port", str(port),
+         "--no-worker", "--no-load-benchmarks"],
+        env,
+        root / "api.log",
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    admin_client = httpx.Client(
+        base_url=base, headers={"Authorization": f"Bearer {secret}"}, timeout=60
+    )
+    running = Stack(env=env, settings=settings, api=api, base=base, admin=admin_client, root=root)
+    try:
+        wait_for(lambda: _healthy(base), timeout=300, what="the API to answer", services=(api,))
+        running.start_worker()
+        yield running
+    finally:
+        for client in [*running.clients, admin_client]:
+            client.close()
+        if running.worker is not None:
+            running.worker.stop()
+        api.stop()
+
+
+def _healthy(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/health", timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def tiny(stack: Stack) -> dict[str, object]:
+    """The tiny two-test-set benchmark, loaded through the admin REST API."""
+    from flow import put_benchmark
+
+    return put_benchmark(stack.admin, stack.root / "tiny-dataset")

@@ -1,0 +1,61 @@
+"""HTTP steps the end-to-end tests share: load the tiny benchmark, submit, wait for a state."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+from processes import Service, wait_for
+from support import tiny_definition, write_tiny_dataset
+
+TERMINAL = {"finished", "failed", "rejected", "cancelled", "duplicate"}
+
+
+def put_benchmark(admin: httpx.Client, folder: Path, **protocol: Any) -> dict[str, Any]:
+    """Write the tiny dataset under ``folder`` and load its definition through the admin API."""
+    definition = tiny_definition(write_tiny_dataset(folder), **protocol)
+    response = admin.put("/api/v1/admin/benchmarks", json=definition)
+    assert response.status_code == 200, response.text
+    return definition
+
+
+def submit(
+    client: httpx.Client, weights: bytes, manifest: dict[str, Any] | bytes
+) -> httpx.Response:
+    """POST a multipart submission (weights + JSON manifest)."""
+    body = manifest if isinstance(manifest, bytes) else json.dumps(manifest).encode()
+    return client.post(
+        "/api/v1/submissions",
+        files={
+            "weights": ("model.safetensors", weights, "application/octet-stream"),
+            "manifest": ("manifest.json", body, "application/json"),
+        },
+    )
+
+
+def wait_state(
+    client: httpx.Client,
+    submission_id: int,
+    states: set[str],
+    *,
+    services: tuple[Service, ...],
+    timeout: float = 400,
+) -> dict[str, Any]:
+    """Poll GET /submissions/{id} until its state is in ``states``; fail on another end state."""
+
+    def probe() -> dict[str, Any] | None:
+        body = client.get(f"/api/v1/submissions/{submission_id}").json()
+        if body["state"] in states:
+            return body
+        if body["state"] in TERMINAL:
+            raise AssertionError(
+                f"submission {submission_id} ended {body['state']} ({body['reason']}): "
+                f"{body['message']}"
+            )
+        return None
+
+    return wait_for(
+        probe, timeout=timeout, what=f"submission {submission_id} to be {states}", services=services
+    )
