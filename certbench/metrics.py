@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +31,7 @@ CIFAR_C_BANDS: Mapping[str, tuple[str, ...]] = {
 }
 """Seed 000's hand grouping of CIFAR-C corruptions by the spectrum of their perturbation."""
 
-Records = Sequence[CertifyRecord] | pa.Table
+Records: TypeAlias = Sequence[CertifyRecord] | pa.Table
 
 
 @dataclass(frozen=True)

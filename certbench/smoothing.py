@@ -23,6 +23,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import cast
 
 import numpy as np
 import torch
@@ -379,7 +380,8 @@ def _prepare_model(model: nn.Module, settings: _Settings, compile: bool) -> nn.M
     if model not in _COMPILED:
         # freezing treats the weights as constants: BatchNorm folds into the convolutions and
         # the weights are pre-packed; valid because the base classifier is fixed while certifying
-        _COMPILED[model] = torch.compile(model, dynamic=False, options={"freezing": True})
+        compiled = torch.compile(model, dynamic=False, options={"freezing": True})
+        _COMPILED[model] = cast(nn.Module, compiled)
     return _COMPILED[model]
 
 
@@ -498,13 +500,16 @@ def _batches(pieces: Iterator[_Piece], batch_size: int) -> Iterator[list[_Piece]
 def _classify(
     forward: nn.Module, x: torch.Tensor, batch: list[_Piece], settings: _Settings
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Top-1 class of f(x + σ·noise) per sample, its (image, phase) slot, and the class count."""
-    sizes = [len(p.noise) for p in batch]
-    image_slots = np.repeat([p.slot for p in batch], sizes)
-    count_slots = np.repeat([p.phase_slot for p in batch], sizes)
+    """Top-1 class of f(x + σ·noise) per sample, its (image, phase) slot, and the class count.
+
+    Everything is built on the device (broadcast adds, fills): no host-to-device copy, which on
+    CUDA would wait for the previous batch and stall the pipeline.
+    """
     device = settings.device
-    noise = torch.cat([p.noise for p in batch]) if len(batch) > 1 else batch[0].noise
-    noisy = x[torch.from_numpy(image_slots).to(device)] + settings.sigma * noise
+    noisy = torch.cat([x[p.slot] + settings.sigma * p.noise for p in batch])
+    slots = torch.cat(
+        [torch.full((len(p.noise),), p.phase_slot, dtype=torch.int64, device=device) for p in batch]
+    )
     real = len(noisy)
     if settings.pad_batches and real < settings.batch_size:
         noisy = torch.cat([noisy, noisy.new_zeros((settings.batch_size - real, *noisy.shape[1:]))])
@@ -513,7 +518,7 @@ def _classify(
     with (
         torch.inference_mode(),
         torch.autocast(
-            device.type, dtype=settings.amp or torch.float32, enabled=settings.amp is not None
+            device.type, dtype=settings.amp or torch.float32, enabled=bool(settings.amp)
         ),
     ):
         logits = forward(noisy)
@@ -521,7 +526,6 @@ def _classify(
         raise CertificationError(
             f"model must return logits of shape (batch, classes >= 2), got {tuple(logits.shape)}"
         )
-    slots = torch.from_numpy(count_slots).to(device)
     return logits[:real].argmax(dim=1), slots, int(logits.shape[1])
 
 
