@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from certbench import __version__
 from certbench.errors import CertbenchError, ManifestError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -134,6 +135,7 @@ def certify(
         "test_set": test_set,
         "protocol": {"sigma": sigma, "n0": n0, "n": n, "alpha": alpha, "skip": skip},
         "seed": seed,
+        "certbench_version": __version__,
         "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
         "manifest": spec.model_dump(mode="json"),
     }
