@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,51 +120,42 @@ def generate(
         "source_sha256": fingerprint,
         **(source_info or {}),
     }
-    labels = images.labels.numpy()
     indices = images.indices
-    coarse = images.coarse_labels.numpy() if images.coarse_labels is not None else None
-    for spec in specs:
-        meta = {
-            **base_meta,
-            "f_c": spec.f_c,
-            "alpha": spec.alpha,
-            "eps": spec.eps,
-            "severity": spec.severity,
-        }
-        if hub.config_complete(out, spec.name, metadata=meta):
-            report.skipped.append(spec.name)
-            if progress:
-                progress(spec.name, len(images), len(images))
-            continue
-        key = set_stream_key(seed, dataset, protocol, spec)
-        corrupted = torch.empty_like(images.images)
-        for start in range(0, len(images), batch_size):
-            stop = min(start + batch_size, len(images))
-            corrupted[start:stop] = perturb_batch(
-                images.images[start:stop], indices[start:stop], spec, protocol=protocol, key=key
-            )
-            if progress:
-                progress(spec.name, stop, len(images))
-        n = len(images)
-        hub.write_config(
-            out,
-            spec.name,
-            images=corrupted.permute(0, 2, 3, 1).contiguous().numpy(),
-            labels=labels,
-            class_names=images.class_names,
-            coarse_labels=coarse,
-            coarse_class_names=images.coarse_class_names,
-            columns={
-                "f_c": np.full(n, spec.f_c, dtype=np.int32),
-                "alpha": np.full(n, spec.alpha, dtype=np.float32),
-                "eps": np.full(n, spec.eps, dtype=np.float32),
-                "severity": np.full(n, spec.severity, dtype=np.int32),
-            },
-            source_index=indices.numpy(),
-            metadata=meta,
-        )
-        report.written.append(spec.name)
-        report.images_written += n
+    # Encoding PNGs and writing parquet overlaps with the FFTs of the next test set (torch and
+    # zlib both release the GIL); at most one set waits, and a write error surfaces at the
+    # next set or at the end. Each write stays atomic, so a crash never leaves a "complete"
+    # half-written set.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cifar-f-writer") as writer:
+        pending: Future[Path] | None = None
+        for spec in specs:
+            meta = {
+                **base_meta,
+                "f_c": spec.f_c,
+                "alpha": spec.alpha,
+                "eps": spec.eps,
+                "severity": spec.severity,
+            }
+            if hub.config_complete(out, spec.name, metadata=meta):
+                report.skipped.append(spec.name)
+                if progress:
+                    progress(spec.name, len(images), len(images))
+                continue
+            key = set_stream_key(seed, dataset, protocol, spec)
+            corrupted = torch.empty_like(images.images)
+            for start in range(0, len(images), batch_size):
+                stop = min(start + batch_size, len(images))
+                corrupted[start:stop] = perturb_batch(
+                    images.images[start:stop], indices[start:stop], spec, protocol=protocol, key=key
+                )
+                if progress:
+                    progress(spec.name, stop, len(images))
+            if pending is not None:
+                pending.result()
+            pending = writer.submit(_write_set, out, images, spec, corrupted, meta)
+            report.written.append(spec.name)
+            report.images_written += len(images)
+        if pending is not None:
+            pending.result()
     if card:
         write_cifar_f_card(
             out,
@@ -176,3 +168,27 @@ def generate(
         )
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _write_set(
+    out: Path, images: ImageSet, spec: CifarFSpec, corrupted: torch.Tensor, meta: dict[str, Any]
+) -> Path:
+    """One test set as a Hub config: corrupted pixels plus the clean set's labels and indices."""
+    n = len(images)
+    return hub.write_config(
+        out,
+        spec.name,
+        images=corrupted.permute(0, 2, 3, 1).contiguous().numpy(),
+        labels=images.labels.numpy(),
+        class_names=images.class_names,
+        coarse_labels=images.coarse_labels.numpy() if images.coarse_labels is not None else None,
+        coarse_class_names=images.coarse_class_names,
+        columns={
+            "f_c": np.full(n, spec.f_c, dtype=np.int32),
+            "alpha": np.full(n, spec.alpha, dtype=np.float32),
+            "eps": np.full(n, spec.eps, dtype=np.float32),
+            "severity": np.full(n, spec.severity, dtype=np.int32),
+        },
+        source_index=images.indices.numpy(),
+        metadata=meta,
+    )
