@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from celery import Task
@@ -225,11 +226,9 @@ def certify_shard(
     except DataSourceError as err:
         return _fail(settings, submission_id, Reason.DATASET_UNAVAILABLE, str(err))
     relpath = storage.shard_records_relpath(submission_id, test_set.name, shard_index)
-    write_records(
-        records,
-        storage.resolve(settings.artifacts_dir, relpath),
-        metadata=certification.records_metadata(item, test_set, shard),
-    )
+    target = storage.resolve(settings.artifacts_dir, relpath)
+    remove_stale_partials(target, older_than=settings.shard_time_limit_seconds)
+    write_records(records, target, metadata=certification.records_metadata(item, test_set, shard))
     with session_scope(settings) as session:
         new = pipeline.record_shard(
             session,
@@ -246,6 +245,24 @@ def certify_shard(
         )
         _maybe_aggregate(session, submission_id)
     return f"{'recorded' if new else 'already recorded'}: {len(records)} image(s)"
+
+
+def remove_stale_partials(target: Path, *, older_than: float) -> list[Path]:
+    """Delete temporary files a killed attempt of this shard left next to ``target``.
+
+    Only files older than the hard time limit go: no live attempt can be writing them, so a
+    duplicate delivery running at the same time never loses its own temporary file.
+    """
+    cutoff = time.time() - older_than
+    stale = []
+    for path in target.parent.glob(f".{target.name}.*.tmp"):
+        try:
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+                stale.append(path)
+        except FileNotFoundError:
+            continue  # its writer renamed it into place, or another sweep removed it
+    return stale
 
 
 def _start_running(session: Session, submission_id: int, settings: Settings, worker: str) -> bool:

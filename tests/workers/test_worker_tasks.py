@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +31,7 @@ from models.states import Reason, SubmissionState
 from workers import certification
 from workers.app import app
 from workers.names import AGGREGATE, CERTIFY_SHARD, VALIDATE
+from workers.tasks import remove_stale_partials
 
 S = SubmissionState
 
@@ -216,3 +219,17 @@ def test_dataset_smaller_than_definition_fails_the_run(
 
 def test_certify_uses_the_configured_device(settings):
     assert certification.resolve_device(settings.worker_device) == torch.device("cpu")
+
+
+def test_stale_partial_files_of_a_killed_attempt_are_removed(tmp_path):
+    target = tmp_path / "shard-00001.parquet"
+    old = tmp_path / ".shard-00001.parquet.abc.tmp"
+    fresh = tmp_path / ".shard-00001.parquet.def.tmp"
+    other = tmp_path / ".shard-00002.parquet.ghi.tmp"
+    for path in (old, fresh, other):
+        path.write_bytes(b"partial")
+    hour_ago = time.time() - 3600
+    os.utime(old, (hour_ago, hour_ago))
+    os.utime(other, (hour_ago, hour_ago))
+    assert remove_stale_partials(target, older_than=600) == [old]
+    assert not old.exists() and fresh.exists() and other.exists()

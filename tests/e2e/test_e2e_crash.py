@@ -1,0 +1,86 @@
+"""Crash safety: kill -9 the worker in the middle of a submission, start a new one, and the run
+finishes with exactly one result per test set, no duplicate shards and the records of an
+undisturbed run.
+
+The killed shard's message stays unacknowledged in Redis (acks_late) and is re-delivered after
+the visibility timeout (45 s here, below the 120 s lease, so the watchdog does not fail the run
+first); finished shards are not recomputed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from flow import put_benchmark, submit, wait_state
+from processes import wait_for
+from sqlalchemy import select
+from support import TEST_SETS, manifest, tiny_model, weights_bytes
+
+from certbench.data import Subset, load_images
+from certbench.records import read_records
+from certbench.smoothing import certify
+from models import storage
+from models.db import session_scope
+from models.entities import Result, Shard, Submission
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+N = 400
+"""Samples per image: slow enough on CPU that the kill lands while shards remain."""
+
+
+def test_kill_9_mid_submission_then_a_new_worker_finishes_it(stack, tmp_path):
+    definition = put_benchmark(stack.admin, stack.root / "crash-dataset", name="crash", n=N)
+    carol = stack.submitter("carol")
+    model = tiny_model(seed=5)
+    response = submit(carol, weights_bytes(model, tmp_path), manifest(benchmark="crash"))
+    assert response.status_code == 202, response.text
+    sid = response.json()["id"]
+
+    def some_but_not_all_shards() -> dict | None:
+        body = carol.get(f"/api/v1/submissions/{sid}").json()
+        assert body["state"] not in {"finished", "failed"}, body
+        return body if body["state"] == "running" and body["shards_done"] >= 1 else None
+
+    before = wait_for(
+        some_but_not_all_shards, timeout=400, what="a first shard", services=stack.services()
+    )
+    first = stack.worker
+    first.kill_group()
+    assert not first.alive()
+    with session_scope(stack.settings) as session:
+        done_at_kill = len(session.scalars(select(Shard).where(Shard.submission_id == sid)).all())
+    assert 1 <= done_at_kill < before["shards_total"]
+
+    second = stack.start_worker()
+    done = wait_state(carol, sid, {"finished"}, services=(stack.api, second), timeout=600)
+    assert done["shards_done"] == done["shards_total"] == 2 * len(TEST_SETS)
+    moves = [event["to_state"] for event in done["events"]]
+    assert moves == ["submitted", "validating", "queued", "running", "finished"]
+
+    with session_scope(stack.settings) as session:
+        shards = session.scalars(select(Shard).where(Shard.submission_id == sid)).all()
+        keys = Counter((s.test_set_id, s.shard_index) for s in shards)
+        assert len(keys) == done["shards_total"] and set(keys.values()) == {1}
+        workers = {s.worker.split("@")[0] for s in shards}
+        assert workers == {"e2e1", f"e2e{stack.workers_started}"}  # resumed, not redone
+        results = session.scalars(select(Result).where(Result.submission_id == sid)).all()
+        assert sorted(r.test_set.name for r in results) == sorted(TEST_SETS)
+        assert session.get(Submission, sid).reason == "completed"
+
+    records_dir = stack.settings.artifacts_dir / storage.submission_records_dir(sid)
+    for name in TEST_SETS:
+        shard_files = sorted(p.name for p in (records_dir / name).glob("shard-*.parquet"))
+        assert shard_files == ["shard-00000.parquet", "shard-00001.parquet"]
+        merged = read_records(records_dir / f"{name}.parquet")
+        images = load_images(
+            definition["test_sets"][0]["folder"], config=name, subset=Subset(skip=2)
+        )
+        reference = certify(
+            model.eval(), images.as_float(), images.labels, sigma=0.25, n0=4, n=N,
+            alpha=0.001, seed=7, indices=images.indices, test_set=name, device="cpu",
+        )  # fmt: skip
+        assert [(r.index, r.prediction, r.n_a, r.n_y) for r in merged] == [
+            (r.index, r.prediction, r.n_a, r.n_y) for r in reference
+        ]
