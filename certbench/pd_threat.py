@@ -577,6 +577,73 @@ class ExactProjection:
     max_violation: float
 
 
+@dataclass(frozen=True)
+class Halfspaces:
+    """The feasible set at a batch of inputs, independent of the point being projected.
+
+    Rows u_j = (x̃_j − x)/‖x̃_j − x‖ of other-class anchors with bounds
+    b_j = ε·β·w·‖x̃_j − x‖, the ℓ∞/box bounds [lo, hi], and a Lipschitz constant of the dual
+    gradient. Built once per batch so that an attack projecting every step pays for it once.
+    """
+
+    threat: PDThreat
+    flat_x: torch.Tensor
+    lo: torch.Tensor
+    hi: torch.Tensor
+    inv_norm: torch.Tensor
+    bound: torch.Tensor
+    active: torch.Tensor
+    step: torch.Tensor
+    eps_pd: float
+    eps_inf: float
+
+    def transpose_apply(self, lam: torch.Tensor) -> torch.Tensor:
+        """Uᵀλ = (λ/n)ᵀA − (Σλ/n)·x."""
+        w = lam * self.inv_norm
+        return w @ self.threat.anchors - w.sum(1, keepdim=True) * self.flat_x
+
+    def slack(self, d: torch.Tensor) -> torch.Tensor:
+        """Uδ − b on the active rows, 0 elsewhere."""
+        along = d @ self.threat.anchors.T - (d * self.flat_x).sum(1, keepdim=True)
+        return torch.where(self.active, along * self.inv_norm - self.bound, torch.zeros_like(along))
+
+    def clip(self, d: torch.Tensor) -> torch.Tensor:
+        return torch.maximum(torch.minimum(d, self.hi), self.lo)
+
+
+def halfspaces(
+    threat: PDThreat,
+    x: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    eps_pd: float,
+    eps_inf: float = math.inf,
+    power_iterations: int = 20,
+) -> Halfspaces:
+    """Describe {d_PD ≤ ε_pd} ∩ ℓ∞(ε_inf) ∩ box at each input of a batch."""
+    flat_x, labels_d = threat._prepare(x, labels)
+    lo, hi = linf_box(flat_x, eps_inf)
+    coef, sq = threat.geometry(flat_x, labels_d)
+    norm = sq.sqrt()
+    active = coef > 0
+    inv_norm = torch.where(active, 1.0 / norm, torch.zeros_like(norm))
+    # ⟨δ, u_j⟩ ≤ ε·β·w·‖x̃−x‖  ⇔  coef·⟨δ, x̃−x⟩/‖x̃−x‖² ≤ ε.
+    bound = torch.where(active, eps_pd * norm / coef.clamp_min(1e-30), torch.zeros_like(norm))
+    lipschitz = _gram_norm(threat.anchors, flat_x, inv_norm, power_iterations)
+    return Halfspaces(
+        threat=threat,
+        flat_x=flat_x,
+        lo=lo,
+        hi=hi,
+        inv_norm=inv_norm,
+        bound=bound,
+        active=active,
+        step=(1.0 / lipschitz).unsqueeze(1),
+        eps_pd=eps_pd,
+        eps_inf=eps_inf,
+    )
+
+
 def project_exact(
     threat: PDThreat,
     x: torch.Tensor,
@@ -587,60 +654,48 @@ def project_exact(
     eps_inf: float = math.inf,
     max_iter: int = 500,
     tol: float = 1e-6,
+    sets: Halfspaces | None = None,
+    warm_start: torch.Tensor | None = None,
 ) -> ExactProjection:
     """Euclidean projection onto {d_PD ≤ ε_pd} ∩ ℓ∞(ε_inf) ∩ [0,1]-box by dual ascent.
 
     The dual of min ½‖δ − z‖² s.t. ⟨δ, u_j⟩ ≤ b_j, lo ≤ δ ≤ hi is a concave maximisation over
     λ ≥ 0 with δ(λ) = clip(z − Uᵀλ, lo, hi) and gradient Uδ(λ) − b; we run FISTA with adaptive
-    restart on it. Uᵀλ = (λ/n)ᵀA − (Σλ/n)·x and Uδ are GEMMs with the shared anchor matrix.
+    restart on it, from ``warm_start`` multipliers if given (consecutive attack iterates have
+    nearby optima). It stops when every image is feasible and complementary to ``tol`` (in ℓ2
+    units of δ). ``sets`` reuses the geometry of :func:`halfspaces` across calls.
     """
     shape = delta.shape
     b_size = shape[0]
-    flat_x, labels_d = threat._prepare(x, labels)
+    hs = sets or halfspaces(threat, x, labels, eps_pd=eps_pd, eps_inf=eps_inf)
     z = delta.reshape(b_size, -1).to(threat.device, threat.dtype)
-    lo, hi = linf_box(flat_x, eps_inf)
-    coef, sq = threat.geometry(flat_x, labels_d)
-    norm = sq.sqrt()
-    active = coef > 0
-    inv_norm = torch.where(active, 1.0 / norm, torch.zeros_like(norm))
-    # ⟨δ, u_j⟩ ≤ ε·β·w·‖x̃−x‖  ⇔  coef·⟨δ, x̃−x⟩/‖x̃−x‖² ≤ ε.
-    bound = torch.where(active, eps_pd * norm / coef.clamp_min(1e-30), torch.zeros_like(norm))
-    anchors = threat.anchors
 
     def primal(lam: torch.Tensor) -> torch.Tensor:
-        w = lam * inv_norm
-        return torch.maximum(
-            torch.minimum(z - (w @ anchors - w.sum(1, keepdim=True) * flat_x), hi), lo
-        )
+        return hs.clip(z - hs.transpose_apply(lam))
 
-    def slack(d: torch.Tensor) -> torch.Tensor:
-        along = d @ anchors.T - (d * flat_x).sum(1, keepdim=True)
-        return torch.where(active, along * inv_norm - bound, torch.zeros_like(along))
-
-    lipschitz = _gram_norm(anchors, flat_x, inv_norm)
-    step = (1.0 / lipschitz).unsqueeze(1)
-    lam = torch.zeros_like(coef)
+    lam = torch.zeros_like(hs.bound) if warm_start is None else warm_start.clone() * hs.active
     lam_prev = lam
     momentum_t = torch.ones(b_size, 1, device=z.device, dtype=z.dtype)
     raw = primal(lam)
+    s = hs.slack(raw)
     iterations = 0
-    violation = slack(raw).clamp_min(0).amax(1) if threat.num_anchors else torch.zeros(b_size)
     for step_index in range(1, max_iter + 1):
+        violation = s.clamp_min(0).amax(1) if s.shape[1] else torch.zeros(b_size)
+        complementarity = (lam * s.abs()).amax(1) if s.shape[1] else torch.zeros(b_size)
+        if bool(((violation <= tol) & (complementarity <= tol)).all()):
+            break
         iterations = step_index
         t_next = (1 + torch.sqrt(1 + 4 * momentum_t**2)) / 2
         y = lam + ((momentum_t - 1) / t_next) * (lam - lam_prev)
-        grad = slack(primal(y))
-        new = (y + step * grad).clamp_min(0) * active
+        grad = hs.slack(primal(y))
+        new = (y + hs.step * grad).clamp_min(0) * hs.active
         # Restart momentum where the step points against the ascent direction.
         restart = (grad * (new - lam)).sum(1, keepdim=True) < 0
         momentum_t = torch.where(restart, torch.ones_like(t_next), t_next)
         lam_prev, lam = lam, new
         raw = primal(lam)
-        s = slack(raw)
-        violation = s.clamp_min(0).amax(1)
-        complementarity = (lam * s.abs()).amax(1)
-        if bool(((violation <= tol) & (complementarity <= tol)).all()):
-            break
+        s = hs.slack(raw)
+    violation = s.clamp_min(0).amax(1) if s.shape[1] else torch.zeros(b_size)
     raw_shaped = raw.reshape(shape)
     safe = project_lazy(threat, x, raw_shaped, labels, eps_pd=eps_pd, eps_inf=eps_inf)
     return ExactProjection(
@@ -653,7 +708,7 @@ def project_exact(
 
 
 def _gram_norm(
-    anchors: torch.Tensor, flat_x: torch.Tensor, inv_norm: torch.Tensor, iters: int = 30
+    anchors: torch.Tensor, flat_x: torch.Tensor, inv_norm: torch.Tensor, iters: int = 20
 ) -> torch.Tensor:
     """Per-image upper estimate of ‖U Uᵀ‖₂ by power iteration (×1.2 margin, ≤ ‖U‖_F²)."""
     v = (inv_norm > 0).to(anchors.dtype)

@@ -26,6 +26,15 @@ from certbench.pd_threat import (
 NUM_CLASSES = 4
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny tensors: one intra-op thread avoids oversubscribing the shared CPU cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def train() -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(0)

@@ -1,0 +1,517 @@
+"""APGD (Croce & Hein 2020) with a pluggable projection, and robust accuracy under ℓ∞ ∩ PD.
+
+One attack serves two threat models: the step is the ℓ∞ steepest-ascent step η·sign(∇), and the
+feasible set enters only through ``projection.bind(x, labels)(δ) -> δ``. With
+:class:`LinfProjection` this is standard APGD; with :class:`LinfPDProjection` every iterate
+lies in ℓ∞ ∩ PD ∩ box (the PD-aware attack of DESIGN.md §7).
+
+Robust accuracy under (ℓ∞ ∩ PD, ε) (seed 004 §6) takes the worse of two protocols:
+(a) ℓ∞ APGD-CE + APGD-T, each result lazily projected onto the PD sublevel set (the paper's), and
+(b) the PD-aware APGD-CE + APGD-T. Plain ℓ∞ robust accuracy counts every adversarial example any
+run found (all are inside the ℓ∞ ball), so it is never above the ℓ∞ ∩ PD figure.
+
+Randomness: each image's random start derives from (seed, global image index, ε, run) only, so
+shards by image range and different batch sizes run the same attack on each image.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import numpy as np
+import pyarrow as pa
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+from certbench.errors import ThreatModelError
+from certbench.pd_threat import (
+    AnchorBank,
+    PDThreat,
+    halfspaces,
+    linf_box,
+    project_exact,
+    project_lazy,
+)
+
+Bound = Callable[[torch.Tensor], torch.Tensor]
+Loss = Literal["ce", "dlr-targeted"]
+DEFAULT_EPS = (8 / 255, 16 / 255)
+
+
+# --------------------------------------------------------------------------- projections
+
+
+class Projection(Protocol):
+    """A feasible set at a batch: ``bind(x, labels)`` returns δ ↦ its projection.
+
+    Binding once per batch lets a projection precompute what depends on x only (the PD
+    halfspaces) and keep state across the attack's steps (warm-started multipliers).
+    """
+
+    def bind(self, x: torch.Tensor, labels: torch.Tensor) -> Bound: ...
+
+
+@dataclass(frozen=True)
+class LinfProjection:
+    """δ ↦ clip(δ) onto the ℓ∞ ball of radius eps intersected with the [0, 1] box."""
+
+    eps: float
+
+    def bind(self, x: torch.Tensor, labels: torch.Tensor) -> Bound:
+        lo, hi = linf_box(x, self.eps)
+        return lambda delta: torch.maximum(torch.minimum(delta, hi), lo)
+
+
+@dataclass(frozen=True)
+class LinfPDProjection:
+    """Projection onto {d_PD ≤ eps_pd} ∩ ℓ∞(eps_inf) ∩ box: exact (Euclidean) or lazy.
+
+    The exact variant warm-starts each call from the previous call's multipliers and stops at
+    ``tol`` (ℓ2 units of δ) or ``max_iter`` dual steps; an attack needs a good feasible point,
+    not a certificate, and the result is always feasible (project_exact ends with a lazy
+    safeguard).
+    """
+
+    threat: PDThreat
+    eps_inf: float
+    eps_pd: float
+    exact: bool = True
+    max_iter: int = 30
+    tol: float = 1e-3
+
+    def bind(self, x: torch.Tensor, labels: torch.Tensor) -> Bound:
+        if not self.exact:
+            return lambda delta: project_lazy(
+                self.threat, x, delta, labels, eps_pd=self.eps_pd, eps_inf=self.eps_inf
+            ).to(delta.device, delta.dtype)
+        sets = halfspaces(self.threat, x, labels, eps_pd=self.eps_pd, eps_inf=self.eps_inf)
+        state: dict[str, torch.Tensor] = {}
+
+        def project(delta: torch.Tensor) -> torch.Tensor:
+            result = project_exact(
+                self.threat,
+                x,
+                delta,
+                labels,
+                eps_pd=self.eps_pd,
+                eps_inf=self.eps_inf,
+                max_iter=self.max_iter,
+                tol=self.tol,
+                sets=sets,
+                warm_start=state.get("lam"),
+            )
+            state["lam"] = result.multipliers
+            return result.delta.to(delta.device, delta.dtype)
+
+        return project
+
+
+# --------------------------------------------------------------------------- losses
+
+
+def margin_dlr_targeted(
+    logits: torch.Tensor, labels: torch.Tensor, target: torch.Tensor
+) -> torch.Tensor:
+    """Targeted DLR: −(z_y − z_t)/(z_π1 − (z_π3 + z_π4)/2), scale-invariant in the logits."""
+    if logits.shape[1] < 4:
+        raise ThreatModelError(
+            f"the targeted DLR loss needs at least 4 classes, the model has {logits.shape[1]}; "
+            "use loss='ce'."
+        )
+    ordered = logits.sort(dim=1).values
+    own = logits.gather(1, labels[:, None]).squeeze(1)
+    other = logits.gather(1, target[:, None]).squeeze(1)
+    scale = ordered[:, -1] - 0.5 * (ordered[:, -3] + ordered[:, -4]) + 1e-12
+    return -(own - other) / scale
+
+
+def _loss(logits: torch.Tensor, labels: torch.Tensor, loss: Loss, target: torch.Tensor | None):
+    if loss == "ce":
+        return F.cross_entropy(logits, labels, reduction="none")
+    if target is None:
+        raise ThreatModelError("loss='dlr-targeted' needs a target class per image.")
+    return margin_dlr_targeted(logits, labels, target)
+
+
+# --------------------------------------------------------------------------- APGD
+
+
+@dataclass(frozen=True)
+class APGDResult:
+    """Per image: the last misclassified iterate if any (``success``), else the best-loss one."""
+
+    delta: torch.Tensor
+    success: torch.Tensor
+    best_loss: torch.Tensor
+
+
+def checkpoints(n_iter: int) -> list[int]:
+    """Iterations at which APGD may halve the step.
+
+    The first after ⌊0.22·N⌋ steps; each following gap shrinks by ⌊0.03·N⌋ down to ⌊0.06·N⌋
+    (p_{j+1} = p_j + max(p_j − p_{j−1} − 0.03, 0.06) of the paper, in whole iterations).
+    """
+    gap = max(int(0.22 * n_iter), 1)
+    shrink, smallest = max(int(0.03 * n_iter), 1), max(int(0.06 * n_iter), 1)
+    points, at = [], gap
+    while at < n_iter:
+        points.append(at)
+        gap = max(gap - shrink, smallest)
+        at += gap
+    return points
+
+
+def random_start(
+    shape: tuple[int, ...], eps: float, seeds: Sequence[int], device: torch.device
+) -> torch.Tensor:
+    """Per-image uniform direction scaled to ℓ∞ norm eps, from that image's own seed."""
+    starts = []
+    for s in seeds:
+        g = torch.Generator().manual_seed(int(s))
+        t = 2 * torch.rand(shape, generator=g, dtype=torch.float64) - 1
+        starts.append(eps * t / t.abs().max().clamp_min(1e-12))
+    return torch.stack(starts).to(device)
+
+
+def apgd(
+    model: nn.Module,
+    x: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    eps: float,
+    projection: Projection,
+    seeds: Sequence[int],
+    n_iter: int = 100,
+    loss: Loss = "ce",
+    target: torch.Tensor | None = None,
+    momentum: float = 0.75,
+    rho: float = 0.75,
+) -> APGDResult:
+    """Auto-PGD on a batch: step size 2ε halved at checkpoints when progress stalls, momentum.
+
+    At checkpoint w_j the step of an image is halved (and its iterate reset to its best point)
+    if fewer than a fraction ``rho`` of the steps since w_{j−1} increased the loss, or if its
+    step was not halved at w_{j−1} and its best loss has not improved since. ``x`` is in [0, 1].
+    """
+    if n_iter < 1:
+        raise ThreatModelError(f"n_iter={n_iter} must be at least 1.")
+    if len(seeds) != x.shape[0]:
+        raise ThreatModelError(f"got {len(seeds)} seeds for {x.shape[0]} images; pass one each.")
+    b_size = x.shape[0]
+    view = (-1,) + (1,) * (x.dim() - 1)
+
+    def evaluate(delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        point = (x + delta).detach().requires_grad_(True)
+        logits = model(point)
+        values = _loss(logits, labels, loss, target)
+        (grad,) = torch.autograd.grad(values.sum(), point)
+        wrong = logits.argmax(1) != labels
+        return values.detach(), grad.detach(), wrong
+
+    project = projection.bind(x, labels)
+    delta = project(random_start(tuple(x.shape[1:]), eps, seeds, x.device).to(x.dtype))
+    values, grad, wrong = evaluate(delta)
+    best_loss, best_delta, best_grad = values.clone(), delta.clone(), grad.clone()
+    success = wrong.clone()
+    adversarial = torch.where(wrong.view(view), delta, best_delta)
+    step = torch.full((b_size,), 2 * eps, device=x.device, dtype=x.dtype)
+    history = torch.empty(n_iter + 1, b_size, device=x.device, dtype=values.dtype)
+    history[0] = values
+    marks = checkpoints(n_iter)
+    last_mark = 0
+    reduced_last = torch.ones(b_size, dtype=torch.bool, device=x.device)
+    best_at_last_mark = best_loss.clone()
+    previous = delta
+    for i in range(n_iter):
+        z = project(delta + step.view(view) * grad.sign())
+        weight = momentum if i > 0 else 1.0
+        moved = delta + weight * (z - delta) + (1 - weight) * (delta - previous)
+        previous, delta = delta, project(moved)
+        values, grad, wrong = evaluate(delta)
+        history[i + 1] = values
+        adversarial = torch.where(wrong.view(view), delta, adversarial)
+        success |= wrong
+        improved = values > best_loss
+        best_loss = torch.where(improved, values, best_loss)
+        best_delta = torch.where(improved.view(view), delta, best_delta)
+        best_grad = torch.where(improved.view(view), grad, best_grad)
+        if i + 1 in marks:
+            span = i + 1 - last_mark
+            window = history[last_mark : i + 2]
+            increases = (window[1:] > window[:-1]).sum(0)
+            oscillating = increases < rho * span
+            stalled = ~reduced_last & (best_at_last_mark >= best_loss)
+            halve = oscillating | stalled
+            step = torch.where(halve, step / 2, step)
+            delta = torch.where(halve.view(view), best_delta, delta)
+            grad = torch.where(halve.view(view), best_grad, grad)
+            reduced_last = halve
+            best_at_last_mark = best_loss.clone()
+            last_mark = i + 1
+    adversarial = torch.where(success.view(view), adversarial, best_delta)
+    return APGDResult(delta=adversarial.detach(), success=success, best_loss=best_loss)
+
+
+# --------------------------------------------------------------------------- robust accuracy
+
+
+@dataclass(frozen=True)
+class RobustnessRecord:
+    """One image at one ε. ``linf_pd_threat``: smallest d_PD among the ℓ∞ adversarial examples
+    found (None if none), with its arg-max anchor (bank row, -1 if none) for attribution."""
+
+    index: int
+    label: int
+    eps: float
+    clean_prediction: int
+    clean_correct: bool
+    linf_robust: bool
+    pd_robust: bool
+    pd_robust_projected: bool
+    pd_robust_aware: bool
+    linf_pd_threat: float | None
+    linf_pd_anchor: int
+
+
+@dataclass(frozen=True)
+class RobustnessReport:
+    """Per-image records for every ε, and the accuracies derived from them."""
+
+    records: list[RobustnessRecord] = field(default_factory=list)
+
+    @property
+    def eps_list(self) -> tuple[float, ...]:
+        return tuple(sorted({r.eps for r in self.records}))
+
+    def _select(self, eps: float) -> list[RobustnessRecord]:
+        chosen = [r for r in self.records if math.isclose(r.eps, eps)]
+        if not chosen:
+            raise ThreatModelError(f"no records at eps={eps}; the report has {self.eps_list}.")
+        return chosen
+
+    def clean_accuracy(self) -> float:
+        first = self._select(self.eps_list[0])
+        return float(np.mean([r.clean_correct for r in first]))
+
+    def linf_accuracy(self, eps: float) -> float:
+        return float(np.mean([r.linf_robust for r in self._select(eps)]))
+
+    def pd_accuracy(self, eps: float) -> float:
+        return float(np.mean([r.pd_robust for r in self._select(eps)]))
+
+    def summary(self) -> dict[str, float]:
+        """Flat figures for a leaderboard row, e.g. ``pd_robust_accuracy_8``."""
+        out = {
+            "clean_accuracy": self.clean_accuracy(),
+            "count": float(len(self._select(self.eps_list[0]))),
+        }
+        for eps in self.eps_list:
+            tag = f"{round(eps * 255):d}"
+            out[f"linf_robust_accuracy_{tag}"] = self.linf_accuracy(eps)
+            out[f"pd_robust_accuracy_{tag}"] = self.pd_accuracy(eps)
+        return out
+
+    def to_table(self) -> pa.Table:
+        return pa.Table.from_pylist([r.__dict__ for r in self.records])
+
+    @classmethod
+    def from_table(cls, table: pa.Table) -> RobustnessReport:
+        return cls([RobustnessRecord(**row) for row in table.to_pylist()])
+
+    @classmethod
+    def merge(cls, reports: Sequence[RobustnessReport]) -> RobustnessReport:
+        """Join shards (disjoint image ranges) into one report, ordered by (eps, index)."""
+        rows = [r for report in reports for r in report.records]
+        keys = [(r.eps, r.index) for r in rows]
+        if len(set(keys)) != len(keys):
+            raise ThreatModelError("shards overlap: the same (eps, image index) appears twice.")
+        return cls(sorted(rows, key=lambda r: (r.eps, r.index)))
+
+
+def _image_seeds(seed: int, indices: torch.Tensor, eps: float, run: int) -> list[int]:
+    """Seed of one image's run at one ε: from (seed, index, ε in 1/255000 units, run) only."""
+    keys = (round(eps * 255_000), run)
+    return [
+        int(np.random.SeedSequence([seed, int(i), *keys]).generate_state(1)[0]) for i in indices
+    ]
+
+
+def _targets(clean_logits: torch.Tensor, rank: int) -> torch.Tensor:
+    """The class with the (rank+2)-th largest clean logit, as APGD-T targets them."""
+    return clean_logits.argsort(dim=1, descending=True)[:, rank + 1]
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """All attack runs of one batch at one ε."""
+
+    linf_broken: torch.Tensor
+    projected_broken: torch.Tensor
+    aware_broken: torch.Tensor
+    linf_threat: torch.Tensor
+    linf_anchor: torch.Tensor
+
+
+def _attack_batch(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    clean_logits: torch.Tensor,
+    indices: torch.Tensor,
+    *,
+    eps: float,
+    threat: PDThreat,
+    n_iter: int,
+    n_target_classes: int,
+    seed: int,
+    pd_projection: Literal["exact", "lazy"],
+) -> _Runs:
+    plans: list[tuple[Loss, torch.Tensor | None]] = [("ce", None)]
+    n_targets = min(n_target_classes, clean_logits.shape[1] - 1)
+    if clean_logits.shape[1] >= 4:
+        plans += [("dlr-targeted", _targets(clean_logits, r)) for r in range(n_targets)]
+    linf = LinfProjection(eps)
+    pd = LinfPDProjection(threat, eps_inf=eps, eps_pd=eps, exact=pd_projection == "exact")
+    b_size = x.shape[0]
+    linf_broken = torch.zeros(b_size, dtype=torch.bool, device=x.device)
+    projected_broken = torch.zeros_like(linf_broken)
+    aware_broken = torch.zeros_like(linf_broken)
+    linf_threat = torch.full((b_size,), math.inf, device=x.device, dtype=torch.float64)
+    linf_anchor = torch.full((b_size,), -1, device=x.device, dtype=torch.int64)
+    for run, (loss, target) in enumerate(plans):
+        seeds = _image_seeds(seed, indices, eps, run)
+        found = apgd(
+            model,
+            x,
+            y,
+            eps=eps,
+            projection=linf,
+            seeds=seeds,
+            n_iter=n_iter,
+            loss=loss,
+            target=target,
+        )
+        linf_broken |= found.success
+        threat_values = threat.evaluate(x, found.delta, y)
+        value = threat_values.value.to(x.device, torch.float64)
+        better = found.success & (value < linf_threat)
+        linf_threat = torch.where(better, value, linf_threat)
+        linf_anchor = torch.where(better, threat_values.anchor.to(x.device), linf_anchor)
+        projected = project_lazy(threat, x, found.delta, y, eps_pd=eps, eps_inf=eps).to(x.dtype)
+        with torch.no_grad():
+            projected_broken |= model(x + projected).argmax(1) != y
+        aware = apgd(
+            model,
+            x,
+            y,
+            eps=eps,
+            projection=pd,
+            seeds=seeds,
+            n_iter=n_iter,
+            loss=loss,
+            target=target,
+        )
+        aware_broken |= aware.success
+    linf_threat = torch.where(
+        torch.isinf(linf_threat), torch.full_like(linf_threat, math.nan), linf_threat
+    )
+    return _Runs(linf_broken, projected_broken, aware_broken, linf_threat, linf_anchor)
+
+
+def robust_accuracy(
+    model: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    anchors: AnchorBank | PDThreat,
+    eps_list: Sequence[float] = DEFAULT_EPS,
+    n_iter: int = 100,
+    n_target_classes: int = 9,
+    seed: int = 0,
+    batch_size: int = 256,
+    device: torch.device | str | None = None,
+    indices: torch.Tensor | None = None,
+    pd_projection: Literal["exact", "lazy"] = "exact",
+    progress: bool = False,
+) -> RobustnessReport:
+    """Clean, ℓ∞ and ℓ∞ ∩ PD robust accuracy of a deterministic classifier, per image.
+
+    ``images``: uint8 (N, C, H, W) or float in [0, 1]; the model takes [0, 1] inputs (its
+    normalisation is its first layer). ``indices``: global image indices (default 0..N−1), which
+    seed each image's attack so shards reproduce the unsharded records.
+    """
+    if images.shape[0] != labels.shape[0]:
+        raise ThreatModelError(f"images ({images.shape[0]}) and labels ({labels.shape[0]}) differ.")
+    if not eps_list or any(e <= 0 for e in eps_list):
+        raise ThreatModelError(
+            f"eps_list={tuple(eps_list)} must hold positive radii, e.g. (8/255,)."
+        )
+    if batch_size < 1:
+        raise ThreatModelError(f"batch_size={batch_size} must be at least 1.")
+    dev = torch.device(device) if device is not None else next(model.parameters()).device
+    model = model.eval().to(dev)
+    threat = anchors if isinstance(anchors, PDThreat) else PDThreat(anchors, device=dev)
+    if threat.device != dev:
+        raise ThreatModelError(f"the PDThreat lives on {threat.device} but the model on {dev}.")
+    data = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()
+    index = indices if indices is not None else torch.arange(images.shape[0])
+    if index.shape[0] != images.shape[0]:
+        raise ThreatModelError(f"indices ({index.shape[0]}) and images ({images.shape[0]}) differ.")
+    records: list[RobustnessRecord] = []
+    starts = range(0, images.shape[0], batch_size)
+    for start in tqdm(starts, disable=not progress, desc="pd robustness"):
+        x = data[start : start + batch_size].to(dev)
+        y = labels[start : start + batch_size].to(dev)
+        idx = index[start : start + batch_size]
+        with torch.no_grad():
+            clean_logits = model(x)
+        prediction = clean_logits.argmax(1)
+        correct = prediction == y
+        for eps in eps_list:
+            runs = _Runs(
+                *(torch.zeros(len(y), dtype=torch.bool, device=dev) for _ in range(3)),
+                torch.full((len(y),), math.nan, dtype=torch.float64, device=dev),
+                torch.full((len(y),), -1, dtype=torch.int64, device=dev),
+            )
+            if bool(correct.any()):
+                sub = _attack_batch(
+                    model,
+                    x[correct],
+                    y[correct],
+                    clean_logits[correct],
+                    idx[correct.cpu()],
+                    eps=eps,
+                    threat=threat,
+                    n_iter=n_iter,
+                    n_target_classes=n_target_classes,
+                    seed=seed,
+                    pd_projection=pd_projection,
+                )
+                for full, part in zip(runs.__dict__.values(), sub.__dict__.values(), strict=True):
+                    full[correct] = part
+            pd_broken = runs.projected_broken | runs.aware_broken
+            linf_broken = runs.linf_broken | pd_broken
+            for j in range(len(y)):
+                records.append(
+                    RobustnessRecord(
+                        index=int(idx[j]),
+                        label=int(y[j]),
+                        eps=float(eps),
+                        clean_prediction=int(prediction[j]),
+                        clean_correct=bool(correct[j]),
+                        linf_robust=bool(correct[j] and not linf_broken[j]),
+                        pd_robust=bool(correct[j] and not pd_broken[j]),
+                        pd_robust_projected=bool(correct[j] and not runs.projected_broken[j]),
+                        pd_robust_aware=bool(correct[j] and not runs.aware_broken[j]),
+                        linf_pd_threat=None
+                        if math.isnan(float(runs.linf_threat[j]))
+                        else float(runs.linf_threat[j]),
+                        linf_pd_anchor=int(runs.linf_anchor[j]),
+                    )
+                )
+    return RobustnessReport(sorted(records, key=lambda r: (r.eps, r.index)))
