@@ -260,12 +260,12 @@ def fourier_heatmap(results: ResultsPublic, *, chart_id: str = "fourier-heatmap"
 def fourier_lines(results: ResultsPublic, *, chart_id: str = "fourier-lines") -> Markup:
     """Seed 000 Fig. 6 for one model: one line per α of ACR over f_c."""
     alphas, fcs, grid = fourier_grid(results.results)
-    series = [Series(f"α = {a:g}", fcs, grid[i]) for i, a in enumerate(alphas)]
+    series = [Series(f"α = {a:g}", fcs, grid[i], markers=True) for i, a in enumerate(alphas)]
     return line_chart(
         series,
         chart_id=chart_id,
         title="ACR over centre frequency, per α",
-        x=Axis("centre frequency f_c", min(fcs), max(fcs)),
+        x=Axis("centre frequency f_c", min(fcs), max(fcs), ticks=fcs),
         y=Axis("ACR (ℓ2 radius)", 0.0, _acr_top(grid)),
     )
 
@@ -280,14 +280,16 @@ def fourier_panels(entries: Mapping[str, ResultsPublic], *, chart_id: str) -> li
         series = []
         for label, (entry_alphas, fcs, grid) in grids.items():
             if alpha in entry_alphas:
-                series.append(Series(label, fcs, grid[entry_alphas.index(alpha)]))
+                series.append(Series(label, fcs, grid[entry_alphas.index(alpha)], markers=True))
         all_fcs = [f for _, fcs, _ in grids.values() for f in fcs]
         panels.append(
             line_chart(
                 series,
                 chart_id=f"{chart_id}-{alpha:g}".replace(".", "p"),
                 title=f"ACR over f_c at α = {alpha:g}",
-                x=Axis("centre frequency f_c", min(all_fcs), max(all_fcs)),
+                x=Axis(
+                    "centre frequency f_c", min(all_fcs), max(all_fcs), ticks=sorted(set(all_fcs))
+                ),
                 y=Axis("ACR (ℓ2 radius)", 0.0, top),
             )
         )

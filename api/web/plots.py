@@ -46,12 +46,15 @@ RADIUS_AXIS_LABEL = "radius (ℓ2, [0,1] pixels)"
 
 @dataclass(frozen=True)
 class Series:
-    """One curve: ``x``/``y`` values; ``emphasis`` draws it thicker (the page's own entry)."""
+    """One curve: ``x``/``y`` values; ``emphasis`` draws it thicker (the page's own entry);
+    ``markers`` puts a dot with a tooltip on every point (for a few measured values, not for
+    curves on a fine grid)."""
 
     label: str
     x: Sequence[float]
     y: Sequence[float]
     emphasis: bool = False
+    markers: bool = False
 
 
 @dataclass(frozen=True)
@@ -236,7 +239,7 @@ def line_chart(
             f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="{width}" '
             f'stroke-linejoin="round"{dash_attr}/>'
         )
-        if len(xs) <= 24:  # markers only on short, measured curves (e.g. ACR over f_c)
+        if s.markers:
             for a, b in zip(xs, ys, strict=True):
                 out.append(
                     f'<circle cx="{_num(px(a))}" cy="{_num(py(b))}" r="3" fill="{colour}">'
@@ -282,11 +285,11 @@ def heatmap(
     span = (hi - lo) or 1.0
     cmap = colormaps[HEATMAP_CMAP]
     left, top = 70, 34
-    width = left + cell * len(col_labels) + 90
+    width = max(left + cell * len(col_labels) + 90, left + int(len(title) * 7.5))
     height = top + cell * len(row_labels) + 46
     out = [
         f'<svg class="chart heatmap" id="{escape(chart_id)}" xmlns="http://www.w3.org/2000/svg" '
-        f'viewBox="0 0 {width} {height}" role="img" '
+        f'viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
         f'aria-labelledby="{escape(chart_id)}-title">',
         f'<title id="{escape(chart_id)}-title">{escape(title)}</title>',
         f'<defs><pattern id="{escape(chart_id)}-na" width="6" height="6" '

@@ -153,7 +153,8 @@ def test_owner_signs_in_and_follows_a_running_submission(page: Any, site: Site) 
     assert page.locator("#state").inner_text() == "running"
     rows = page.locator("#progress-table tbody tr")
     assert rows.count() == 6
-    assert rows.first.locator("td.num").inner_text() == "4 / 8"
+    assert rows.first.locator("td.num").inner_text() == "8 / 8"
+    assert rows.nth(1).locator("td.num").inner_text() == "0 / 8"
     screenshot(page, "status-running")
     page.click("header.site button.link")  # sign out
     page.wait_for_url(page.context.pages[0].url)

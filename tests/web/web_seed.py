@@ -192,8 +192,10 @@ def _record(
     session: Session, sid: int, spec: pipeline.ShardSpec, *, settings: Settings, **kw: Any
 ) -> None:
     relpath = storage.shard_records_relpath(sid, spec.test_set, spec.shard_index)
+    seed = kw.pop("seed") * 1000 + spec.test_set_id  # each test set draws its own records
     write_records(
-        make_records(spec.start, spec.stop, **kw), storage.resolve(settings.artifacts_dir, relpath)
+        make_records(spec.start, spec.stop, seed=seed, **kw),
+        storage.resolve(settings.artifacts_dir, relpath),
     )
     pipeline.record_shard(
         session,

@@ -1,0 +1,279 @@
+"""Server-side checks of the HTML pages (TestClient): values on the pages equal the database and
+the REST API, privacy holds, sign-in cookies are safe, errors are HTML with the right status."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from html import unescape
+
+import numpy as np
+import pytest
+from conftest import Site
+from fastapi.testclient import TestClient
+from PIL import Image
+from sqlalchemy import select
+from web_seed import submit
+
+from api.web.auth import COOKIE_NAME
+from certbench.metrics import PA_GRID, pa_ecdf
+from certbench.records import read_table
+from models.catalog import get_benchmark
+from models.db import session_scope
+from models.entities import LeaderboardEntry, Result, Submission
+from models.leaderboard import SORT_COLUMNS
+
+ROW = re.compile(r'<tr data-id="(\d+)"')
+
+
+def _row_ids(html: str) -> list[int]:
+    return [int(m) for m in ROW.findall(html)]
+
+
+def _api_ids(client: TestClient, benchmark: str, **params: str) -> list[int]:
+    response = client.get(f"/api/v1/leaderboards/{benchmark}", params=params)
+    assert response.status_code == 200, response.text
+    return [row["submission_id"] for row in response.json()["rows"]]
+
+
+@pytest.fixture
+def anonymous(client: TestClient) -> TestClient:
+    client.cookies.clear()
+    return client
+
+
+def test_leaderboard_rows_and_values_match_the_database(anonymous: TestClient, site: Site) -> None:
+    html = anonymous.get("/leaderboards/webbands").text
+    ids = _row_ids(html)
+    with session_scope(site.settings) as session:
+        entries = {
+            e.submission_id: e
+            for e in session.scalars(
+                select(LeaderboardEntry).where(LeaderboardEntry.submission_id.in_(ids))
+            )
+        }
+    assert len(ids) == 5 and site.seeded.private_id not in ids
+    assert ids == sorted(ids, key=lambda i: (-entries[i].macr, i))
+    for sid, entry in entries.items():
+        row = html[html.index(f'<tr data-id="{sid}"') :].split("</tr>")[0]
+        assert f'data-key="macr" data-value="{entry.macr}"' in row
+        assert f"{entry.macr:.3f}" in row
+        assert f"{entry.cert_acc_050 * 100:.1f}%" in row
+        assert f"{entry.pa_median:.3f}" in row
+        assert f"{entry.band_low:.3f}" in row and f"{entry.band_high:.3f}" in row
+
+
+@pytest.mark.parametrize("sort", sorted(set(SORT_COLUMNS) - {"acr"}))
+def test_every_sort_key_orders_like_the_rest_api(anonymous: TestClient, sort: str) -> None:
+    for order in ("asc", "desc"):
+        page = anonymous.get(f"/leaderboards/webbands?sort={sort}&order={order}")
+        assert page.status_code == 200
+        assert _row_ids(page.text) == _api_ids(anonymous, "webbands", sort=sort, order=order)
+
+
+def test_filters_search_and_paging_match_the_rest_api(anonymous: TestClient) -> None:
+    cases = [
+        ({"sigma": "0.5"}, {"sigma": "0.5"}),
+        ({"architecture": "wrn"}, {"architecture": "wrn"}),
+        ({"extra_data": "yes"}, {"extra_data": "true"}),
+        ({"venue": "ICML"}, {"venue": "ICML"}),
+        ({"baseline": "only"}, {"baseline": "true"}),
+        ({"flagged": "exclude"}, {"flagged": "false"}),
+        ({"search": "ar"}, {"search": "ar"}),
+        ({"per_page": "2", "page": "2"}, {"limit": "2", "offset": "2"}),
+    ]
+    for web, api in cases:
+        ids = _row_ids(anonymous.get("/leaderboards/webbands", params=web).text)
+        assert ids == _api_ids(anonymous, "webbands", **api), web
+        assert ids, f"filter {web} should match something in the seed"
+
+
+def test_paging_shows_counts_and_rank_offsets(anonymous: TestClient) -> None:
+    html = anonymous.get("/leaderboards/webbands?per_page=2&page=3").text
+    assert "Entries 5–5 of 5" in html
+    assert re.search(r'<td class="num rank">5</td>', html)
+
+
+def test_private_entry_only_for_its_owner(client: TestClient, site: Site) -> None:
+    client.cookies.clear()
+    assert site.seeded.private_id not in _row_ids(client.get("/leaderboards/webbands").text)
+    assert client.get(f"/models/{site.seeded.private_id}").status_code == 404
+    client.cookies.set(COOKIE_NAME, site.seeded.tokens["alice"])
+    try:
+        assert site.seeded.private_id in _row_ids(client.get("/leaderboards/webbands").text)
+        assert client.get(f"/models/{site.seeded.private_id}").status_code == 200
+        client.cookies.set(COOKIE_NAME, site.seeded.tokens["bob"])
+        assert client.get(f"/models/{site.seeded.private_id}").status_code == 404
+    finally:
+        client.cookies.clear()
+
+
+def test_model_page_shows_results_versions_and_records(anonymous: TestClient, site: Site) -> None:
+    sid = site.seeded.entries["webbands"]["Alpha"]
+    html = anonymous.get(f"/models/{sid}").text
+    with session_scope(site.settings) as session:
+        results = [
+            (r.test_set.name, r.acr, r.pa_median, r.evaluator_version)
+            for r in session.scalars(select(Result).where(Result.submission_id == sid))
+        ]
+        protocol = session.get(Submission, sid).protocol_version
+    assert len(results) == 6
+    for name, acr, pa_median, evaluator in results:
+        row = html[html.index(f'data-test-set="{name}"') :].split("</tr>")[0]
+        assert f"{acr:.3f}" in row
+        assert f"{pa_median:.3f}" in row
+        assert evaluator in html
+        link = re.search(r'href="([^"]+)" download', row).group(1)
+        download = anonymous.get(link)
+        assert download.status_code == 200 and download.content[:4] == b"PAR1"
+    assert f"<code>{protocol}</code>" in html
+    assert '"sigma": 0.25' in unescape(html)  # the manifest
+    assert "radius (ℓ2, [0,1] pixels)" in html
+
+
+def test_pa_curve_on_the_page_is_the_records_ecdf(anonymous: TestClient, site: Site) -> None:
+    sid = site.seeded.entries["webclean"]["Bravo"]
+    html = anonymous.get(f"/models/{sid}").text
+    svg = html[html.index('id="pa-ecdf"') :].split("</svg>")[0]
+    first = re.search(r"data-label=\"([^\"]+)\"[^>]*data-xy='([^']+)'", svg)
+    assert first.group(1).startswith("Bravo")
+    points = np.array(json.loads(unescape(first.group(2))))
+    with session_scope(site.settings) as session:
+        result = session.scalar(select(Result).where(Result.submission_id == sid))
+        path = site.settings.artifacts_dir / result.records_path
+    expected = pa_ecdf(read_table(path))
+    drawn = np.interp(PA_GRID, points[:, 0], points[:, 1])
+    # between kept points the drawn line is flat or linear: compare where the curve is defined
+    kept = np.isin(np.round(PA_GRID, 3), np.round(points[:, 0], 3))
+    assert np.allclose(drawn[kept], expected[kept], atol=1e-4)
+    assert points[0][0] == 0.5 and points[-1][0] == 1.0
+
+
+def test_fourier_heatmap_cells_are_mean_acr_over_severities(
+    anonymous: TestClient, site: Site
+) -> None:
+    sid = site.seeded.entries["webf"]["Charlie"]
+    html = anonymous.get(f"/models/{sid}").text
+    values = [float(v) for v in re.findall(r'<g class="cell" data-value="([0-9.]+)"', html)]
+    with session_scope(site.settings) as session:
+        acrs = [r.acr for r in session.scalars(select(Result).where(Result.submission_id == sid))]
+    assert sorted(values) == pytest.approx(sorted(acrs), abs=1e-4)  # one severity per cell
+
+
+def test_home_and_datasets_show_hub_links_and_one_liners(anonymous: TestClient) -> None:
+    home = anonymous.get("/").text
+    assert 'href="https://huggingface.co/datasets/certbench/web-c"' in home
+    datasets = unescape(anonymous.get("/datasets").text)
+    assert 'load_dataset("certbench/web-f", "fc01_a0p5_s1", split="test")' in datasets
+    page = unescape(anonymous.get("/datasets/certbench/web-c").text)
+    for config in ("fog_s1", "blur_s2", "noise_s1"):
+        assert f'load_dataset("certbench/web-c", "{config}", split="test")' in page
+    assert "has none" in page  # no local copy → the page says so
+
+
+def test_local_dataset_samples_and_figures(anonymous: TestClient) -> None:
+    page = anonymous.get("/datasets/certbench/web-clean").text
+    assert "/datasets/certbench/web-clean/samples/clean.png" in page
+    assert "/datasets/certbench/web-clean/figures/sample_grid.png" in page
+    png = anonymous.get("/datasets/certbench/web-clean/samples/clean.png")
+    assert png.status_code == 200 and png.headers["content-type"] == "image/png"
+    assert Image.open(io.BytesIO(png.content)).size == (4 * 34 * 3, 4 * 34 * 3)
+    assert anonymous.get("/datasets/certbench/web-clean/figures/../README.md").status_code == 404
+    assert anonymous.get("/datasets/certbench/web-clean/figures/nope.png").status_code == 404
+
+
+def test_sign_in_sets_a_safe_cookie(anonymous: TestClient, site: Site) -> None:
+    response = anonymous.post(
+        "/login",
+        data={"token": site.seeded.tokens["bob"], "next": "https://evil.example/"},
+        follow_redirects=False,
+    )
+    assert response.status_code == 303
+    assert response.headers["location"] == "/submissions"  # no open redirect
+    cookie = response.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Max-Age=43200" in cookie
+    bad = anonymous.post("/login", data={"token": "cb_nope"}, follow_redirects=False)
+    assert bad.status_code == 401 and "invalid API token" in bad.text
+    foreign = anonymous.post(
+        "/login",
+        data={"token": site.seeded.tokens["bob"]},
+        headers={"Origin": "https://evil.example"},
+        follow_redirects=False,
+    )
+    assert foreign.status_code == 403 and "set-cookie" not in foreign.headers
+
+
+def test_status_page_is_for_the_owner_only(client: TestClient, site: Site) -> None:
+    client.cookies.clear()
+    running = site.seeded.running_id
+    redirect = client.get(f"/submissions/{running}", follow_redirects=False)
+    assert redirect.status_code == 303 and redirect.headers["location"].startswith("/login")
+    client.cookies.set(COOKIE_NAME, site.seeded.tokens["bob"])
+    assert client.get(f"/submissions/{running}").status_code == 404
+    client.cookies.set(COOKIE_NAME, site.seeded.tokens["root"])  # admins see everything
+    html = client.get(f"/submissions/{running}").text
+    assert '<dd id="state">running</dd>' in html
+    assert html.count('<td class="num">8 / 8</td>') == 1
+    assert html.count('<td class="num">0 / 8</td>') == 5
+    assert 'http-equiv="refresh"' in html
+    client.cookies.set(COOKIE_NAME, "cb_revoked_or_wrong")
+    stale = client.get("/leaderboards/webbands")
+    assert stale.status_code == 200 and f'{COOKIE_NAME}=""' in stale.headers["set-cookie"]
+    client.cookies.clear()
+
+
+def test_owner_cancels_from_the_status_page(client: TestClient, site: Site) -> None:
+    with session_scope(site.settings) as session:
+        bench = get_benchmark(session, "webclean")
+        alice = session.get(Submission, site.seeded.running_id).user
+        sid = submit(
+            session, user=alice, benchmark=bench, settings=site.settings, name="Tmp", seed=777
+        )
+    client.cookies.set(COOKIE_NAME, site.seeded.tokens["alice"])
+    try:
+        html = client.get(f"/submissions/{sid}").text
+        assert "queue-position" in html and "Cancel this submission" in html
+        response = client.post(f"/submissions/{sid}/cancel", follow_redirects=False)
+        assert response.status_code == 303
+        assert '<dd id="state">cancelled</dd>' in client.get(f"/submissions/{sid}").text
+        again = client.post(f"/submissions/{sid}/cancel")
+        assert again.status_code == 409 and "text/html" in again.headers["content-type"]
+    finally:
+        client.cookies.clear()
+
+
+def test_compare_page_and_its_errors(anonymous: TestClient, site: Site) -> None:
+    ids = site.seeded.entries["webbands"]
+    html = anonymous.get(f"/compare?id={ids['Alpha']}&id={ids['Echo']}").text
+    assert html.count('<g class="series"') == 4  # 2 certified-accuracy + 2 p_A curves
+    one = anonymous.get(f"/compare?id={ids['Alpha']}")
+    assert one.status_code == 422 and "2 to 4" in one.text
+    mixed = anonymous.get(f"/compare?id={ids['Alpha']}&id={site.seeded.entries['webf']['Alpha']}")
+    assert mixed.status_code == 422 and "different benchmarks" in mixed.text
+
+
+@pytest.mark.parametrize(
+    ("url", "status"),
+    [
+        ("/leaderboards/nope", 404),
+        ("/leaderboards/webbands?sort=drop_table", 422),
+        ("/leaderboards/webbands?extra_data=maybe", 422),
+        ("/leaderboards/webbands?sigma=abc", 422),
+        ("/models/999999", 404),
+        ("/datasets/nobody/nothing", 404),
+    ],
+)
+def test_errors_are_html_pages(anonymous: TestClient, url: str, status: int) -> None:
+    response = anonymous.get(url)
+    assert response.status_code == status
+    assert response.headers["content-type"].startswith("text/html")
+    assert 'role="alert"' in response.text
+
+
+def test_static_files_are_bundled(anonymous: TestClient) -> None:
+    for name in ("certbench.css", "certbench.js"):
+        response = anonymous.get(f"/static/{name}")
+        assert response.status_code == 200 and len(response.content) > 1000
+    html = anonymous.get("/").text
+    assert "http://" not in html.split("<body>")[0] and "https://" not in html.split("<body>")[0]
