@@ -105,8 +105,8 @@ operation, outputs truncated to uint8 as in the original.
 Documented equivalents where the original software cannot be used:
 
 {equivalents}
-- skimage/OpenCV primitives are replaced by scipy.ndimage/numpy with the same border modes;
-  PIL's BOX resize (pixelate) is reproduced bit-exactly; JPEG uses PIL/libjpeg itself.
+- skimage/OpenCV primitives are replaced by scipy.ndimage/numpy/torch with the same border
+  modes; pixelate (BOX resize) and JPEG use PIL/libjpeg itself, as the original.
 
 Quirks of the original reproduced on purpose: glass blur's pixel "swap" is a copy (numpy views
 alias), fog's plasma uses wibble·U(−wibble, wibble), frost picks among the first 5 textures."""
