@@ -7,7 +7,6 @@ PostgreSQL or Redis is not running the tests FAIL with the command that starts i
 
 from __future__ import annotations
 
-import socket
 import sys
 import uuid
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workers"))
 
+from flow import free_port, put_benchmark, settings_from_env
 from processes import BIN, Service, service_env, start_worker, wait_for
 
 import migrations
@@ -61,18 +61,6 @@ SERVICE_ENV = {
     "CERTBENCH_QUOTA_FAILED_PER_DAY": "50",
     "CERTBENCH_QUOTA_SUBMISSIONS_PER_DAY": "50",
 }
-
-
-def settings_from_env(env: dict[str, str]) -> Settings:
-    """The Settings a process started with ``env`` reads."""
-    values = {k.removeprefix("CERTBENCH_").lower(): v for k, v in env.items()}
-    return Settings(**{k: v for k, v in values.items() if k in Settings.model_fields})
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -200,6 +188,4 @@ def _healthy(base: str) -> bool:
 @pytest.fixture(scope="session")
 def tiny(stack: Stack) -> dict[str, object]:
     """The tiny two-test-set benchmark, loaded through the admin REST API."""
-    from flow import put_benchmark
-
     return put_benchmark(stack.admin, stack.root / "tiny-dataset")

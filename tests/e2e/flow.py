@@ -1,14 +1,32 @@
-"""HTTP steps the end-to-end tests share: load the tiny benchmark, submit, wait for a state."""
+"""Steps the end-to-end tests share: settings of a process env, a free port, loading the tiny
+benchmark over HTTP, submitting, waiting for a state."""
 
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
 import httpx
 from processes import Service, wait_for
 from support import tiny_definition, write_tiny_dataset
+
+from models.settings import Settings
+
+
+def settings_from_env(env: dict[str, str]) -> Settings:
+    """The Settings a process started with ``env`` reads."""
+    values = {k.removeprefix("CERTBENCH_").lower(): v for k, v in env.items()}
+    return Settings(**{k: v for k, v in values.items() if k in Settings.model_fields})
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (for the API process)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
 
 TERMINAL = {"finished", "failed", "rejected", "cancelled", "duplicate"}
 
