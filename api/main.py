@@ -15,6 +15,7 @@ from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
 from api.queue import JobQueue
 from api.routes import admin, benchmarks, health, leaderboards, results, submissions, users
+from api.web import mount_web
 from models.settings import Settings, get_settings
 
 API_PREFIX = "/api/v1"
@@ -62,4 +63,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(health.router, prefix=API_PREFIX)
     app.include_router(api_router())
+    mount_web(app)
     return app
