@@ -98,6 +98,7 @@ def generate(
     source_info: dict[str, Any] | None = None,
     progress: ProgressHook | None = None,
     card: bool = True,
+    threads: int | None = None,
 ) -> GenerationReport:
     """Write every test set in ``specs`` as a Hub config under ``out_dir``; skip verified ones.
 
@@ -105,8 +106,46 @@ def generate(
     figures) is (re)written at the end, so the folder loads with ``datasets.load_dataset``.
     A config is skipped only if its checksum verifies *and* it was made with the same protocol,
     seed, dataset and source content, so a resumed run never mixes parameters.
+
+    ``threads`` sets torch's intra-op threads for the run (restored afterwards). The FFT work
+    is small per call, so on few cores one compute thread plus the background PNG/parquet
+    writer beats several OpenMP threads that contend for the same cores.
     """
-    out = Path(out_dir)
+    previous_threads = torch.get_num_threads()
+    if threads is not None:
+        if threads < 1:
+            raise GeneratorError(f"threads must be >= 1, got {threads}.")
+        torch.set_num_threads(threads)
+    try:
+        return _generate(
+            images,
+            Path(out_dir),
+            specs,
+            dataset=dataset,
+            protocol=protocol,
+            seed=seed,
+            batch_size=batch_size,
+            source_info=source_info,
+            progress=progress,
+            card=card,
+        )
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _generate(
+    images: ImageSet,
+    out: Path,
+    specs: Sequence[CifarFSpec],
+    *,
+    dataset: str,
+    protocol: Protocol,
+    seed: int,
+    batch_size: int,
+    source_info: dict[str, Any] | None,
+    progress: ProgressHook | None,
+    card: bool,
+) -> GenerationReport:
     report = GenerationReport(out_dir=out)
     started = time.perf_counter()
     fingerprint = source_fingerprint(images)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import pkgutil
 from collections.abc import Callable
 from pathlib import Path
@@ -81,6 +82,10 @@ def cifar_f_command(
     revision: Annotated[str | None, typer.Option(help="Hub revision of the source.")] = None,
     batch_size: Annotated[int, typer.Option(help="Images per FFT batch.")] = 1000,
     card: Annotated[bool, typer.Option(help="Write README.md and figures at the end.")] = True,
+    threads: Annotated[
+        int | None,
+        typer.Option(help="Torch compute threads (default: CPUs - 1; PNG writing runs beside)."),
+    ] = None,
 ) -> None:
     """Generate CIFAR-10-F / CIFAR-100-F: 192 power-law Fourier test sets (Sun et al. 2022)."""
     from generators import cifar_f, cifar_f_build
@@ -137,6 +142,7 @@ def cifar_f_command(
             source_info=source_info,
             progress=hook,
             card=card,
+            threads=threads or max(1, (os.cpu_count() or 2) - 1),
         )
     if card:
         console.print(f"card: {out / 'README.md'}")
