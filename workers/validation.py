@@ -57,8 +57,8 @@ def validate_model(item: WorkItem, *, device: torch.device | str) -> Rejection |
         raise ValueError("validate_model needs a stored weights file (item.weights_path is None)")
     try:
         manifest = load_manifest(item.manifest)
-    except ManifestError as err:
-        return Rejection(Reason.BAD_MANIFEST, str(err))
+    except ModelLoadError as err:  # ManifestError, or UnknownArchitectureError for the name
+        return Rejection(_reason_of(err), str(err))
     mismatch = _benchmark_mismatch(item, manifest)
     if mismatch is not None:
         return mismatch
