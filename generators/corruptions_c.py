@@ -224,18 +224,20 @@ def line_motion_blur(x: np.ndarray, radius: float, sigma: float, angles: np.ndar
     theta = np.deg2rad(np.asarray(angles, dtype=np.float64))
     d_row = np.ceil(taps[None, :] * np.sin(theta)[:, None] - 0.5).astype(np.int64)
     d_col = np.ceil(taps[None, :] * np.cos(theta)[:, None] - 0.5).astype(np.int64)
-    rows, cols = torch.arange(h), torch.arange(w)
-    src = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2), dtype=np.float64))
-    out = torch.zeros_like(src)
-    d_row_t, d_col_t = torch.from_numpy(d_row), torch.from_numpy(d_col)
+    # Edge padding is the clamping; images that share a tap's integer offset are shifted together
+    # by one slice of the padded batch (a tap has at most ~2i+1 distinct offsets).
+    pad = width
+    padded = np.pad(x.astype(np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)), mode="edge")
+    out = np.zeros((b, h, w, c))
     for i in range(width):
-        # an integer shift with edge clamping is a row gather followed by a column gather
-        r = (rows[None, :] + d_row_t[:, i : i + 1]).clamp(0, h - 1)  # (B, H)
-        cc_ = (cols[None, :] + d_col_t[:, i : i + 1]).clamp(0, w - 1)  # (B, W)
-        shifted = torch.gather(src, 2, r[:, None, :, None].expand(b, c, h, w))
-        shifted = torch.gather(shifted, 3, cc_[:, None, None, :].expand(b, c, h, w))
-        out.add_(shifted, alpha=float(kernel[i]))
-    return out.permute(0, 2, 3, 1).numpy()
+        pairs, groups = np.unique(
+            np.stack([d_row[:, i], d_col[:, i]], 1), axis=0, return_inverse=True
+        )
+        for g, (dy, dx) in enumerate(pairs):
+            members = np.flatnonzero(groups.ravel() == g)
+            window = padded[members, pad + dy : pad + dy + h, pad + dx : pad + dx + w]
+            out[members] += kernel[i] * window
+    return out
 
 
 @lru_cache(maxsize=64)
