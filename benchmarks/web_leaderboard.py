@@ -159,16 +159,13 @@ def serve(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     env = {**os.environ, "CERTBENCH_DATA_DIR": str(data_dir), "CERTBENCH_ENVIRONMENT": "test"}
     env.pop("CERTBENCH_DATABASE_URL", None)
     env.pop("CERTBENCH_BROKER_URL", None)
-    here = Path(__file__).resolve().parent
     process = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "uvicorn",
-            "web_leaderboard:app_factory",
+            "api.main:create_app",
             "--factory",
-            "--app-dir",
-            str(here),
             "--host",
             "127.0.0.1",
             "--port",
@@ -190,17 +187,6 @@ def serve(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
             time.sleep(0.2)  # not listening yet
     process.kill()
     raise SystemExit("uvicorn did not start within 300 s")
-
-
-def app_factory():  # type: ignore[no-untyped-def]
-    """The served app: ``api.main.create_app`` plus the web pages if main does not mount them."""
-    from api.main import create_app
-    from api.web import mount_web
-
-    app = create_app()
-    if not any(getattr(r, "name", None) == "web_home" for r in app.routes):
-        mount_web(app)
-    return app
 
 
 def queries(rng: random.Random, entries: int, count: int) -> list[tuple[str, dict[str, str]]]:

@@ -107,6 +107,8 @@ class HTMLRoute(APIRoute):
             try:
                 return await handler(request)
             except CertbenchError as err:
+                if status_for(err) == 500:
+                    raise  # not a client error: the app's handler logs it and answers 500
                 return _error_page(request, status_for(err), str(err))
             except RequestValidationError as err:
                 fields = "; ".join(
@@ -119,8 +121,6 @@ class HTMLRoute(APIRoute):
 
 
 def _error_page(request: Request, status: int, message: str) -> Response:
-    if status == 500:
-        raise RuntimeError(message)  # let the app's 500 handler log it
     response = templates.TemplateResponse(
         request,
         "error.html",

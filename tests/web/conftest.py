@@ -22,10 +22,10 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from web_app import has_web
 from web_seed import Seeded, seed_database
 
 import migrations
+from api.main import create_app
 from models.db import dispose_engines, session_scope
 from models.settings import Settings
 
@@ -67,13 +67,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
 
 @pytest.fixture(scope="session")
 def client(site: Site) -> Iterator[TestClient]:
-    from api.main import create_app
-    from api.web import mount_web
-
-    app = create_app(site.settings)
-    if not has_web(app):
-        mount_web(app)
-    with TestClient(app) as test_client:
+    with TestClient(create_app(site.settings)) as test_client:
         yield test_client
 
 
@@ -96,10 +90,8 @@ def server(site: Site) -> Iterator[str]:
             sys.executable,
             "-m",
             "uvicorn",
-            "web_app:create",
+            "api.main:create_app",
             "--factory",
-            "--app-dir",
-            str(Path(__file__).parent),
             "--host",
             "127.0.0.1",
             "--port",
@@ -158,16 +150,21 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture
-def page(browser: Any, server: str) -> Iterator[Any]:
+def console() -> list[str]:
+    """Console errors and uncaught exceptions of the test's page (``page`` fails on any left)."""
+    return []
+
+
+@pytest.fixture
+def page(browser: Any, server: str, console: list[str]) -> Iterator[Any]:
     """A fresh browser context and page; fails the test on any console error."""
     context = browser.new_context(base_url=server, viewport={"width": 1280, "height": 900})
     page = context.new_page()
-    errors: list[str] = []
-    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda msg: console.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda exc: console.append(str(exc)))
     yield page
     context.close()
-    assert not errors, f"browser console errors: {errors}"
+    assert not console, f"browser console errors: {console}"
 
 
 def screenshot(page: Any, name: str, *, full_page: bool = True) -> Path:
