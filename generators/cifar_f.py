@@ -247,7 +247,8 @@ def reference_perturb(
     jitter = torch.fft.ifftshift(torch.roll(draws.amplitude, shifts=-1, dims=1), dim=dims)
     n_abs = spectrum.abs().clamp_(lo, hi).mul_(torch.fft.ifftshift(mask, dim=dims)).mul_(jitter)
     phase = torch.fft.ifftshift(draws.phase * (2 * math.pi), dim=-1)[:, None, None, :]
-    spectrum.add_(_polar(n_abs, phase.expand_as(n_abs)))
+    # one phase per column: 32 sin/cos per image, broadcast over rows and channels
+    spectrum.add_(torch.complex(n_abs * torch.cos(phase), n_abs * torch.sin(phase)))
     delta = torch.fft.ifft2(spectrum).abs().clamp_(0.0, 1.0).sub_(x)
     return delta.mul_(eps / _norms(delta)).add_(x)
 
