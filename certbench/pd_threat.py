@@ -347,8 +347,11 @@ class PDThreat:
         self.batch_size = batch_size
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.dtype = dtype
-        self.anchors = bank.flat(torch.float64).to(self.device, dtype)
-        self.anchor_sq = (bank.flat(torch.float64) ** 2).sum(1).to(self.device, dtype)
+        self.anchors = bank.flat(dtype).to(self.device)
+        # Squared norms in float64 by chunks: exact enough, without a float64 copy of the bank.
+        self.anchor_sq = torch.cat(
+            [(chunk.double() ** 2).sum(1) for chunk in self.anchors.split(1024)]
+        ).to(dtype)
         self.anchor_labels = bank.labels.to(self.device)
         # coef[y, j] = 1/(β w(y, c_j)) for anchors of other classes, 0 for the own class.
         per_anchor = 1.0 / (beta * weights.double()[:, bank.labels])
@@ -383,17 +386,23 @@ class PDThreat:
     def geometry(self, x: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(coef, ‖x̃ − x‖²) for a batch: (B, M) each, from one GEMM."""
         flat, labels = self._prepare(x, labels)
-        cross = flat @ self.anchors.T
+        return self.coef[labels], self._squared_distance(flat, flat @ self.anchors.T)
+
+    def _squared_distance(self, flat: torch.Tensor, cross: torch.Tensor) -> torch.Tensor:
         sq = self.anchor_sq.unsqueeze(0) - 2 * cross + (flat * flat).sum(1, keepdim=True)
-        return self.coef[labels], sq.clamp_min(1e-12)
+        return sq.clamp_min(1e-12)
 
     def ratios(self, x: torch.Tensor, delta: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """max(⟨δ, x̃−x⟩, 0)/(βw‖x̃−x‖²) for every anchor: (B, M), zero on the own class."""
+        """max(⟨δ, x̃−x⟩, 0)/(βw‖x̃−x‖²) for every anchor: (B, M), zero on the own class.
+
+        x and δ share one GEMM with the anchors ([x; δ] Aᵀ), the larger kernel running faster.
+        """
         flat, labels = self._prepare(x, labels)
         d = delta.reshape(delta.shape[0], -1).to(self.device, self.dtype)
-        coef, sq = self.geometry(flat, labels)
-        along = d @ self.anchors.T - (d * flat).sum(1, keepdim=True)
-        return along.clamp_min(0) * coef / sq
+        both = torch.cat([flat, d]) @ self.anchors.T
+        cross, along = both[: flat.shape[0]], both[flat.shape[0] :]
+        along = along - (d * flat).sum(1, keepdim=True)
+        return along.clamp_min(0) * self.coef[labels] / self._squared_distance(flat, cross)
 
     def evaluate(self, x: torch.Tensor, delta: torch.Tensor, labels: torch.Tensor) -> ThreatValues:
         """d_PD(x, δ) and the arg-max anchor, in chunks of ``batch_size`` inputs."""

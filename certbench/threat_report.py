@@ -230,7 +230,7 @@ def plot_threat(report: ThreatReport, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     corruptions = sorted({s.corruption for s in report.sets})
-    colours = plt.get_cmap("tab20")
+    colours = plt.get_cmap("tab20")  # dark shades first, then the light ones
     fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
     for i, name in enumerate(corruptions):
         chosen = [s for s in report.sets if s.corruption == name]
@@ -238,7 +238,7 @@ def plot_threat(report: ThreatReport, path: str | Path) -> Path:
             [s.d_inf.mean for s in chosen],
             [s.d_pd.mean for s in chosen],
             s=[18 * max(s.severity, 1) ** 1.5 for s in chosen],
-            color=colours(i % 20),
+            color=colours((2 * i) % 20 + ((2 * i) // 20) % 2),
             alpha=0.8,
             label=name,
         )
