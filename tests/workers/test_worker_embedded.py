@@ -32,7 +32,7 @@ from models.db import dispose_engines, session_scope
 from models.entities import LeaderboardEntry, Result, Shard, Submission
 from models.queue import TASK_VALIDATE, celery_config
 from models.settings import Settings
-from models.states import SubmissionState
+from models.states import Reason, SubmissionState
 
 pytestmark = pytest.mark.slow
 
@@ -45,10 +45,20 @@ ENV = {
 }
 
 
+TIME_LIMITED = {
+    "CERTBENCH_SHARD_SOFT_TIME_LIMIT_SECONDS": "5",
+    "CERTBENCH_SHARD_TIME_LIMIT_SECONDS": "8",
+    "CERTBENCH_VISIBILITY_TIMEOUT_SECONDS": "10",
+}
+
+
 @pytest.fixture
-def embedded(tmp_path: Path) -> Iterator[tuple[Settings, Service]]:
-    env = service_env(CERTBENCH_DATA_DIR=str(tmp_path / "data"), **ENV)
-    settings = Settings(data_dir=tmp_path / "data", **{k[10:].lower(): v for k, v in ENV.items()})
+def embedded(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Settings, Service]]:
+    values = {**ENV, **getattr(request, "param", {})}
+    env = service_env(CERTBENCH_DATA_DIR=str(tmp_path / "data"), **values)
+    settings = Settings(
+        data_dir=tmp_path / "data", **{k[10:].lower(): v for k, v in values.items()}
+    )
     migrations.upgrade(settings)
     worker = start_worker(env, tmp_path / "worker.log", "--embedded")
     yield settings, worker
@@ -56,12 +66,11 @@ def embedded(tmp_path: Path) -> Iterator[tuple[Settings, Service]]:
     dispose_engines()
 
 
-def test_embedded_worker_finishes_a_submission(embedded, tmp_path):
-    settings, worker = embedded
-    assert settings.broker_url is None
+def _submit(settings: Settings, tmp_path: Path, **protocol: int) -> int:
+    """Create a submission and publish its validate task the way the API does."""
     dataset = write_tiny_dataset(tmp_path / "dataset")
     with session_scope(settings) as session:
-        load_benchmark(session, tiny_definition(dataset))
+        load_benchmark(session, tiny_definition(dataset, **protocol))
         sid = create_submission(
             session,
             settings,
@@ -71,6 +80,13 @@ def test_embedded_worker_finishes_a_submission(embedded, tmp_path):
     client = Celery("certbench-api-client")
     client.conf.update(celery_config(settings))
     client.send_task(TASK_VALIDATE, args=[sid], queue="certbench.control")
+    return sid
+
+
+def test_embedded_worker_finishes_a_submission(embedded, tmp_path):
+    settings, worker = embedded
+    assert settings.broker_url is None
+    sid = _submit(settings, tmp_path)
     assert (tmp_path / "data" / "broker.sqlite").is_file()
 
     def finished() -> Submission | None:
@@ -101,4 +117,24 @@ def test_embedded_worker_finishes_a_submission(embedded, tmp_path):
     for name in TEST_SETS:
         merged = storage.test_set_records_relpath(sid, name)
         assert storage.resolve(settings.artifacts_dir, merged).is_file()
+    assert worker.alive()
+
+
+@pytest.mark.parametrize("embedded", [TIME_LIMITED], indirect=True)
+def test_a_shard_over_the_soft_time_limit_fails_the_run(embedded, tmp_path):
+    """The prefork pool enforces the limits (a solo pool would not): SoftTimeLimitExceeded is
+    raised inside certify and the run fails with ``time_limit`` instead of hanging."""
+    settings, worker = embedded
+    sid = _submit(settings, tmp_path, n=200_000)  # minutes of CPU per image
+
+    def ended() -> Submission | None:
+        with session_scope(settings) as session:
+            submission = session.get(Submission, sid)
+            return submission if submission.state == SubmissionState.FAILED else None
+
+    failed = wait_for(ended, timeout=400, what="the time limit to fail the run", services=(worker,))
+    assert failed.reason == Reason.TIME_LIMIT
+    assert "exceeded the soft time limit of 5 s" in failed.message
+    with session_scope(settings) as session:
+        assert session.scalar(select(func.count()).select_from(Shard)) == 0
     assert worker.alive()
