@@ -7,12 +7,19 @@ A page is one indexed query over ``leaderboard_entries`` joined with ``submissio
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import Select, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, contains_eager
 
-from models.entities import Benchmark, LeaderboardEntry, Result, Submission, TestSet, User
+from models.entities import (
+    Benchmark,
+    LeaderboardEntry,
+    Result,
+    Submission,
+    TestSet,
+    User,
+)
 from models.errors import NotFoundError
 from models.states import SubmissionState
 from models.submissions import visibility_filter
@@ -60,7 +67,11 @@ class LeaderboardQuery:
 
 @dataclass(frozen=True)
 class LeaderboardRow:
-    """One ranked entry: its rank within the filtered, sorted list."""
+    """One ranked entry: its rank within the filtered, sorted list.
+
+    ``submission.artifact`` (the manifest: authors, paper and code links) is loaded by the same
+    query, so reading it costs no extra round trip.
+    """
 
     rank: int
     entry: LeaderboardEntry
@@ -76,11 +87,14 @@ class LeaderboardPage:
     rows: list[LeaderboardRow] = field(default_factory=list)
 
 
-def _filtered(benchmark: Benchmark, query: LeaderboardQuery, viewer: User | None) -> Select:
+def _filtered(
+    benchmark: Benchmark, query: LeaderboardQuery, viewer: User | None, *columns: Any
+) -> Select[Any]:
+    """The filtered entries, selecting only ``columns`` (narrow rows sort fast)."""
     stmt = (
-        select(LeaderboardEntry, Submission, User.name)
+        select(*columns)
+        .select_from(LeaderboardEntry)
         .join(Submission, Submission.id == LeaderboardEntry.submission_id)
-        .join(User, User.id == Submission.user_id)
         .where(
             LeaderboardEntry.benchmark_id == benchmark.id,
             Submission.state == SubmissionState.FINISHED,
@@ -103,7 +117,7 @@ def _filtered(benchmark: Benchmark, query: LeaderboardQuery, viewer: User | None
         stmt = stmt.where(Submission.is_baseline.is_(query.baseline))
     if query.search:
         pattern = f"%{query.search.lower()}%"
-        stmt = stmt.where(
+        stmt = stmt.join(User, User.id == Submission.user_id).where(
             func.lower(Submission.model_name).like(pattern) | func.lower(User.name).like(pattern)
         )
     return stmt
@@ -113,29 +127,43 @@ def leaderboard(
     session: Session, benchmark: Benchmark, query: LeaderboardQuery, *, viewer: User | None
 ) -> LeaderboardPage:
     """A page of the benchmark's leaderboard as ``viewer`` may see it (hidden and private entries
-    only for their owner and admins). Raises NotFoundError for an unknown sort key."""
+    only for their owner and admins). Raises NotFoundError for an unknown sort key.
+
+    Three small queries: the count, the ids of the page (sorted on narrow rows), then the full
+    rows of those ids with their owner and artifact (manifest) in one join.
+    """
     column = SORT_COLUMNS.get(query.sort)
     if column is None:
         raise NotFoundError(
             f"sort={query.sort!r} is not a leaderboard column; use one of {sorted(SORT_COLUMNS)}",
             code="invalid_sort",
         )
-    stmt = _filtered(benchmark, query, viewer)
-    total = session.scalar(select(func.count()).select_from(stmt.order_by(None).subquery())) or 0
+    total = session.scalar(_filtered(benchmark, query, viewer, func.count())) or 0
     ordering = column.desc() if query.order == "desc" else column.asc()
-    tiebreak = Submission.id.asc()
-    rows = session.execute(
-        stmt.order_by(ordering.nulls_last(), tiebreak).offset(query.offset).limit(query.limit)
-    ).all()
-    return LeaderboardPage(
-        benchmark=benchmark,
-        query=query,
-        total=total,
-        rows=[
-            LeaderboardRow(rank=query.offset + i + 1, entry=e, submission=s, owner=owner)
-            for i, (e, s, owner) in enumerate(rows)
-        ],
+    ids = list(
+        session.scalars(
+            _filtered(benchmark, query, viewer, LeaderboardEntry.submission_id)
+            .order_by(ordering.nulls_last(), LeaderboardEntry.submission_id.asc())
+            .offset(query.offset)
+            .limit(query.limit)
+        )
     )
+    loaded = {
+        entry.submission_id: (entry, submission, owner)
+        for entry, submission, owner in session.execute(
+            select(LeaderboardEntry, Submission, User.name)
+            .join(Submission, Submission.id == LeaderboardEntry.submission_id)
+            .join(User, User.id == Submission.user_id)
+            .join(Submission.artifact)
+            .options(contains_eager(Submission.artifact))
+            .where(LeaderboardEntry.submission_id.in_(ids))
+        ).all()
+    }
+    rows = [
+        LeaderboardRow(rank=query.offset + i + 1, entry=e, submission=s, owner=owner)
+        for i, (e, s, owner) in enumerate(loaded[sid] for sid in ids)
+    ]
+    return LeaderboardPage(benchmark=benchmark, query=query, total=total, rows=rows)
 
 
 def results_of(session: Session, submission: Submission) -> list[Result]:
