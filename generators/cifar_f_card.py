@@ -34,6 +34,7 @@ from generators.cifar_f import (
     set_stream_key,
 )
 
+DISPLAY_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
 GRID_FIGURE = "sample_grid.png"
 SPECTRUM_FIGURE = "radial_spectrum.png"
 SPECTRUM_SAMPLE = 64
@@ -74,7 +75,9 @@ min(d)·max(d) ≤ 0, else min |d|. n_abs = clip(|F|, {lo}, {hi}) · m · U({jlo
 and element; the phase is `uniform(3, 32, 32)·2π`: 32 values in [6π, 64π), one per column,
 shared by rows and channels. F ← F + n_abs·e^(i·phase); x_r = clip(|IFFT(F)|, 0, 1);
 δ = (x_r − x)/‖x_r − x‖₂ · ε; x_F = x + δ (no clip); uint8 = clip(trunc(255·x_F), 0, 255).
-The original was unseeded; here it is seeded.""",
+The original was unseeded; here it is seeded. Note that |IFFT| and the [0, 1] clip add a strong
+low-frequency component to the perturbation (see the radial-spectrum figure), on top of the
+ring at f_c.""",
 }
 
 
@@ -113,7 +116,8 @@ def sample_grid(
                 ax.set_title(f"f_c={f_c}", fontsize=8)
             if c == 0:
                 ax.set_ylabel(f"α={alpha:g}", fontsize=8)
-    fig.suptitle(f"{dataset}-F ({protocol.value}), ε = {EPS_BY_SEVERITY[severity]:g}", fontsize=9)
+    name = DISPLAY_NAMES.get(dataset, dataset)
+    fig.suptitle(f"{name}-F ({protocol.value}), ε = {EPS_BY_SEVERITY[severity]:g}", fontsize=9)
     return _render(fig, path)
 
 
@@ -167,9 +171,11 @@ def spectrum_figure(
     axes[0].set_ylabel("mean |FFT(x_F − x)|", fontsize=8)
     axes[-1].legend(title="f_c", fontsize=5, title_fontsize=6, ncol=2, loc="upper right")
     fig.suptitle(
-        f"Radial spectrum of the perturbation ({dataset}-F, {protocol.value}, "
+        f"Radial spectrum of the perturbation ({DISPLAY_NAMES.get(dataset, dataset)}-F, "
+        f"{protocol.value}, "
         f"ε = {EPS_BY_SEVERITY[severity]:g}, {len(x)} images)",
         fontsize=9,
+        y=1.03,
     )
     return _render(fig, path)
 
@@ -186,8 +192,14 @@ def card_body(
     """Markdown text of the card (everything below the YAML header)."""
     alphas = ", ".join(f"{a:g}" for a in sorted({s.alpha for s in specs}))
     fcs = sorted({s.f_c for s in specs})
+    fc_text = (
+        f"{fcs[0]}..{fcs[-1]}"
+        if fcs == list(range(fcs[0], fcs[-1] + 1))
+        else (", ".join(map(str, fcs)))
+    )
     sevs = sorted({s.severity for s in specs})
-    title = dataset.upper().replace("CIFAR", "CIFAR-") + "-F"
+    base = DISPLAY_NAMES.get(dataset, dataset)
+    title = f"{base}-F"
     lo, hi = AMPLITUDE_CLIP
     jlo, jhi = AMPLITUDE_JITTER
     protocol_text = PROTOCOL_TEXT[protocol].format(lo=lo, hi=hi, jlo=jlo, jhi=jhi)
@@ -196,14 +208,14 @@ def card_body(
     return f"""
 # {title}
 
-{title} is a benchmark of **power-law Fourier corruptions** of the {dataset.upper()} test set,
+{title} is a benchmark of **power-law Fourier corruptions** of the {base} test set,
 introduced by Sun et al., *A Spectral View of Randomized Smoothing under Common Corruptions*
 (ECCV 2022, §5). Each test set concentrates its noise around one azimuthal frequency f_c of the
 2-D spectrum, so together the sets cover the whole spectrum and reveal a model's spectral bias
 (e.g. certified robustness that collapses for low-to-mid-frequency corruptions).
 
 This copy contains **{len(specs)} test sets** of {num_images} images each: α ∈ {{{alphas}}} ×
-f_c ∈ {{{fcs[0]}..{fcs[-1]}}} × severity ∈ {{{", ".join(map(str, sevs))}}} with
+f_c ∈ {{{fc_text}}} × severity ∈ {{{", ".join(map(str, sevs))}}} with
 ε = {{{", ".join(f"{EPS_BY_SEVERITY[s]:g}" for s in sevs)}}} (ℓ2 norm on the [0,1] pixel scale).
 α controls the spread around f_c: α = 0.5 spreads noise over all frequencies, α = 3
 concentrates it on the ring f ≈ f_c.
@@ -212,7 +224,7 @@ concentrates it on the ring f ≈ f_c.
 
 One config per test set, named `fc<f_c, two digits>_a<α without dots>_s<severity>`, e.g.
 `{example}`; each has one `test` split. Columns: `image` (PNG), `label` (ClassLabel with the
-{dataset.upper()} class names){", `coarse_label`" if dataset == "cifar100" else ""}, `f_c`,
+{base} class names){", `coarse_label`" if dataset == "cifar100" else ""}, `f_c`,
 `alpha`, `eps`, `severity`, `source_index` (position of the clean image in the source test split).
 
 ```python
@@ -241,7 +253,7 @@ Randomness is seeded: image i of test set T uses a counter-based stream keyed by
 
 ## Licence
 
-The corrupted images are derived from {dataset.upper()} (Krizhevsky, 2009), which is distributed
+The corrupted images are derived from {base} (Krizhevsky, 2009), which is distributed
 without an explicit licence; use them under the same terms as the original dataset. The
 generator (certbench) is Apache-2.0.
 
@@ -267,7 +279,7 @@ def write_cifar_f_card(
     common = {"dataset": dataset, "protocol": protocol, "seed": seed}
     sample_grid(images, specs, path=hub.figure_path(out_dir, GRID_FIGURE), **common)
     spectrum_figure(images, specs, path=hub.figure_path(out_dir, SPECTRUM_FIGURE), **common)
-    title = dataset.upper().replace("CIFAR", "CIFAR-") + "-F"
+    title = f"{DISPLAY_NAMES.get(dataset, dataset)}-F"
     body = card_body(
         dataset=dataset,
         specs=specs,
