@@ -69,6 +69,7 @@ def worker(
     try:
         _check_mode(settings, embedded)
         check_timing(settings)
+        _check_device(settings)
     except WorkerConfigError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from err
@@ -110,6 +111,18 @@ def _check_mode(settings: Settings, embedded: bool) -> None:
             "no broker configured: set CERTBENCH_BROKER_URL (e.g. redis://localhost:6379/0), or "
             "pass --embedded for the single-machine SQLite transport"
         )
+
+
+def _check_device(settings: Settings) -> None:
+    """Fail at start, not on the first task, when the configured device does not exist.
+
+    ``torch.cuda.is_available`` does not create a CUDA context, so the pool process forked later
+    can still use the GPU.
+    """
+    from workers.certification import resolve_device
+
+    device = resolve_device(settings.worker_device)
+    log.info("certifying on %s", device)
 
 
 def _redacted(url: str) -> str:

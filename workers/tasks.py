@@ -9,7 +9,6 @@ Nothing ever blocks on another task's result.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ from kombu.exceptions import OperationalError as BrokerError
 from sqlalchemy.exc import OperationalError as DatabaseError
 from sqlalchemy.orm import Session
 
-from certbench.errors import CertbenchError, DataSourceError
+from certbench.errors import DataSourceError
 from certbench.records import write_records
 from models import pipeline, results, storage
 from models.db import session_scope
@@ -31,12 +30,11 @@ from models.states import Reason, SubmissionState
 from workers import certification, watchdog
 from workers.app import app
 from workers.config import WorkerSettings
-from workers.errors import ShardCancelled
+from workers.errors import ShardCancelled, WorkerError
 from workers.lease import ShardLease
 from workers.names import AGGREGATE, CERTIFY_SHARD, CONTROL_QUEUE, QUEUE, VALIDATE, WATCHDOG
 from workers.validation import validate_model
 
-log = logging.getLogger(__name__)
 S = SubmissionState
 
 TRANSIENT = (DatabaseError, BrokerError)
@@ -287,7 +285,7 @@ def _find_shard(
     for spec in pipeline.plan_shards(session, submission_id, settings=settings):
         if spec.test_set_id == test_set_id and spec.shard_index == shard_index:
             return spec
-    raise CertbenchError(
+    raise WorkerError(
         f"submission {submission_id} has no shard {shard_index} of test set {test_set_id} with "
         f"CERTBENCH_SHARD_SIZE={settings.shard_size}; every worker must use the same shard size"
     )

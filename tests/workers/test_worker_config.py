@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from certbench.cli import app as cli_app
@@ -109,3 +110,18 @@ def test_worker_refuses_inconsistent_time_limits(cli, monkeypatch):
     result = cli.invoke(cli_app, ["worker", "--embedded"])
     assert result.exit_code == 2
     assert "visibility_timeout_seconds" in result.output
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA"
+)
+def test_worker_refuses_a_gpu_device_on_a_machine_without_one(cli):
+    result = cli.invoke(cli_app, ["worker", "--embedded", "--device", "cuda:0"])
+    assert result.exit_code == 2
+    assert "CUDA is not available" in result.output
+
+
+def test_worker_refuses_a_device_name_torch_does_not_know(cli):
+    result = cli.invoke(cli_app, ["worker", "--embedded", "--device", "gpu-please"])
+    assert result.exit_code == 2
+    assert "'gpu-please' is not a torch device" in result.output
