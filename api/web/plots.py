@@ -40,6 +40,8 @@ OKABE_ITO = (
 #: Dash patterns paired with the colours so series differ in greyscale print as well.
 DASHES = ("", "7 3", "2 3", "9 3 2 3", "4 2", "1 2", "12 4", "5 2 1 2")
 HEATMAP_CMAP = "cividis"
+#: Heatmaps are drawn at their natural size times this (never wider than their container).
+HEATMAP_SCALE = 1.4
 
 RADIUS_AXIS_LABEL = "radius (ℓ2, [0,1] pixels)"
 
@@ -285,17 +287,18 @@ def heatmap(
     span = (hi - lo) or 1.0
     cmap = colormaps[HEATMAP_CMAP]
     left, top = 70, 34
-    width = max(left + cell * len(col_labels) + 90, left + int(len(title) * 7.5))
+    width = max(left + cell * len(col_labels) + 90, 16 + int(len(title) * 8.5))
     height = top + cell * len(row_labels) + 46
     out = [
         f'<svg class="chart heatmap" id="{escape(chart_id)}" xmlns="http://www.w3.org/2000/svg" '
-        f'viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+        f'viewBox="0 0 {width} {height}" width="{round(width * HEATMAP_SCALE)}" '
+        f'height="{round(height * HEATMAP_SCALE)}" role="img" '
         f'aria-labelledby="{escape(chart_id)}-title">',
         f'<title id="{escape(chart_id)}-title">{escape(title)}</title>',
         f'<defs><pattern id="{escape(chart_id)}-na" width="6" height="6" '
         'patternUnits="userSpaceOnUse"><rect width="6" height="6" fill="#eee"/>'
         '<path d="M0,6 L6,0" stroke="#999"/></pattern></defs>',
-        f'<text x="{left}" y="18" font-size="14" font-weight="600">{escape(title)}</text>',
+        f'<text x="8" y="18" font-size="14" font-weight="600">{escape(title)}</text>',
         '<g class="cells" font-size="10">',
     ]
     for r, row_label in enumerate(row_labels):

@@ -21,7 +21,7 @@ from fastapi.templating import Jinja2Templates
 
 from api.deps import SessionDep, SettingsDep
 from api.errors import status_for
-from api.schemas import ResultsPublic
+from api.schemas import BenchmarkPublic, ResultsPublic
 from api.services import leaderboards as lb_service
 from api.services import submissions as sub_service
 from api.web import figures
@@ -217,8 +217,10 @@ def leaderboard_page(
         baseline=baseline,
         flagged=flagged,
     )
-    bench = lb_service.benchmark(session, benchmark, viewer=viewer)
     board = lb_service.leaderboard(session, benchmark, filters.query(), viewer=viewer)
+    # The page needs the benchmark's description, not its entry count: the service's count query
+    # would double the page's database time, and ``board.total`` already counts this view.
+    bench = BenchmarkPublic.of(get_benchmark(session, benchmark), entries=board.total)
     return render(
         request,
         "leaderboard.html",
