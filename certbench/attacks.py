@@ -453,7 +453,12 @@ def robust_accuracy(
         )
     if batch_size < 1:
         raise ThreatModelError(f"batch_size={batch_size} must be at least 1.")
-    dev = torch.device(device) if device is not None else next(model.parameters()).device
+    first = next(model.parameters(), None)
+    dev = (
+        torch.device(device)
+        if device is not None
+        else (first.device if first is not None else torch.device("cpu"))
+    )
     model = model.eval().to(dev)
     threat = anchors if isinstance(anchors, PDThreat) else PDThreat(anchors, device=dev)
     if threat.device != dev:

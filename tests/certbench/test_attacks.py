@@ -160,6 +160,7 @@ def test_linf_robust_accuracy_is_never_above_the_pd_figure(report):
     assert all(r.linf_pd_threat is None for r in report.records if r.linf_robust)
 
 
+@pytest.mark.slow
 def test_shards_reproduce_the_full_run_and_tables_round_trip(trained, report):
     model, x, y, bank = trained
     shards = [
