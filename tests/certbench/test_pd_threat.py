@@ -295,3 +295,25 @@ def test_lazy_projection_keeps_feasible_points_and_scales_others(bank):
     assert (threat(x, big, y) <= 1e-3 + 1e-12).all()
     assert big.abs().max() <= 0.1 + 1e-12
     assert ((x + big) >= -1e-12).all() and ((x + big) <= 1 + 1e-12).all()
+
+
+def test_superclasses_travel_with_the_bank_into_pdw_weights(train, tmp_path):
+    images, labels = train
+    coarse = torch.tensor([1, 1, 0, 0])[labels]  # classes a, b share a superclass; so do c, d
+    bank = build_anchor_bank(
+        images,
+        labels,
+        class_names=["a", "b", "c", "d"],
+        dataset="tiny",
+        k=3,
+        coarse_labels=coarse,
+        coarse_class_names=["cd", "ab"],
+    )
+    loaded = AnchorBank.load(bank.save(tmp_path / "bank.safetensors"))
+    assert loaded.class_to_coarse.tolist() == [1, 1, 0, 0]
+    assert loaded.coarse_class_names == ("cd", "ab")
+    weights = pdw_class_weights(loaded, floor=0.5)
+    assert weights[0, 1] == weights[2, 3] == pytest.approx(0.5)
+    assert torch.equal(
+        weights, pdw_class_weights(bank, class_to_coarse=torch.tensor([1, 1, 0, 0]), floor=0.5)
+    )
