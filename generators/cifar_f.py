@@ -98,7 +98,7 @@ def _check_values(what: str, values: Iterable[Any], allowed: Sequence[Any], flag
             + ("; 0.1 and 0.3 need --extra-alphas" if what == "alpha" else "")
             + ")."
         )
-    return sorted(set(chosen), key=chosen.index)
+    return sorted(set(chosen))
 
 
 def grid(
@@ -108,7 +108,7 @@ def grid(
     *,
     extra_alphas: bool = False,
 ) -> list[CifarFSpec]:
-    """The requested test sets (default: all 192), validated; ordered by α, f_c, severity."""
+    """The requested test sets (default: all 192), validated; sorted by α, f_c, severity."""
     allowed = ALPHAS + EXTRA_ALPHAS if extra_alphas else ALPHAS
     chosen_alphas = _check_values("alpha", [float(a) for a in alphas], allowed, "--alphas")
     chosen_fcs = _check_values("f_c", fcs, FCS, "--fcs")

@@ -284,11 +284,11 @@ def test_generated_folder_round_trips_through_datasets_and_certbench_data(
     clean = build.load_source("cifar10", source, revision=None, limit=10)
     specs = cf.grid([2.0, 0.5], [5], [3])
     report = build.generate(clean, tmp_path, specs, dataset="cifar10", seed=1, batch_size=4)
-    assert report.written == ["fc05_a2_s3", "fc05_a0p5_s3"] and report.images_written == 20
+    assert report.written == ["fc05_a0p5_s3", "fc05_a2_s3"] and report.images_written == 20
     hub.write_card(
         tmp_path, hub.build_card(configs=report.written, pretty_name="t", body="x", license="other")
     )
-    expected = cf.corrupt(clean.images, clean.indices, specs[0], seed=1, dataset="cifar10")
+    expected = cf.corrupt(clean.images, clean.indices, specs[1], seed=1, dataset="cifar10")
     ds = datasets.load_dataset(str(tmp_path), "fc05_a2_s3", split="test")
     assert len(ds) == 10
     assert ds.features["label"].names == list(CIFAR10_CLASSES)
