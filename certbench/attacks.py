@@ -17,12 +17,16 @@ shards by image range and different batch sizes run the same attack on each imag
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -321,7 +325,35 @@ class RobustnessReport:
 
     @classmethod
     def from_table(cls, table: pa.Table) -> RobustnessReport:
+        missing = {f.name for f in fields(RobustnessRecord)} - set(table.column_names)
+        if missing:
+            raise ThreatModelError(f"robustness table lacks columns {sorted(missing)}.")
         return cls([RobustnessRecord(**row) for row in table.to_pylist()])
+
+    def write(self, path: str | Path, *, metadata: dict[str, str] | None = None) -> Path:
+        """Parquet, written to a temp file then renamed; ``metadata`` goes into the schema."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table = self.to_table()
+        if metadata:
+            table = table.replace_schema_metadata(metadata)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        os.close(fd)
+        try:
+            pq.write_table(table, tmp)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return path
+
+    @classmethod
+    def read(cls, path: str | Path) -> RobustnessReport:
+        try:
+            table = pq.read_table(path)
+        except (OSError, pa.ArrowInvalid) as err:
+            raise ThreatModelError(f"cannot read robustness records {str(path)!r}: {err}") from err
+        return cls.from_table(table)
 
     @classmethod
     def merge(cls, reports: Sequence[RobustnessReport]) -> RobustnessReport:
@@ -438,12 +470,15 @@ def robust_accuracy(
     indices: torch.Tensor | None = None,
     pd_projection: Literal["exact", "lazy"] = "exact",
     progress: bool = False,
+    on_batch: Callable[[int], None] | None = None,
 ) -> RobustnessReport:
     """Clean, ℓ∞ and ℓ∞ ∩ PD robust accuracy of a deterministic classifier, per image.
 
     ``images``: uint8 (N, C, H, W) or float in [0, 1]; the model takes [0, 1] inputs (its
     normalisation is its first layer). ``indices``: global image indices (default 0..N−1), which
-    seed each image's attack so shards reproduce the unsharded records.
+    seed each image's attack so shards reproduce the unsharded records. ``on_batch(n)`` is
+    called after each batch with the images done so far (heartbeats, cancellation: it may raise).
+    Pass a ``PDThreat`` built with ``class_weights=pdw_class_weights(bank)`` for PD-W.
     """
     if images.shape[0] != labels.shape[0]:
         raise ThreatModelError(f"images ({images.shape[0]}) and labels ({labels.shape[0]}) differ.")
@@ -519,4 +554,6 @@ def robust_accuracy(
                         linf_pd_anchor=int(runs.linf_anchor[j]),
                     )
                 )
+        if on_batch is not None:
+            on_batch(min(start + batch_size, images.shape[0]))
     return RobustnessReport(sorted(records, key=lambda r: (r.eps, r.index)))

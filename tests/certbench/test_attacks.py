@@ -161,8 +161,9 @@ def test_linf_robust_accuracy_is_never_above_the_pd_figure(report):
 
 
 @pytest.mark.slow
-def test_shards_reproduce_the_full_run_and_tables_round_trip(trained, report):
+def test_shards_reproduce_the_full_run_and_tables_round_trip(trained, report, tmp_path):
     model, x, y, bank = trained
+    progress: list[int] = []
     shards = [
         robust_accuracy(
             model,
@@ -175,14 +176,21 @@ def test_shards_reproduce_the_full_run_and_tables_round_trip(trained, report):
             seed=3,
             batch_size=8,
             indices=torch.arange(start, start + 16),
+            on_batch=progress.append,
         )
         for start in (16, 0)
     ]
+    assert progress == [8, 16, 8, 16]
     merged = RobustnessReport.merge(shards)
     # Seeds depend on (seed, image index, ε, run) only: shards, other batch sizes and other
     # ε lists reproduce the full run's records.
     assert merged.records == [r for r in report.records if r.eps == 16 / 255]
     assert RobustnessReport.from_table(report.to_table()).records == report.records
+    path = report.write(tmp_path / "shard.parquet", metadata={"seed": "3"})
+    assert RobustnessReport.read(path).records == report.records
+    (tmp_path / "bad.parquet").write_bytes(b"nope")
+    with pytest.raises(ThreatModelError, match="cannot read"):
+        RobustnessReport.read(tmp_path / "bad.parquet")
     with pytest.raises(ThreatModelError, match="overlap"):
         RobustnessReport.merge([shards[0], shards[0]])
 
