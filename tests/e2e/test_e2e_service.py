@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import io
+import time
 
 import httpx
 import pyarrow.parquet as pq
 import pytest
-from flow import submit, wait_state
+from flow import put_benchmark, submit, wait_state
+from processes import wait_for
 from support import TEST_SETS, manifest, tiny_model, weights_bytes
 
 from certbench.metrics import acr
@@ -49,3 +51,29 @@ def test_submission_is_certified_ranked_and_its_records_downloadable(stack, tiny
         assert all(r.n == 16 and r.n0 == 4 and r.sigma == 0.25 for r in records)
     macr = sum(r["acr"] for r in per_set.values()) / len(per_set)
     assert rows[0]["metrics"]["macr"] == pytest.approx(macr)
+
+
+def test_cancel_stops_the_remaining_shards(stack, tmp_path):
+    put_benchmark(stack.admin, stack.root / "cancel-dataset", name="cancel", n=400)
+    frank = stack.submitter("frank")
+    response = submit(frank, weights_bytes(tiny_model(seed=8), tmp_path), manifest("cancel"))
+    assert response.status_code == 202, response.text
+    sid = response.json()["id"]
+
+    def started() -> dict | None:
+        body = frank.get(f"/api/v1/submissions/{sid}").json()
+        assert body["state"] != "finished", "the run finished before it could be cancelled"
+        return body if body["state"] == "running" and body["shards_done"] >= 1 else None
+
+    at_cancel = wait_for(started, timeout=400, what="a first shard", services=stack.services())
+    cancelled = frank.post(f"/api/v1/submissions/{sid}/cancel")
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["state"] == "cancelled"
+    # The shard in flight stops at its next record check; queued shards are skipped.
+    time.sleep(3 * 2 + 5)
+    after = frank.get(f"/api/v1/submissions/{sid}").json()
+    assert after["state"] == "cancelled"
+    assert at_cancel["shards_done"] <= after["shards_done"] <= at_cancel["shards_done"] + 1
+    assert after["shards_done"] < after["shards_total"]
+    assert frank.get(f"/api/v1/results/{sid}").json()["results"] == []
+    assert stack.worker.alive()
