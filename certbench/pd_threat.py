@@ -288,7 +288,13 @@ def build_anchor_bank(
 
 
 def bank_from_image_set(
-    image_set: Any, *, dataset: str, k: int = DEFAULT_K, seed: int = 0, revision: str | None = None
+    image_set: Any,
+    *,
+    dataset: str,
+    k: int = DEFAULT_K,
+    seed: int = 0,
+    revision: str | None = None,
+    split: str = "train",
 ) -> AnchorBank:
     """Build a bank from a ``certbench.data.ImageSet`` of the training split."""
     return build_anchor_bank(
@@ -299,6 +305,7 @@ def bank_from_image_set(
         k=k,
         seed=seed,
         revision=revision,
+        split=split,
         source_indices=image_set.indices,
         coarse_labels=image_set.coarse_labels,
         coarse_class_names=image_set.coarse_class_names,

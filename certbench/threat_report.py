@@ -388,8 +388,9 @@ def anchors_build(
     """Select k anchors per class from the training split and save them with provenance."""
     try:
         images = load_images(source, split=split, revision=revision)
-        bank = bank_from_image_set(images, dataset=source, k=k, seed=seed, revision=revision)
-        bank = AnchorBank(**{**bank.__dict__, "split": split})
+        bank = bank_from_image_set(
+            images, dataset=source, k=k, seed=seed, revision=revision, split=split
+        )
         path = bank.save(out)
     except CertbenchError as err:
         raise _fail(err) from err
