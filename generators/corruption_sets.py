@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -223,13 +225,16 @@ def spectrum_path(out_dir: str | Path, config: str) -> Path:
 
 
 def _save_spectrum(out_dir: Path, config: str, spectrum: np.ndarray) -> None:
+    """Write ``spectra/<config>.npy`` via a temporary file and an atomic rename."""
     path = spectrum_path(out_dir, config)
-
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as handle:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
             np.save(handle, spectrum)
-
-    hub._atomic_write(path, write)
+        os.replace(tmp_name, path)
+    finally:
+        Path(tmp_name).unlink(missing_ok=True)
 
 
 def generate_sets(
