@@ -163,6 +163,10 @@ class Submission(Base):
     __table_args__ = (
         Index("ix_submissions_state_id", "state", "id"),
         Index("ix_submissions_user_created", "user_id", "created_at"),
+        # leaderboard sorts on submission columns
+        Index("ix_submissions_benchmark_created", "benchmark_id", "created_at"),
+        Index("ix_submissions_benchmark_sigma", "benchmark_id", "sigma"),
+        Index("ix_submissions_benchmark_model_name", "benchmark_id", "model_name"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -285,10 +289,14 @@ class LeaderboardEntry(Base):
     """
 
     __tablename__ = "leaderboard_entries"
-    __table_args__ = (
-        Index("ix_leaderboard_entries_benchmark_macr", "benchmark_id", "macr"),
-        Index("ix_leaderboard_entries_benchmark_ca_050", "benchmark_id", "cert_acc_050"),
-    )
+    __table_args__ = tuple(
+        Index(f"ix_leaderboard_entries_benchmark_{column}", "benchmark_id", column)
+        for column in (
+            "macr", "cert_acc_000", "cert_acc_025", "cert_acc_050", "cert_acc_075",
+            "cert_acc_100", "clean_accuracy", "abstain_rate", "pa_median", "band_low",
+            "band_mid", "band_high", "finished_at",
+        )
+    )  # fmt: skip
 
     submission_id: Mapped[int] = mapped_column(
         ForeignKey("submissions.id", ondelete="CASCADE"), primary_key=True

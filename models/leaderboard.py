@@ -129,8 +129,9 @@ def leaderboard(
     """A page of the benchmark's leaderboard as ``viewer`` may see it (hidden and private entries
     only for their owner and admins). Raises NotFoundError for an unknown sort key.
 
-    Three small queries: the count, the ids of the page (sorted on narrow rows), then the full
-    rows of those ids with their owner and artifact (manifest) in one join.
+    Three small queries: the filtered count, the ids of the page (walking a (benchmark, metric)
+    index, so the first pages touch only ~``limit`` rows), then the full rows of those ids with
+    their owner and artifact (manifest) in one join.
     """
     column = SORT_COLUMNS.get(query.sort)
     if column is None:
