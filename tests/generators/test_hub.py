@@ -212,7 +212,7 @@ def test_dry_run_plans_every_file_without_network(tmp_path: Path, monkeypatch) -
 
 
 @pytest.mark.parametrize("level", [0, 6])
-def test_png_encoder_output_decodes_identically_with_pillow(level: int) -> None:
+def test_png_encoder_output_decodes_identically(level: int) -> None:
     import io
 
     from PIL import Image
