@@ -44,10 +44,19 @@ RETRY = {"autoretry_for": TRANSIENT, "retry_backoff": True, "retry_jitter": True
 
 
 class PipelineTask(Task):
-    """Base task: late acks, requeue on worker loss, and a failed submission on a crash."""
+    """Base task: late acks, re-run on worker loss, and a failed submission on a crash.
+
+    If the pool process dies under a task (OOM killer, segfault, kill -9), the parent re-sends
+    it after ``default_retry_delay`` s, at most ``max_retries`` times (``retry_on_worker_lost``),
+    so a shard that always kills its process cannot loop forever; past that the message is
+    acknowledged and the watchdog fails the run when its lease expires. If the whole worker dies,
+    the unacknowledged message comes back from Redis after the visibility timeout.
+    """
 
     acks_late = True
     reject_on_worker_lost = True
+    retry_on_worker_lost = True
+    default_retry_delay = 5
     typing = True
 
     def on_failure(

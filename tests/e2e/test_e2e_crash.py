@@ -9,6 +9,8 @@ first); finished shards are not recomputed.
 
 from __future__ import annotations
 
+import os
+import signal
 from collections import Counter
 
 import pytest
@@ -84,3 +86,37 @@ def test_kill_9_mid_submission_then_a_new_worker_finishes_it(stack, tmp_path):
         assert [(r.index, r.prediction, r.n_a, r.n_y) for r in merged] == [
             (r.index, r.prediction, r.n_a, r.n_y) for r in reference
         ]
+
+
+def test_kill_9_of_the_pool_process_reruns_its_shard_on_the_same_worker(stack, tmp_path):
+    """reject/retry on worker lost: the worker's parent notices its pool process died and sends
+    the shard again (bounded by max_retries); no restart and no visibility timeout needed."""
+    put_benchmark(stack.admin, stack.root / "child-dataset", name="child", n=5 * N)
+    grace = stack.submitter("grace")
+    response = submit(grace, weights_bytes(tiny_model(seed=6), tmp_path), manifest("child"))
+    assert response.status_code == 202, response.text
+    sid = response.json()["id"]
+
+    def mid_run() -> dict | None:
+        body = grace.get(f"/api/v1/submissions/{sid}").json()
+        assert body["state"] != "finished", "finished before the kill"
+        return body if body["state"] == "running" and body["shards_done"] >= 1 else None
+
+    wait_for(mid_run, timeout=400, what="a first shard", services=stack.services())
+    worker = stack.worker
+    (pool,) = _children(worker.pid)
+    os.kill(pool, signal.SIGKILL)
+    done = wait_state(grace, sid, {"finished"}, services=stack.services(), timeout=600)
+    assert done["shards_done"] == done["shards_total"] == 2 * len(TEST_SETS)
+    assert worker.alive() and _children(worker.pid) != [pool]
+    assert "WorkerLostError" in worker.log.read_text(errors="replace")
+    with session_scope(stack.settings) as session:
+        shards = session.scalars(select(Shard).where(Shard.submission_id == sid)).all()
+        assert len({(s.test_set_id, s.shard_index) for s in shards}) == len(shards) == 4
+        results = session.scalars(select(Result).where(Result.submission_id == sid)).all()
+        assert sorted(r.test_set.name for r in results) == sorted(TEST_SETS)
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as handle:
+        return [int(p) for p in handle.read().split()]
