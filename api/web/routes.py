@@ -518,6 +518,11 @@ def dataset_page(
     repo = f"{owner}/{name}"
     dataset = _dataset(session, repo)
     local = local_configs(session, repo, settings=settings)
+    spectra, problem = None, ""
+    try:
+        spectra = spectra_chart(local)
+    except NotFoundError as err:  # a broken local copy: the page still lists configs and links
+        problem = str(err)
     return render(
         request,
         "dataset.html",
@@ -526,7 +531,8 @@ def dataset_page(
             "dataset": dataset,
             "local": local,
             "figures": sorted(card_figures(local)),
-            "spectra": spectra_chart(local),
+            "spectra": spectra,
+            "problem": problem,
         },
     )
 

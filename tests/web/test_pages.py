@@ -14,12 +14,12 @@ from conftest import Site
 from fastapi.testclient import TestClient
 from PIL import Image
 from sqlalchemy import select
-from web_seed import submit
+from web_seed import clean_definition, submit
 
 from api.web.auth import COOKIE_NAME
 from certbench.metrics import PA_GRID, pa_ecdf
 from certbench.records import read_table
-from models.catalog import get_benchmark
+from models.catalog import get_benchmark, parse_definition, upsert_benchmark
 from models.db import session_scope
 from models.entities import LeaderboardEntry, Result, Submission
 from models.leaderboard import SORT_COLUMNS
@@ -181,6 +181,20 @@ def test_local_dataset_samples_and_figures(anonymous: TestClient) -> None:
     assert Image.open(io.BytesIO(png.content)).size == (4 * 34 * 3, 4 * 34 * 3)
     assert anonymous.get("/datasets/certbench/web-clean/figures/../README.md").status_code == 404
     assert anonymous.get("/datasets/certbench/web-clean/figures/nope.png").status_code == 404
+
+
+def test_broken_local_copy_is_reported_not_fatal(anonymous: TestClient, site: Site) -> None:
+    folder = site.data_dir.parent / "broken-dataset"
+    folder.mkdir(exist_ok=True)  # exists, but holds no Hub layout
+    definition = json.loads(clean_definition(folder))
+    definition.update(name="webbroken", title="Web broken")
+    definition["test_sets"][0]["repo"] = "certbench/web-broken"
+    with session_scope(site.settings) as session:
+        upsert_benchmark(session, parse_definition(json.dumps(definition)))
+    page = anonymous.get("/datasets/certbench/web-broken")
+    assert page.status_code == 200
+    assert "cannot be read" in page.text and 'role="alert"' in page.text
+    assert anonymous.get("/datasets/certbench/web-broken/samples/clean.png").status_code == 404
 
 
 def test_sign_in_sets_a_safe_cookie(anonymous: TestClient, site: Site) -> None:
