@@ -233,3 +233,22 @@ def test_stale_partial_files_of_a_killed_attempt_are_removed(tmp_path):
     os.utime(other, (hour_ago, hour_ago))
     assert remove_stale_partials(target, older_than=600) == [old]
     assert not old.exists() and fresh.exists() and other.exists()
+
+
+def test_admin_rerun_resumes_from_recorded_shards(settings, session, benchmark, worker, tmp_path):
+    sid = _submit(session, settings, tmp_path)
+    worker.run_all()
+    shard_file = storage.resolve(
+        settings.artifacts_dir, storage.shard_records_relpath(sid, TEST_SETS[1], 1)
+    )
+    written = shard_file.stat().st_mtime_ns
+    assert pipeline.reset_for_rerun(session, sid, fresh=False, settings=settings)
+    assert session.scalar(select(func.count()).select_from(Result)) == 0
+    app.send_task(VALIDATE, args=[sid])
+    assert worker.run_next() == "aggregate enqueued"  # validated again, nothing left to certify
+    worker.run_all()
+    submission = _submission(session, sid)
+    assert submission.state == S.FINISHED and submission.attempt == 1
+    assert shard_file.stat().st_mtime_ns == written
+    assert _shard_rows(session, sid) == 4
+    assert session.scalar(select(func.count()).select_from(Result)) == 2
