@@ -286,7 +286,7 @@ def heatmap(
     hi = float(vmax if vmax is not None else (finite.max() if finite.size else 1.0))
     span = (hi - lo) or 1.0
     cmap = colormaps[HEATMAP_CMAP]
-    left, top = 70, 34
+    left, top = 70, 48
     width = max(left + cell * len(col_labels) + 90, 16 + int(len(title) * 8.5))
     height = top + cell * len(row_labels) + 46
     out = [
