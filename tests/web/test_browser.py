@@ -207,3 +207,11 @@ def test_pages_read_without_javascript(browser: Any, server: str, site: Site) ->
         screenshot(page, "model-no-js")
     finally:
         context.close()
+
+
+def test_print_layout_keeps_charts_and_drops_navigation(page: Any, site: Site) -> None:
+    page.goto(f"/models/{site.seeded.entries['webbands']['Alpha']}")
+    page.emulate_media(media="print")
+    assert page.locator("header.site").is_hidden()
+    assert page.locator("#cert-acc").is_visible() and page.locator("#pa-ecdf").is_visible()
+    screenshot(page, "model-print")

@@ -55,6 +55,9 @@ def test_leaderboard_rows_and_values_match_the_database(anonymous: TestClient, s
         }
     assert len(ids) == 5 and site.seeded.private_id not in ids
     assert ids == sorted(ids, key=lambda i: (-entries[i].macr, i))
+    header = html[html.index("<thead>") : html.index("</thead>")]
+    assert re.search(r'data-key="macr".*?higher is better">↑', header, re.S)
+    assert re.search(r'data-key="abstain_rate".*?lower is better">↓', header, re.S)
     for sid, entry in entries.items():
         row = html[html.index(f'<tr data-id="{sid}"') :].split("</tr>")[0]
         assert f'data-key="macr" data-value="{entry.macr}"' in row
