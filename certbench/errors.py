@@ -37,6 +37,10 @@ class ModelOutputError(ModelLoadError):
     """The model's output has the wrong number of classes or is not finite."""
 
 
+class NonFiniteOutputError(ModelOutputError):
+    """The model's outputs contain NaN or inf."""
+
+
 class DataSourceError(CertbenchError):
     """A dataset source is missing, unreadable or has the wrong shape."""
 

@@ -36,6 +36,7 @@ from certbench.errors import (
     InputSizeError,
     ManifestError,
     ModelOutputError,
+    NonFiniteOutputError,
     StateDictMismatchError,
     WeightsFormatError,
 )
@@ -332,7 +333,7 @@ def check_model(
             "check the manifest's num_classes"
         )
     if not torch.isfinite(out).all():
-        raise ModelOutputError(
+        raise NonFiniteOutputError(
             "model outputs are not finite (NaN or inf) on inputs in [0,1]; check the weights"
         )
 

@@ -19,6 +19,7 @@ from certbench.errors import (
     ManifestError,
     ModelLoadError,
     ModelOutputError,
+    NonFiniteOutputError,
     StateDictMismatchError,
     UnknownArchitectureError,
     WeightsFormatError,
@@ -81,9 +82,10 @@ def _benchmark_mismatch(item: WorkItem, manifest: Manifest) -> Rejection | None:
 
 
 def _reason_of(err: ModelLoadError) -> Reason:
+    if isinstance(err, NonFiniteOutputError):
+        return Reason.NON_FINITE_OUTPUT
     if isinstance(err, ModelOutputError):
-        # certbench.loading raises one class for both cases; its message names "not finite".
-        return Reason.NON_FINITE_OUTPUT if "finite" in str(err) else Reason.BAD_OUTPUT
+        return Reason.BAD_OUTPUT
     for cls, reason in _REASONS:
         if isinstance(err, cls):
             return reason

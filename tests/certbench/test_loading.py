@@ -19,6 +19,7 @@ from certbench.errors import (
     InputSizeError,
     ManifestError,
     ModelOutputError,
+    NonFiniteOutputError,
     StateDictMismatchError,
     UnknownArchitectureError,
     WeightsFormatError,
@@ -259,10 +260,10 @@ def test_wrong_number_of_outputs(manifest) -> None:
 def test_non_finite_outputs(model, manifest) -> None:
     weight = model.state_dict()["1.fc.weight"].clone()
     weight[3, 5] = float("nan")
-    with pytest.raises(ModelOutputError, match="not finite"):
+    with pytest.raises(NonFiniteOutputError, match="not finite"):
         load_model(state_bytes(model, **{"1.fc.weight": weight}), manifest)
     inf_bias = torch.full((10,), float("inf"))
-    with pytest.raises(ModelOutputError, match="not finite"):
+    with pytest.raises(NonFiniteOutputError, match="not finite"):
         load_model(state_bytes(model, **{"1.fc.bias": inf_bias}), manifest)
 
 
