@@ -168,6 +168,22 @@ class BenchmarkPublic(BaseModel):
         )
 
 
+class FacetsPublic(BaseModel):
+    """Distinct filter values among the entries a viewer can see (for filter dropdowns)."""
+
+    architectures: list[str]
+    venues: list[str]
+    sigmas: list[float]
+
+
+class TestSetProgress(BaseModel):
+    __test__ = False
+
+    test_set: str
+    images_done: int
+    images_total: int
+
+
 class DatasetPublic(BaseModel):
     """A published dataset repo and the configs the benchmarks use from it."""
 
@@ -317,6 +333,10 @@ class Metrics(BaseModel):
     clean_accuracy: float
     abstain_rate: float
     pa_median: float
+    pa_q10: float | None
+    pa_q25: float | None
+    pa_q75: float | None
+    pa_q90: float | None
     band_low: float | None
     band_mid: float | None
     band_high: float | None

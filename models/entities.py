@@ -312,6 +312,12 @@ class LeaderboardEntry(Base):
     clean_accuracy: Mapped[float] = mapped_column(Float)
     abstain_rate: Mapped[float] = mapped_column(Float)
     pa_median: Mapped[float] = mapped_column(Float)
+    # p̂_A distribution (seed 001): means over test sets of each set's quantiles; None for rows
+    # written before migration 0003.
+    pa_q10: Mapped[float | None] = mapped_column(Float)
+    pa_q25: Mapped[float | None] = mapped_column(Float)
+    pa_q75: Mapped[float | None] = mapped_column(Float)
+    pa_q90: Mapped[float | None] = mapped_column(Float)
     band_low: Mapped[float | None] = mapped_column(Float)
     band_mid: Mapped[float | None] = mapped_column(Float)
     band_high: Mapped[float | None] = mapped_column(Float)

@@ -7,13 +7,19 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 
 from api.deps import OptionalUser, SessionDep
-from api.schemas import ERROR_RESPONSES, LeaderboardPublic
+from api.schemas import ERROR_RESPONSES, FacetsPublic, LeaderboardPublic
 from api.services import leaderboards as service
 from models.leaderboard import SORT_COLUMNS, LeaderboardQuery
 
 router = APIRouter(prefix="/leaderboards", tags=["leaderboards"], responses=ERROR_RESPONSES)
 
 SortKey = Literal[tuple(SORT_COLUMNS)]  # type: ignore[valid-type]
+
+
+@router.get("/{benchmark}/facets", response_model=FacetsPublic)
+def get_facets(session: SessionDep, viewer: OptionalUser, benchmark: str) -> FacetsPublic:
+    """Distinct architectures, venues and σ among the visible entries (for filters)."""
+    return service.facets(session, benchmark, viewer=viewer)
 
 
 @router.get("/{benchmark}", response_model=LeaderboardPublic)

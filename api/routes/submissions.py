@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, File, Form, Query, Response, UploadFile, status
 
 from api.deps import CurrentUser, QueueDep, SessionDep, SettingsDep
-from api.schemas import ERROR_RESPONSES, SubmissionList, SubmissionPublic
+from api.schemas import ERROR_RESPONSES, SubmissionList, SubmissionPublic, TestSetProgress
 from api.services import submissions as service
 from models.states import SubmissionState
 
@@ -68,6 +68,14 @@ def list_submissions(
 def get_submission(session: SessionDep, user: CurrentUser, submission_id: int) -> SubmissionPublic:
     """State, reason, message, progress, queue position and history (owner and admins)."""
     return service.status(session, submission_id, viewer=user)
+
+
+@router.get("/{submission_id}/progress", response_model=list[TestSetProgress])
+def get_progress(
+    session: SessionDep, user: CurrentUser, submission_id: int
+) -> list[TestSetProgress]:
+    """Images certified so far per test set (owner and admins)."""
+    return service.progress_by_test_set(session, submission_id, viewer=user)
 
 
 @router.post("/{submission_id}/cancel", response_model=SubmissionPublic)

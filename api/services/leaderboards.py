@@ -11,6 +11,7 @@ from api.schemas import (
     HUB_URL,
     BenchmarkPublic,
     DatasetPublic,
+    FacetsPublic,
     LeaderboardPublic,
     Metrics,
     ResultsPublic,
@@ -83,6 +84,27 @@ def datasets(session: Session) -> list[DatasetPublic]:
             )
         )
     return out
+
+
+def facets(session: Session, name: str, *, viewer: User | None) -> FacetsPublic:
+    """Distinct architectures, venues and σ among the finished entries ``viewer`` can see."""
+    found = get_benchmark(session, name)
+    visible = (
+        select(Submission.architecture, Submission.venue, Submission.sigma)
+        .join(LeaderboardEntry, LeaderboardEntry.submission_id == Submission.id)
+        .where(
+            LeaderboardEntry.benchmark_id == found.id,
+            Submission.state == SubmissionState.FINISHED,
+            visibility_filter(viewer),
+        )
+        .distinct()
+    )
+    rows = session.execute(visible).all()
+    return FacetsPublic(
+        architectures=sorted({r.architecture for r in rows}),
+        venues=sorted({r.venue for r in rows if r.venue}),
+        sigmas=sorted({r.sigma for r in rows}),
+    )
 
 
 def leaderboard(

@@ -7,12 +7,12 @@ from typing import BinaryIO
 from sqlalchemy.orm import Session
 
 from api.queue import JobQueue
-from api.schemas import QuotaPublic, SubmissionList, SubmissionPublic
+from api.schemas import QuotaPublic, SubmissionList, SubmissionPublic, TestSetProgress
 from api.services.intake import build_upload, read_capped
 from models import submissions as crud
 from models.entities import Submission, User
 from models.errors import ServiceUnavailableError
-from models.pipeline import fail
+from models.pipeline import fail, finished_shards
 from models.settings import Settings
 from models.states import Reason, SubmissionState
 
@@ -77,6 +77,22 @@ def status(session: Session, submission_id: int, *, viewer: User) -> SubmissionP
     """State, reason, progress and queue position (owner and admins only)."""
     submission = crud.get_visible(session, submission_id, viewer=viewer, owner_only=True)
     return public(session, submission, events=True)
+
+
+def progress_by_test_set(
+    session: Session, submission_id: int, *, viewer: User
+) -> list[TestSetProgress]:
+    """Images certified so far per test set, from the recorded shards (owner and admins)."""
+    submission = crud.get_visible(session, submission_id, viewer=viewer, owner_only=True)
+    done: dict[int, int] = {}
+    for shard in finished_shards(session, submission.id):
+        done[shard.test_set_id] = done.get(shard.test_set_id, 0) + (shard.stop - shard.start)
+    return [
+        TestSetProgress(
+            test_set=ts.name, images_done=done.get(ts.id, 0), images_total=ts.num_images
+        )
+        for ts in submission.benchmark.test_sets
+    ]
 
 
 def list_own(

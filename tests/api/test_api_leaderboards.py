@@ -113,3 +113,16 @@ def test_results_and_records(client: TestClient, actors: Actors, entries: dict[s
     assert client.get(f"/api/v1/results/{private}/records/set0").status_code == 404
     assert client.get(f"/api/v1/results/{private}", headers=actors.alice).status_code == 200
     assert client.get(f"/api/v1/results/{private}", headers=actors.bob).status_code == 404
+
+
+def test_facets_and_pa_distribution(client: TestClient, actors: Actors, entries: dict[str, int]):
+    facets = client.get("/api/v1/leaderboards/tiny/facets").json()
+    assert facets == {"architectures": ["cifar_resnet20"], "venues": [], "sigmas": [0.25, 0.5]}
+    assert client.get("/api/v1/leaderboards/nope/facets").status_code == 404
+    row = client.get("/api/v1/leaderboards/tiny").json()["rows"][0]["metrics"]
+    # best-net: every image correct with n_y/n = 15/16 on both test sets
+    for key in ("pa_q10", "pa_q25", "pa_median", "pa_q75", "pa_q90"):
+        assert row[key] == pytest.approx(15 / 16)
+    weak = client.get(f"/api/v1/results/{entries['weak']}").json()["summary"]
+    assert weak["pa_q10"] <= weak["pa_median"] <= weak["pa_q90"]
+    assert weak["pa_q10"] == pytest.approx(3 / 16)

@@ -8,13 +8,15 @@ from pathlib import Path
 import pytest
 from conftest import Actors, drain_validations
 from fastapi.testclient import TestClient
-from service_factories import manifest, multipart, weights_bytes
+from service_factories import manifest, multipart, record_shard, weights_bytes
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.main import create_app
+from models import pipeline
 from models.entities import Artifact, Submission
 from models.settings import Settings
+from models.states import SubmissionState as S
 
 URL = "/api/v1/submissions"
 
@@ -206,3 +208,26 @@ def test_queue_down_gives_503_and_a_failed_submission(
     session.expire_all()
     row = session.scalars(select(Submission)).one()
     assert row.state == "failed" and row.reason == "queue_unavailable"
+
+
+def test_progress_per_test_set(
+    client: TestClient, actors: Actors, settings: Settings, session: Session
+):
+
+    sid = client.post(URL, headers=actors.alice, **multipart(weights_bytes(), manifest())).json()[
+        "id"
+    ]
+    for source, target in ((S.SUBMITTED, S.VALIDATING), (S.VALIDATING, S.QUEUED),
+                           (S.QUEUED, S.RUNNING)):  # fmt: skip
+        pipeline.transition(session, sid, from_states={source}, to_state=target, settings=settings)
+    plan = pipeline.plan_shards(session, sid, settings=settings)
+    record_shard(session, sid, plan[1], settings=settings)
+    progress = client.get(f"{URL}/{sid}/progress", headers=actors.alice).json()
+    assert progress == [
+        {"test_set": "set0", "images_done": 0, "images_total": 3},
+        {"test_set": "set1", "images_done": 3, "images_total": 3},
+    ]
+    status = client.get(f"{URL}/{sid}", headers=actors.alice).json()
+    assert status["state"] == "running" and status["progress"] == 0.5
+    assert status["queue_position"] is None
+    assert client.get(f"{URL}/{sid}/progress", headers=actors.bob).status_code == 404
