@@ -60,7 +60,6 @@ class Settings(BaseSettings):
     # API server.
     host: str = "127.0.0.1"
     port: int = Field(default=8000, gt=0, lt=65536)
-    page_size_max: int = Field(default=200, gt=0)
 
     @field_validator("broker_url", "artifacts_dir", "datasets_dir", "worker_device", mode="before")
     @classmethod
