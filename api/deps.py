@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
@@ -81,3 +81,9 @@ def get_admin_user(user: CurrentUser) -> User:
 
 
 AdminUser = Annotated[User, Depends(get_admin_user)]
+
+
+#: Row ids in paths: bounded to the 32-bit integer range both databases store, so an absurd id is
+#: a 422, never a database overflow (500).
+MAX_ID = 2**31 - 1
+RowId = Annotated[int, Path(ge=1, le=MAX_ID)]

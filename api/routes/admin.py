@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, status
 
-from api.deps import AdminUser, QueueDep, SessionDep, SettingsDep
+from api.deps import AdminUser, QueueDep, RowId, SessionDep, SettingsDep
 from api.schemas import (
     ERROR_RESPONSES,
     BenchmarkPublic,
@@ -50,7 +50,7 @@ def list_users(session: SessionDep, _admin: AdminUser) -> list[UserPublic]:
     "/users/{user_id}/tokens", response_model=TokenIssued, status_code=status.HTTP_201_CREATED
 )
 def create_token(
-    session: SessionDep, _admin: AdminUser, user_id: int, body: TokenCreate
+    session: SessionDep, _admin: AdminUser, user_id: RowId, body: TokenCreate
 ) -> TokenIssued:
     """Issue a token for a user; the secret is in this response only."""
     user = accounts.get_user(session, user_id=user_id)
@@ -69,14 +69,14 @@ def create_token(
 
 
 @router.delete("/tokens/{token_id}", status_code=status.HTTP_204_NO_CONTENT)
-def revoke_token(session: SessionDep, _admin: AdminUser, token_id: int) -> None:
+def revoke_token(session: SessionDep, _admin: AdminUser, token_id: RowId) -> None:
     """Revoke a token; it stops working at once."""
     accounts.revoke_token(session, token_id=token_id)
 
 
 @router.patch("/submissions/{submission_id}", response_model=SubmissionPublic)
 def moderate(
-    session: SessionDep, _admin: AdminUser, submission_id: int, body: ModerationUpdate
+    session: SessionDep, _admin: AdminUser, submission_id: RowId, body: ModerationUpdate
 ) -> SubmissionPublic:
     """Hide an entry, flag it (with a reason shown on the leaderboard), or mark a baseline."""
     submission = set_moderation(session, submission_id, **body.model_dump(exclude_unset=True))
@@ -93,7 +93,7 @@ def rerun(
     settings: SettingsDep,
     queue: QueueDep,
     _admin: AdminUser,
-    submission_id: int,
+    submission_id: RowId,
     body: RerunRequest | None = None,
 ) -> SubmissionPublic:
     """Send a finished/failed/rejected/cancelled submission back through the pipeline."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
 
-from api.deps import OptionalUser, SessionDep, SettingsDep
+from api.deps import OptionalUser, RowId, SessionDep, SettingsDep
 from api.schemas import ERROR_RESPONSES, ResultsPublic
 from api.services import leaderboards as service
 
@@ -13,7 +13,7 @@ router = APIRouter(prefix="/results", tags=["results"], responses=ERROR_RESPONSE
 
 
 @router.get("/{submission_id}", response_model=ResultsPublic)
-def get_results(session: SessionDep, viewer: OptionalUser, submission_id: int) -> ResultsPublic:
+def get_results(session: SessionDep, viewer: OptionalUser, submission_id: RowId) -> ResultsPublic:
     """Results per test set (ACR, certified accuracy on the radius grid, abstain rate, p_A
     summary, counts, seconds, protocol and evaluator version) and the mean summary."""
     return service.results(session, submission_id, viewer=viewer)
@@ -28,7 +28,7 @@ def download_records(
     session: SessionDep,
     settings: SettingsDep,
     viewer: OptionalUser,
-    submission_id: int,
+    submission_id: RowId,
     test_set: str,
 ) -> FileResponse:
     """The per-image records of one test set (parquet; see certbench.records)."""

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, File, Form, Query, Response, UploadFile, status
 
-from api.deps import CurrentUser, QueueDep, SessionDep, SettingsDep
+from api.deps import CurrentUser, QueueDep, RowId, SessionDep, SettingsDep
 from api.schemas import ERROR_RESPONSES, SubmissionList, SubmissionPublic, TestSetProgress
 from api.services import submissions as service
 from models.states import SubmissionState
@@ -57,7 +57,7 @@ def list_submissions(
     settings: SettingsDep,
     user: CurrentUser,
     state: SubmissionState | None = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> SubmissionList:
     """Your own submissions, newest first."""
@@ -65,14 +65,16 @@ def list_submissions(
 
 
 @router.get("/{submission_id}", response_model=SubmissionPublic)
-def get_submission(session: SessionDep, user: CurrentUser, submission_id: int) -> SubmissionPublic:
+def get_submission(
+    session: SessionDep, user: CurrentUser, submission_id: RowId
+) -> SubmissionPublic:
     """State, reason, message, progress, queue position and history (owner and admins)."""
     return service.status(session, submission_id, viewer=user)
 
 
 @router.get("/{submission_id}/progress", response_model=list[TestSetProgress])
 def get_progress(
-    session: SessionDep, user: CurrentUser, submission_id: int
+    session: SessionDep, user: CurrentUser, submission_id: RowId
 ) -> list[TestSetProgress]:
     """Images certified so far per test set (owner and admins)."""
     return service.progress_by_test_set(session, submission_id, viewer=user)
@@ -80,7 +82,7 @@ def get_progress(
 
 @router.post("/{submission_id}/cancel", response_model=SubmissionPublic)
 def cancel_submission(
-    session: SessionDep, user: CurrentUser, submission_id: int
+    session: SessionDep, user: CurrentUser, submission_id: RowId
 ) -> SubmissionPublic:
     """Cancel a waiting or running submission; workers stop before the next shard (409 if it
     already ended)."""
