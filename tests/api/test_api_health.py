@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conftest import Actors
 from fastapi.testclient import TestClient
 
 from api.main import create_app
@@ -53,3 +54,23 @@ def test_routing_errors_are_json(client: TestClient):
     assert missing.status_code == 404 and missing.json()["code"] == "not_found"
     wrong = client.delete("/api/v1/benchmarks")
     assert wrong.status_code == 405 and wrong.json()["code"] == "method_not_allowed"
+
+
+def test_out_of_range_ids_are_422_not_500(client: TestClient, actors: Actors):
+    huge = 10**20
+    for url in (
+        f"/api/v1/results/{huge}",
+        f"/api/v1/results/{huge}/records/set0",
+        f"/api/v1/submissions/{huge}",
+        "/api/v1/results/0",
+        "/api/v1/submissions?offset=100000000000000000000",
+    ):
+        response = client.get(url, headers=actors.alice)
+        assert response.status_code == 422, (url, response.status_code)
+        assert response.json()["code"] == "invalid_request"
+    response = client.post(f"/api/v1/submissions/{huge}/cancel", headers=actors.alice)
+    assert response.status_code == 422
+    response = client.patch(
+        f"/api/v1/admin/submissions/{huge}", headers=actors.admin, json={"hidden": True}
+    )
+    assert response.status_code == 422
