@@ -25,7 +25,7 @@ from certbench.errors import CertbenchError, ManifestError
 
 F = TypeVar("F", bound=Callable[..., Any])
 console = Console()
-errors = Console(stderr=True)
+errors = Console(stderr=True, soft_wrap=True)  # keep paths unbroken
 
 PLUGIN_GROUP = "certbench.commands"
 

@@ -8,43 +8,27 @@ and :func:`register` imports them all before mounting ``generate`` once.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import os
 import pkgutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from tqdm import tqdm
 
-from certbench.errors import CertbenchError, GeneratorError
+from certbench.cli import user_errors
+from certbench.errors import GeneratorError
 
-F = TypeVar("F", bound=Callable[..., Any])
 console = Console(soft_wrap=True)
-errors = Console(stderr=True, soft_wrap=True)  # keep paths unbroken
 
 generate_app = typer.Typer(
     name="generate",
     help="Build benchmark datasets (CIFAR-F, corruption sets) in the Hugging Face Hub layout.",
     no_args_is_help=True,
 )
-
-
-def friendly_errors(command: F) -> F:
-    """Print a CertbenchError as one clear line and exit 2 instead of a traceback."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return command(*args, **kwargs)
-        except CertbenchError as err:
-            errors.print(f"[bold red]error:[/] {err}", highlight=False)
-            raise typer.Exit(2) from err
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _parse_list(text: str | None, cast: Callable[[str], Any], flag: str) -> list[Any] | None:
@@ -59,7 +43,7 @@ def _parse_list(text: str | None, cast: Callable[[str], Any], flag: str) -> list
 
 
 @generate_app.command("cifar-f")
-@friendly_errors
+@user_errors
 def cifar_f_command(
     dataset: Annotated[str, typer.Option(help="cifar10 or cifar100.")],
     out: Annotated[Path, typer.Option(help="Output folder (Hub layout); resumable.")],
@@ -152,7 +136,7 @@ def cifar_f_command(
     )
 
 
-@friendly_errors
+@user_errors
 def publish_command(
     folder: Annotated[Path, typer.Argument(help="A generated Hub-layout folder.")],
     repo: Annotated[str, typer.Option(help="Target dataset repo, ORG/NAME.")],

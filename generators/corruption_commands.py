@@ -15,7 +15,8 @@ from typing import Annotated
 import typer
 from tqdm import tqdm
 
-from generators.commands import _parse_list, console, friendly_errors, generate_app
+from certbench.cli import user_errors
+from generators.commands import _parse_list, console, generate_app
 
 import_app = typer.Typer(
     name="import",
@@ -113,7 +114,7 @@ def _generate(
 
 def _make_generate_command(key: str, doc: str) -> None:
     @generate_app.command(key, help=doc)
-    @friendly_errors
+    @user_errors
     def command(
         dataset: DatasetOpt,
         out: OutOpt,
@@ -151,7 +152,7 @@ _make_generate_command("weather", "Generate random rain and snow test sets at 5 
 
 
 @import_app.command("cifar-c")
-@friendly_errors
+@user_errors
 def import_cifar_c_command(
     src: Annotated[Path, typer.Option(help="Folder of the official release (labels.npy, ...).")],
     out: OutOpt,
