@@ -11,7 +11,7 @@ Engine design (statistics identical to the textbook loop, only faster):
   (seed, test set, image index, phase, block number). Forward batches are cut from the stream of
   blocks, so the records do not depend on batch size, packing of images, or sharding.
 - Samples of several images share a forward batch; class counts are accumulated on the device
-  with one bincount per batch and copied to the host once per wave of images.
+  with one index_add per batch and copied to the host once per wave of images.
 - Noise and x+δ are fp32; only the model's forward runs under optional bf16 autocast.
 """
 
@@ -440,9 +440,9 @@ def _count_wave(
             counts = torch.zeros(
                 (len(x) * len(phases), classes), dtype=torch.int64, device=settings.device
             )
-        counts += torch.bincount(slots * classes + predictions, minlength=counts.numel()).view_as(
-            counts
-        )
+        # index_add_ rather than bincount: CUDA's bincount reads the maximum back to the host
+        # (a sync per batch); integer adds are exact in any order, so this stays deterministic
+        counts.view(-1).index_add_(0, slots * classes + predictions, torch.ones_like(predictions))
         for piece in batch:
             drawn[piece.slot] += len(piece.noise)
         bar.update(sum(len(piece.noise) for piece in batch))
