@@ -23,7 +23,6 @@ from generators import bands, hub
 from generators.corruption_sets import (
     CIFAR_C_CITATION,
     CorruptionBenchmark,
-    CorruptionReport,
     _save_spectrum,
     config_name,
     select,
@@ -206,7 +205,7 @@ def import_cifar_c(
     severities: Sequence[int] | None = None,
     clean: ImageSet | None = None,
     progress: Callable[[str], None] | None = None,
-) -> CorruptionReport:
+) -> hub.GenerationReport:
     """Convert the release in ``src`` into configs under ``out_dir`` (resumable).
 
     ``clean``: the clean test images in release order (N images), used to compute the
@@ -234,7 +233,7 @@ def import_cifar_c(
             )
         clean_pixels = clean.images.permute(0, 2, 3, 1).contiguous().numpy()
     out = Path(out_dir)
-    report = CorruptionReport(out_dir=out)
+    report = hub.GenerationReport(out_dir=out)
     started = time.perf_counter()
     for name, level in grid:
         config = config_name(name, level)

@@ -10,7 +10,6 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +29,6 @@ from generators.cifar_f import (
     set_stream_key,
 )
 from generators.cifar_f_card import write_cifar_f_card
-
-
-@dataclass
-class GenerationReport:
-    """What a generation run did (for the CLI summary and the benchmark)."""
-
-    out_dir: Path
-    written: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    images_written: int = 0
-    seconds: float = 0.0
 
 
 def _validate_source(images: ImageSet, dataset: str) -> None:
@@ -99,7 +87,7 @@ def generate(
     progress: ProgressHook | None = None,
     card: bool = True,
     threads: int | None = None,
-) -> GenerationReport:
+) -> hub.GenerationReport:
     """Write every test set in ``specs`` as a Hub config under ``out_dir``; skip verified ones.
 
     With ``card`` the folder's README.md (YAML ``configs:`` for ``specs``, protocol text,
@@ -145,8 +133,8 @@ def _generate(
     source_info: dict[str, Any] | None,
     progress: ProgressHook | None,
     card: bool,
-) -> GenerationReport:
-    report = GenerationReport(out_dir=out)
+) -> hub.GenerationReport:
+    report = hub.GenerationReport(out_dir=out)
     started = time.perf_counter()
     fingerprint = source_fingerprint(images)
     base_meta = {

@@ -17,7 +17,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,17 +50,6 @@ class CorruptionBenchmark:
     protocol: str  # markdown: the definitions, constants and equivalents
     citation: str
     tags: tuple[str, ...] = ()
-
-
-@dataclass
-class CorruptionReport:
-    """What one generation run did."""
-
-    out_dir: Path
-    written: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    images_written: int = 0
-    seconds: float = 0.0
 
 
 def config_name(corruption: str, level: int) -> str:
@@ -247,13 +236,13 @@ def generate_sets(
     seed: int = 0,
     batch_size: int = 1000,
     progress: ProgressHook | None = None,
-) -> CorruptionReport:
+) -> hub.GenerationReport:
     """Write every (corruption, level) of ``grid`` as a config under ``out_dir``; skip verified
     configs made with the same parameters. Returns what was written and skipped."""
     if batch_size < 1:
         raise GeneratorError(f"--batch-size must be >= 1, got {batch_size}.")
     out = Path(out_dir)
-    report = CorruptionReport(out_dir=out)
+    report = hub.GenerationReport(out_dir=out)
     started = time.perf_counter()
     fingerprint = source_fingerprint(images)
     clean = images.images.permute(0, 2, 3, 1).contiguous().numpy()

@@ -63,6 +63,17 @@ _CONFIG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 _RESERVED_COLUMNS = ("image", "label", "coarse_label", "source_index")
 
 
+@dataclass
+class GenerationReport:
+    """What one generation or import run wrote into a Hub-layout folder (for summaries)."""
+
+    out_dir: Path
+    written: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    images_written: int = 0
+    seconds: float = 0.0
+
+
 # --------------------------------------------------------------------------------------------
 # paths and names
 
