@@ -70,6 +70,50 @@ class TestSetDefinition(BaseModel):
         return min(count, limit) if limit is not None else count
 
 
+class RobustnessProtocol(BaseModel):
+    """Base-classifier robustness stage (seed 004 §6): clean, ℓ∞ and ℓ∞ ∩ PD robust accuracy.
+
+    Attacks the benchmark's clean test subset (``repo``/``folder``, every ``skip``-th image) at
+    each ε in ``eps`` (units of 1/255; the leaderboard has columns for 8 and 16). The anchor bank
+    (k per class, greedy farthest-first with ``anchor_seed``) comes from ``anchors`` under the
+    service's anchors folder, built from the training split ``anchors_split`` of the same source
+    on first use when the file is absent. ``weighting`` ``pdw`` is PD-W (CIFAR-100 superclasses).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    repo: str = Field(min_length=1, max_length=128)
+    folder: str | None = None
+    config: str | None = None
+    revision: str | None = None
+    split: str = "test"
+    source_size: int = Field(default=10_000, gt=0)
+    skip: int | None = Field(default=None, gt=0)
+    limit: int | None = Field(default=None, gt=0)
+    anchors: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}\.safetensors$")]
+    anchors_split: str = "train"
+    k: int = Field(default=50, gt=0)
+    anchor_seed: int = Field(default=0, ge=0)
+    eps: list[Literal[8, 16]] = Field(default_factory=lambda: [8, 16], min_length=1)
+    n_iter: int = Field(default=100, gt=0)
+    n_target_classes: int = Field(default=9, ge=0)
+    projection: Literal["exact", "lazy"] = "exact"
+    weighting: Literal["pd", "pdw"] = "pd"
+
+    @model_validator(mode="after")
+    def _distinct_eps(self) -> RobustnessProtocol:
+        if len(set(self.eps)) != len(self.eps):
+            raise ValueError(f"robustness.eps repeats a radius: {self.eps}")
+        return self
+
+    def subset(self, protocol: Protocol) -> tuple[int, int | None, int]:
+        """(skip, limit, number of images) of the attacked subset, defaults from ``protocol``."""
+        skip = self.skip or protocol.skip
+        limit = self.limit if self.limit is not None else protocol.limit
+        count = -(-self.source_size // skip)
+        return skip, limit, min(count, limit) if limit is not None else count
+
+
 class BenchmarkDefinition(BaseModel):
     """A benchmark definition file (``format: certbench-benchmark/1``)."""
 
@@ -86,6 +130,7 @@ class BenchmarkDefinition(BaseModel):
     protocol: Protocol
     bands: dict[Band, list[str]] = Field(default_factory=dict)
     test_sets: list[TestSetDefinition] = Field(min_length=1)
+    robustness: RobustnessProtocol | None = None
 
     @model_validator(mode="after")
     def _unique_names(self) -> BenchmarkDefinition:
@@ -176,6 +221,7 @@ def _apply(
     benchmark.n0, benchmark.n, benchmark.alpha = protocol.n0, protocol.n, protocol.alpha
     benchmark.seed = protocol.seed
     benchmark.bands = {band: list(names) for band, names in definition.bands.items()}
+    benchmark.robustness = _robustness_row(definition)
     existing = {ts.name: ts for ts in benchmark.test_sets}
     wanted = {t.name for t in definition.test_sets}
     for name, test_set in existing.items():
@@ -201,6 +247,16 @@ def _apply(
         test_set.attributes = dict(spec.attributes)
         if spec.name not in existing:
             benchmark.test_sets.append(test_set)
+
+
+def _robustness_row(definition: BenchmarkDefinition) -> dict[str, Any] | None:
+    """The robustness protocol as stored: the definition's fields plus the derived subset."""
+    if definition.robustness is None:
+        return None
+    skip, limit, count = definition.robustness.subset(definition.protocol)
+    row = definition.robustness.model_dump(mode="json")
+    row.update(subset_skip=skip, subset_limit=limit, num_images=count)
+    return row
 
 
 def _has_results(session: Session, test_set_id: int) -> bool:

@@ -1,4 +1,5 @@
-"""The ORM: users and tokens, benchmarks and test sets, artifacts, submissions, shards, results.
+"""The ORM: users and tokens, benchmarks and test sets, artifacts, submissions, shards, results
+(certified and robust).
 
 Typed SQLAlchemy 2 mappings. Everything the leaderboard sorts on is a real, indexed column (the
 per-submission ``LeaderboardEntry`` is written once when a submission finishes), so a page of a
@@ -104,6 +105,9 @@ class Benchmark(Base):
     alpha: Mapped[float] = mapped_column(Float)
     seed: Mapped[int] = mapped_column(Integer, default=0)
     bands: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # The robustness stage's protocol (``models.catalog.RobustnessProtocol`` as JSON, with the
+    # derived image subset); None for a benchmark without one.
+    robustness: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
@@ -281,6 +285,56 @@ class Result(Base):
     test_set: Mapped[TestSet] = relationship()
 
 
+class RobustnessShard(Base):
+    """A finished robustness shard: images ``[start, stop)`` of the benchmark's clean subset.
+
+    Unique on (submission, shard index), for the same reason as ``Shard``.
+    """
+
+    __tablename__ = "robustness_shards"
+    __table_args__ = (UniqueConstraint("submission_id", "shard_index"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    submission_id: Mapped[int] = mapped_column(ForeignKey("submissions.id", ondelete="CASCADE"))
+    shard_index: Mapped[int] = mapped_column(Integer)
+    start: Mapped[int] = mapped_column(Integer)
+    stop: Mapped[int] = mapped_column(Integer)
+    count: Mapped[int] = mapped_column(Integer)
+    seconds: Mapped[float] = mapped_column(Float)
+    records_path: Mapped[str] = mapped_column(String(512))
+    worker: Mapped[str | None] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class RobustnessResult(Base):
+    """Robust accuracy of a submission's base classifier (seed 004 §6), from per-image records.
+
+    ``base_accuracy`` is the deterministic classifier's clean accuracy (not the smoothed one);
+    ``linf_acc_*``/``pd_acc_*`` the ℓ∞ and ℓ∞ ∩ PD robust accuracies at ε = 8/255 and 16/255
+    (None when the protocol skips that ε). ``figures`` holds every figure of the report, e.g.
+    which of the two PD attacks broke how many images; ``protocol`` the attack settings and the
+    anchor bank's provenance and SHA-256.
+    """
+
+    __tablename__ = "robustness_results"
+
+    submission_id: Mapped[int] = mapped_column(
+        ForeignKey("submissions.id", ondelete="CASCADE"), primary_key=True
+    )
+    evaluator_version: Mapped[str] = mapped_column(String(32))
+    protocol: Mapped[dict[str, Any]] = mapped_column(JSON)
+    base_accuracy: Mapped[float] = mapped_column(Float)
+    linf_acc_8: Mapped[float | None] = mapped_column(Float)
+    linf_acc_16: Mapped[float | None] = mapped_column(Float)
+    pd_acc_8: Mapped[float | None] = mapped_column(Float)
+    pd_acc_16: Mapped[float | None] = mapped_column(Float)
+    figures: Mapped[dict[str, float]] = mapped_column(JSON)
+    count: Mapped[int] = mapped_column(Integer)
+    seconds: Mapped[float] = mapped_column(Float)
+    records_path: Mapped[str] = mapped_column(String(512))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 class LeaderboardEntry(Base):
     """Per-submission summary over the benchmark's test sets, written when it finishes.
 
@@ -294,7 +348,8 @@ class LeaderboardEntry(Base):
         for column in (
             "macr", "cert_acc_000", "cert_acc_025", "cert_acc_050", "cert_acc_075",
             "cert_acc_100", "clean_accuracy", "abstain_rate", "pa_median", "band_low",
-            "band_mid", "band_high", "finished_at",
+            "band_mid", "band_high", "finished_at", "base_accuracy", "linf_acc_8",
+            "linf_acc_16", "pd_acc_8", "pd_acc_16",
         )
     )  # fmt: skip
 
@@ -321,6 +376,13 @@ class LeaderboardEntry(Base):
     band_low: Mapped[float | None] = mapped_column(Float)
     band_mid: Mapped[float | None] = mapped_column(Float)
     band_high: Mapped[float | None] = mapped_column(Float)
+    # Base-classifier robustness (copied from RobustnessResult); None for benchmarks without a
+    # robustness stage and rows written before migration 0004.
+    base_accuracy: Mapped[float | None] = mapped_column(Float)
+    linf_acc_8: Mapped[float | None] = mapped_column(Float)
+    linf_acc_16: Mapped[float | None] = mapped_column(Float)
+    pd_acc_8: Mapped[float | None] = mapped_column(Float)
+    pd_acc_16: Mapped[float | None] = mapped_column(Float)
     test_sets: Mapped[int] = mapped_column(Integer)
     count: Mapped[int] = mapped_column(Integer)
     seconds: Mapped[float] = mapped_column(Float)

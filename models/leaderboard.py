@@ -16,6 +16,7 @@ from models.entities import (
     Benchmark,
     LeaderboardEntry,
     Result,
+    RobustnessResult,
     Submission,
     TestSet,
     User,
@@ -39,6 +40,11 @@ SORT_COLUMNS = {
     "band_low": LeaderboardEntry.band_low,
     "band_mid": LeaderboardEntry.band_mid,
     "band_high": LeaderboardEntry.band_high,
+    "base_accuracy": LeaderboardEntry.base_accuracy,
+    "linf_acc_8": LeaderboardEntry.linf_acc_8,
+    "linf_acc_16": LeaderboardEntry.linf_acc_16,
+    "pd_acc_8": LeaderboardEntry.pd_acc_8,
+    "pd_acc_16": LeaderboardEntry.pd_acc_16,
     "sigma": Submission.sigma,
     "submitted": Submission.created_at,
     "finished": LeaderboardEntry.finished_at,
@@ -177,6 +183,11 @@ def results_of(session: Session, submission: Submission) -> list[Result]:
             .order_by(TestSet.position)
         )
     )
+
+
+def robustness_of(session: Session, submission: Submission) -> RobustnessResult | None:
+    """The base-classifier robustness result (None before it finishes or without that stage)."""
+    return session.get(RobustnessResult, submission.id)
 
 
 def entry_of(session: Session, submission: Submission) -> LeaderboardEntry | None:

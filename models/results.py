@@ -19,9 +19,10 @@ from certbench.metrics import macr, summarize
 from certbench.records import read_table, write_records
 from certbench.records import table_to_records as _table_to_records
 from models import storage
-from models.entities import LeaderboardEntry, Result, Shard, Submission, TestSet
+from models.entities import LeaderboardEntry, Result, RobustnessResult, Shard, Submission, TestSet
 from models.errors import InvalidTransitionError, StorageError
-from models.pipeline import get_submission, transition
+from models.pipeline import check_shards_complete, get_submission, transition
+from models.robustness import aggregate_robustness, leaderboard_columns
 from models.settings import Settings
 from models.states import Reason, SubmissionState
 
@@ -66,7 +67,9 @@ def aggregate_test_set(
             .order_by(Shard.shard_index)
         )
     )
-    _check_complete(shards, test_set, settings=settings)
+    check_shards_complete(
+        shards, test_set.num_images, what=f"test set {test_set.name!r}", settings=settings
+    )
     tables = [read_table(storage.resolve(settings.artifacts_dir, s.records_path)) for s in shards]
     merged = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
     records = _table_to_records(merged)
@@ -102,25 +105,9 @@ def aggregate_test_set(
     return result
 
 
-def _check_complete(shards: Sequence[Shard], test_set: TestSet, *, settings: Settings) -> None:
-    covered = sorted((s.start, s.stop) for s in shards)
-    position = 0
-    for start, stop in covered:
-        if start != position:
-            break
-        position = stop
-    if position != test_set.num_images:
-        raise StorageError(
-            f"test set {test_set.name!r} has shards covering images [0, {position}) of "
-            f"{test_set.num_images}; run the missing shards before aggregating"
-        )
-    for shard in shards:
-        if not storage.resolve(settings.artifacts_dir, shard.records_path).is_file():
-            raise StorageError(f"records file {shard.records_path!r} of a recorded shard is gone")
-
-
 def complete_submission(session: Session, submission_id: int, *, settings: Settings) -> bool:
-    """Aggregate every test set, write the leaderboard entry and move running → finished.
+    """Aggregate every test set and the robustness stage, write the leaderboard entry and move
+    running → finished.
 
     Returns False (after storing the results) when the submission is no longer running, e.g. it
     was cancelled meanwhile; then no leaderboard entry is written.
@@ -132,7 +119,10 @@ def complete_submission(session: Session, submission_id: int, *, settings: Setti
         aggregate_test_set(session, submission_id, ts.id, settings=settings)
         for ts in submission.benchmark.test_sets
     ]
-    entry = _leaderboard_entry(submission, results)
+    robust = aggregate_robustness(
+        session, submission_id, evaluator_version=evaluator_version(), settings=settings
+    )
+    entry = _leaderboard_entry(submission, results, robust)
     if session.get(LeaderboardEntry, submission_id) is None:
         session.add(entry)
         session.commit()
@@ -142,7 +132,8 @@ def complete_submission(session: Session, submission_id: int, *, settings: Setti
         from_states={S.RUNNING},
         to_state=S.FINISHED,
         reason=Reason.COMPLETED.value,
-        message=f"certified on {len(results)} test set(s)",
+        message=f"certified on {len(results)} test set(s)"
+        + (f"; attacked {robust.count} clean image(s) (ℓ∞, ℓ∞ ∩ PD)" if robust else ""),
     )
     if not moved:
         stale = session.get(LeaderboardEntry, submission_id)
@@ -156,7 +147,9 @@ def complete_submission(session: Session, submission_id: int, *, settings: Setti
     return moved
 
 
-def _leaderboard_entry(submission: Submission, results: Sequence[Result]) -> LeaderboardEntry:
+def _leaderboard_entry(
+    submission: Submission, results: Sequence[Result], robust: RobustnessResult | None
+) -> LeaderboardEntry:
     if not results:
         raise InvalidTransitionError(f"submission {submission.id} has no results to rank")
     names = {r.test_set_id: r.test_set.name for r in results}
@@ -169,10 +162,12 @@ def _leaderboard_entry(submission: Submission, results: Sequence[Result]) -> Lea
     def mean(values: Sequence[float]) -> float:
         return float(np.mean(values))
 
-    columns = {
+    columns: dict[str, float | None] = {
         column: mean([r.certified_accuracy[f"{radius:g}"] for r in results])
         for radius, column in RADIUS_COLUMNS.items()
     }
+    if robust is not None:
+        columns.update(base_accuracy=robust.base_accuracy, **leaderboard_columns(robust.figures))
     return LeaderboardEntry(
         submission_id=submission.id,
         benchmark_id=submission.benchmark_id,

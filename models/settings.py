@@ -33,6 +33,8 @@ class Settings(BaseSettings):
     broker_url: str | None = None
     artifacts_dir: Path | None = None
     datasets_dir: Path | None = None
+    # PD anchor banks (``<anchors_dir>/<name>.safetensors``); default ``<artifacts_dir>/anchors``.
+    anchors_dir: Path | None = None
 
     # Intake limits: checked before anything is written.
     max_weights_bytes: int = Field(default=256 * MiB, gt=0)
@@ -61,7 +63,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, gt=0, lt=65536)
 
-    @field_validator("broker_url", "artifacts_dir", "datasets_dir", "worker_device", mode="before")
+    @field_validator(
+        "broker_url", "artifacts_dir", "datasets_dir", "anchors_dir", "worker_device", mode="before"
+    )
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         """An empty env var (``CERTBENCH_BROKER_URL=``) means "not configured"."""
@@ -78,6 +82,7 @@ class Settings(BaseSettings):
         if self.artifacts_dir is None:
             self.artifacts_dir = self.data_dir / "artifacts"
         self.artifacts_dir = self.artifacts_dir.resolve()
+        self.anchors_dir = (self.anchors_dir or self.artifacts_dir / "anchors").resolve()
         if self.environment == "production":
             self._refuse_embedded_defaults()
         if not (

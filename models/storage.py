@@ -3,6 +3,10 @@
     weights/<sha[:2]>/<sha256>.safetensors              uploaded weights, content-addressed
     records/<submission>/<test set>/shard-<index>.parquet  per-shard per-image records
     records/<submission>/<test set>.parquet              merged records of one test set
+    records/<submission>/_robustness/shard-<index>.parquet  per-shard robustness records
+    records/<submission>/_robustness.parquet             merged robustness records
+
+(``_robustness`` cannot clash with a test set: test-set names start with a letter or digit.)
 
 Paths stored in the database are relative (POSIX) so the data dir can move between machines and
 containers. Every write goes to a temporary file in the same folder, then ``os.replace``.
@@ -33,6 +37,19 @@ def shard_records_relpath(submission_id: int, test_set: str, shard_index: int) -
 def test_set_records_relpath(submission_id: int, test_set: str) -> str:
     """Relative path of the merged per-image records of one test set (parquet)."""
     return str(PurePosixPath("records", str(submission_id), f"{test_set}.parquet"))
+
+
+ROBUSTNESS = "_robustness"
+
+
+def robustness_shard_relpath(submission_id: int, shard_index: int) -> str:
+    """Relative path of one robustness shard's per-image records (parquet)."""
+    return shard_records_relpath(submission_id, ROBUSTNESS, shard_index)
+
+
+def robustness_records_relpath(submission_id: int) -> str:
+    """Relative path of a submission's merged robustness records (parquet)."""
+    return test_set_records_relpath(submission_id, ROBUSTNESS)
 
 
 def submission_records_dir(submission_id: int) -> str:
