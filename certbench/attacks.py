@@ -308,16 +308,30 @@ class RobustnessReport:
     def pd_accuracy(self, eps: float) -> float:
         return float(np.mean([r.pd_robust for r in self._select(eps)]))
 
-    def summary(self) -> dict[str, float]:
-        """Flat figures for a leaderboard row, e.g. ``pd_robust_accuracy_8``."""
-        out = {
+    def summary(self) -> dict[str, float | None]:
+        """Flat figures for a leaderboard row, e.g. ``pd_robust_accuracy_8``.
+
+        Per ε (tag = ε·255): ℓ∞ and ℓ∞ ∩ PD robust accuracy, the ℓ∞ ∩ PD accuracy against each
+        of the two attacks alone (``pd_projected_accuracy``: ℓ∞ then lazy projection, the
+        paper's protocol; ``pd_aware_accuracy``: PD-aware APGD), and the median d_PD of the ℓ∞
+        adversarial examples found (``linf_pd_threat_median``; None if none): how unsafe the ℓ∞
+        attacks' perturbations are.
+        """
+        out: dict[str, float | None] = {
             "clean_accuracy": self.clean_accuracy(),
             "count": float(len(self._select(self.eps_list[0]))),
         }
         for eps in self.eps_list:
             tag = f"{round(eps * 255):d}"
+            chosen = self._select(eps)
+            threats = [r.linf_pd_threat for r in chosen if r.linf_pd_threat is not None]
             out[f"linf_robust_accuracy_{tag}"] = self.linf_accuracy(eps)
             out[f"pd_robust_accuracy_{tag}"] = self.pd_accuracy(eps)
+            out[f"pd_projected_accuracy_{tag}"] = float(
+                np.mean([r.pd_robust_projected for r in chosen])
+            )
+            out[f"pd_aware_accuracy_{tag}"] = float(np.mean([r.pd_robust_aware for r in chosen]))
+            out[f"linf_pd_threat_median_{tag}"] = float(np.median(threats)) if threats else math.nan
         return out
 
     def to_table(self) -> pa.Table:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torchattacks
@@ -155,6 +156,15 @@ def test_linf_robust_accuracy_is_never_above_the_pd_figure(report):
     assert report.linf_accuracy(16 / 255) < report.clean_accuracy()
     summary = report.summary()
     assert summary["linf_robust_accuracy_16"] == report.linf_accuracy(16 / 255)
+    for tag, eps in (("4", 4 / 255), ("16", 16 / 255)):
+        chosen = [r for r in report.records if r.eps == eps]
+        pd_figure = summary[f"pd_robust_accuracy_{tag}"]
+        assert pd_figure <= min(
+            summary[f"pd_projected_accuracy_{tag}"], summary[f"pd_aware_accuracy_{tag}"]
+        )
+        assert summary[f"pd_aware_accuracy_{tag}"] == np.mean([r.pd_robust_aware for r in chosen])
+        threats = sorted(r.linf_pd_threat for r in chosen if r.linf_pd_threat is not None)
+        assert summary[f"linf_pd_threat_median_{tag}"] == pytest.approx(np.median(threats))
     broken = [r for r in report.records if r.clean_correct and not r.linf_robust]
     assert broken and all(r.linf_pd_threat > 0 and r.linf_pd_anchor >= 0 for r in broken)
     assert all(r.linf_pd_threat is None for r in report.records if r.linf_robust)
