@@ -17,8 +17,6 @@ shards by image range and different batch sizes run the same attack on each imag
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -41,6 +39,7 @@ from certbench.pd_threat import (
     project_exact,
     project_lazy,
 )
+from certbench.records import write_table_atomic
 
 Bound = Callable[[torch.Tensor], torch.Tensor]
 Loss = Literal["ce", "dlr-targeted"]
@@ -346,20 +345,10 @@ class RobustnessReport:
 
     def write(self, path: str | Path, *, metadata: dict[str, str] | None = None) -> Path:
         """Parquet, written to a temp file then renamed; ``metadata`` goes into the schema."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         table = self.to_table()
         if metadata:
             table = table.replace_schema_metadata(metadata)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        os.close(fd)
-        try:
-            pq.write_table(table, tmp)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return path
+        return write_table_atomic(table, path)
 
     @classmethod
     def read(cls, path: str | Path) -> RobustnessReport:

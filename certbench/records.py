@@ -68,9 +68,14 @@ def write_records(
     metadata: Mapping[str, object] | None = None,
 ) -> Path:
     """Write records to parquet atomically (no partial file is ever visible at `path`)."""
+    return write_table_atomic(records_to_table(records, metadata), path)
+
+
+def write_table_atomic(table: pa.Table, path: str | Path) -> Path:
+    """Write a parquet file via ``.<name>.*.tmp`` + rename; a crash leaves only the temporary
+    file, which the workers sweep by that name pattern."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    table = records_to_table(records, metadata)
     handle, temporary = tempfile.mkstemp(
         dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
     )

@@ -56,6 +56,13 @@ def worker(
         str | None, typer.Option(help="Celery node name (default certbench-<device>@<host>).")
     ] = None,
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "info",
+    queues: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated queues to consume, e.g. 'certbench.robustness' for a worker "
+            "that only runs the attacks; every queue needs some worker.",
+        ),
+    ] = ",".join(QUEUES),
 ) -> None:
     """Run a certification worker (validate, certify shards, aggregate) until stopped."""
     if device is not None:
@@ -67,6 +74,7 @@ def worker(
         typer.echo(f"error: invalid CERTBENCH_* settings: {err}", err=True)
         raise typer.Exit(2) from err
     try:
+        consumed = _queues(queues)
         _check_mode(settings, embedded)
         check_timing(settings)
         _check_device(settings)
@@ -90,7 +98,7 @@ def worker(
         hostname=node,
         pool="prefork",
         concurrency=1,
-        queues=list(QUEUES),
+        queues=consumed,
         loglevel=loglevel.upper(),
         without_mingle=True,
         without_gossip=True,
@@ -98,6 +106,17 @@ def worker(
     )
     celery_worker.start()
     raise typer.Exit(celery_worker.exitcode or 0)
+
+
+def _queues(option: str) -> list[str]:
+    """The queues named in ``--queues``; unknown names are refused (a typo would idle)."""
+    names = [name.strip() for name in option.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(QUEUES))
+    if unknown or not names:
+        raise WorkerConfigError(
+            f"--queues {option!r}: unknown or no queue names {unknown}; choose from {list(QUEUES)}"
+        )
+    return names
 
 
 def _check_mode(settings: Settings, embedded: bool) -> None:

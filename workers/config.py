@@ -41,6 +41,8 @@ class WorkerSettings(BaseSettings):
 
     cancel_check_seconds: float = Field(default=2.0, gt=0)
     certify_batch_size: int = Field(default=1000, gt=0)
+    # Images attacked together by APGD (each carries activations for the backward pass).
+    robustness_batch_size: int = Field(default=256, gt=0)
 
 
 def check_timing(settings: Settings) -> None:

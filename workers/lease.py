@@ -1,9 +1,10 @@
 """Keeping a submission's lease alive while a long shard runs, and noticing cancellation.
 
-A shard can run for minutes inside one ``certify`` call, so the lease is renewed by a background
-thread every ``heartbeat_seconds`` rather than by the certify loop. Cancellation is checked from
-certify's per-record callback (at most every ``cancel_check_seconds``), which also writes the
-submission's fractional progress; the callback raises ``ShardCancelled`` to stop the shard.
+A shard can run for minutes inside one ``certify`` or ``robust_accuracy`` call, so the lease is
+renewed by a background thread every ``heartbeat_seconds`` rather than by that loop. Cancellation
+is checked from its progress callback (per record, per attacked batch; at most every
+``cancel_check_seconds``), which also writes the submission's fractional progress; the callback
+raises ``ShardCancelled`` to stop the shard.
 """
 
 from __future__ import annotations
@@ -87,8 +88,13 @@ class ShardLease:
                 return
 
     def on_record(self, record: CertifyRecord) -> None:
-        """certify's callback: count, and every few seconds check the state and write progress."""
-        self._done += 1
+        """certify's callback: one more image done."""
+        self.on_progress(self._done + 1)
+
+    def on_progress(self, done: int) -> None:
+        """``done`` images of the shard finished: every few seconds check the state and write
+        progress; raises ShardCancelled once the submission stopped running."""
+        self._done = done
         if self.lost.is_set():
             raise ShardCancelled(f"submission {self.submission_id} lost its lease")
         now = time.monotonic()

@@ -13,9 +13,13 @@ from models.queue import CONTROL_QUEUE, DEFAULT_QUEUE, TASK_AGGREGATE, TASK_VALI
 QUEUE = DEFAULT_QUEUE
 """Long GPU work: certify shards. Every certbench worker consumes it (one process per GPU)."""
 
-QUEUES = (CONTROL_QUEUE, QUEUE)
-"""Every worker consumes both; CONTROL_QUEUE holds the short validate/aggregate tasks, so a new
-upload is validated without waiting behind hours of queued shards."""
+ROBUSTNESS_QUEUE = "certbench.robustness"
+"""Attack shards (APGD with gradients: more memory per image than certification), on their own
+queue so a deployment can route them to dedicated workers (``certbench worker --queues``)."""
+
+QUEUES = (CONTROL_QUEUE, QUEUE, ROBUSTNESS_QUEUE)
+"""What a worker consumes by default; CONTROL_QUEUE holds the short validate/aggregate tasks, so
+a new upload is validated without waiting behind hours of queued shards."""
 
 VALIDATE = TASK_VALIDATE
 """args: [submission_id]. Safe-load + dummy forward; queued → shards, or rejected."""
@@ -23,10 +27,24 @@ VALIDATE = TASK_VALIDATE
 CERTIFY_SHARD = "certbench.certify_shard"
 """args: [submission_id, test_set_id, shard_index]. CERTIFY one image range of one test set."""
 
+ROBUSTNESS_SHARD = "certbench.robustness_shard"
+"""args: [submission_id, shard_index]. Clean, ℓ∞ and ℓ∞ ∩ PD robust accuracy of one image range
+of the benchmark's clean subset (seed 004), on the base classifier."""
+
 AGGREGATE = TASK_AGGREGATE
 """args: [submission_id]. Merge shard records per test set, compute metrics, finish."""
 
 WATCHDOG = "certbench.watchdog"
 """args: []. Fail running submissions whose lease expired (also run by a thread in every worker)."""
 
-__all__ = ["AGGREGATE", "CERTIFY_SHARD", "CONTROL_QUEUE", "QUEUE", "QUEUES", "VALIDATE", "WATCHDOG"]
+__all__ = [
+    "AGGREGATE",
+    "CERTIFY_SHARD",
+    "CONTROL_QUEUE",
+    "QUEUE",
+    "QUEUES",
+    "ROBUSTNESS_QUEUE",
+    "ROBUSTNESS_SHARD",
+    "VALIDATE",
+    "WATCHDOG",
+]

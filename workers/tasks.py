@@ -1,9 +1,11 @@
-"""The pipeline's Celery tasks: validate → certify shards → aggregate → finished.
+"""The pipeline's Celery tasks: validate → certify and robustness shards → aggregate → finished.
 
 Messages carry ids only (JSON); each task re-reads the submission and returns quietly when the
 state says its work is done or no longer wanted, so a redelivered or duplicated message is
 harmless. Shards are recorded once per (submission, test set, shard index) by a unique key after
-their parquet file is written atomically; the last shard to finish enqueues ``aggregate``.
+their parquet file is written atomically; robustness shards (seed 004's attacks on the clean
+subset, when the benchmark has that stage) likewise per (submission, shard index), on their own
+queue. The last shard of either kind to finish enqueues ``aggregate``.
 Nothing ever blocks on another task's result.
 """
 
@@ -20,19 +22,28 @@ from kombu.exceptions import OperationalError as BrokerError
 from sqlalchemy.exc import OperationalError as DatabaseError
 from sqlalchemy.orm import Session
 
-from certbench.errors import DataSourceError
+from certbench.errors import DataSourceError, ThreatModelError
 from certbench.records import write_records
 from models import pipeline, results, storage
 from models.db import session_scope
 from models.entities import Submission
 from models.settings import Settings, get_settings
 from models.states import Reason, SubmissionState
-from workers import certification, watchdog
+from workers import certification, robustness, watchdog
 from workers.app import app
 from workers.config import WorkerSettings
 from workers.errors import ShardCancelled, WorkerError
 from workers.lease import ShardLease
-from workers.names import AGGREGATE, CERTIFY_SHARD, CONTROL_QUEUE, QUEUE, VALIDATE, WATCHDOG
+from workers.names import (
+    AGGREGATE,
+    CERTIFY_SHARD,
+    CONTROL_QUEUE,
+    QUEUE,
+    ROBUSTNESS_QUEUE,
+    ROBUSTNESS_SHARD,
+    VALIDATE,
+    WATCHDOG,
+)
 from workers.validation import validate_model
 
 S = SubmissionState
@@ -153,6 +164,12 @@ def dispatch(session: Session, submission_id: int, settings: Settings) -> str:
         app.send_task(
             CERTIFY_SHARD, args=[submission_id, shard.test_set_id, shard.shard_index], queue=QUEUE
         )
+    attacks = pipeline.missing_robustness_shards(session, submission_id, settings=settings)
+    for shard in attacks:
+        app.send_task(
+            ROBUSTNESS_SHARD, args=[submission_id, shard.shard_index], queue=ROBUSTNESS_QUEUE
+        )
+    missing = missing + attacks
     if not missing:
         pipeline.transition(
             session,
@@ -303,9 +320,9 @@ def _find_shard(
 def _maybe_aggregate(session: Session, submission_id: int) -> None:
     """Enqueue aggregate once every planned shard is recorded (duplicates are harmless)."""
     submission = session.get(Submission, submission_id)
-    if submission is None or submission.state != S.RUNNING or not submission.shards_total:
+    if submission is None or submission.state != S.RUNNING:
         return
-    if len(pipeline.finished_shards(session, submission_id)) >= submission.shards_total:
+    if pipeline.all_shards_recorded(session, submission_id):
         app.send_task(AGGREGATE, args=[submission_id], queue=CONTROL_QUEUE)
 
 
@@ -313,6 +330,92 @@ def _fail(settings: Settings, submission_id: int, reason: Reason, message: str) 
     with session_scope(settings) as session:
         pipeline.fail(session, submission_id, reason=reason.value, message=message)
     return f"failed: {reason}"
+
+
+# ---------------------------------------------------------------------------- robustness shard
+
+
+@app.task(name=ROBUSTNESS_SHARD, base=PipelineTask, bind=True, **RETRY)
+def robustness_shard(self: PipelineTask, submission_id: int, shard_index: int) -> str:
+    """Attack one image range of the clean subset (seed 004); record it once; maybe aggregate."""
+    settings, knobs = get_settings(), WorkerSettings()
+    worker = worker_name()
+    with session_scope(settings) as session:
+        if not _start_running(session, submission_id, settings, worker):
+            state = pipeline.get_state(session, submission_id)
+            return f"skipped: submission {submission_id} is {state}"
+        done = pipeline.finished_robustness_shards(session, submission_id)
+        if shard_index in {s.shard_index for s in done}:
+            _maybe_aggregate(session, submission_id)
+            return "already recorded"
+        plan = pipeline.plan_robustness_shards(session, submission_id, settings=settings)
+        shard = next((s for s in plan if s.shard_index == shard_index), None)
+        item = pipeline.get_work_item(session, submission_id, settings=settings)
+        pipeline.heartbeat(session, submission_id, settings=settings, worker=worker)
+    if shard is None:
+        raise WorkerError(
+            f"submission {submission_id} has no robustness shard {shard_index} with "
+            f"CERTBENCH_SHARD_SIZE={settings.shard_size}; every worker must use the same shard size"
+        )
+    if item.weights_path is None or not item.weights_path.is_file():
+        return _fail(
+            settings,
+            submission_id,
+            Reason.ARTIFACT_MISSING,
+            f"weights of submission {submission_id} are gone",
+        )
+    started = time.perf_counter()
+    lease = ShardLease(
+        settings,
+        submission_id,
+        worker=worker,
+        shard_images=shard.stop - shard.start,
+        cancel_check_seconds=knobs.cancel_check_seconds,
+    )
+    try:
+        with lease:
+            report, metadata = robustness.robustness_shard(
+                item,
+                shard,
+                device=certification.resolve_device(settings.worker_device),
+                batch_size=knobs.robustness_batch_size,
+                on_batch=lease.on_progress,
+            )
+    except ShardCancelled as stop:
+        return f"stopped: {stop}"
+    except SoftTimeLimitExceeded:
+        return _fail(
+            settings,
+            submission_id,
+            Reason.TIME_LIMIT,
+            f"robustness shard {shard_index} ({shard.stop - shard.start} images) exceeded the "
+            f"soft time limit of {settings.shard_soft_time_limit_seconds} s; lower "
+            "CERTBENCH_SHARD_SIZE or raise CERTBENCH_SHARD_SOFT_TIME_LIMIT_SECONDS, then re-run",
+        )
+    except DataSourceError as err:
+        return _fail(settings, submission_id, Reason.DATASET_UNAVAILABLE, str(err))
+    except ThreatModelError as err:
+        return _fail(settings, submission_id, Reason.ANCHORS_UNAVAILABLE, str(err))
+    relpath = storage.robustness_shard_relpath(submission_id, shard_index)
+    target = storage.resolve(settings.artifacts_dir, relpath)
+    remove_stale_partials(target, older_than=settings.shard_time_limit_seconds)
+    report.write(target, metadata=metadata)
+    count = len({r.index for r in report.records})
+    with session_scope(settings) as session:
+        new = pipeline.record_robustness_shard(
+            session,
+            submission_id=submission_id,
+            shard_index=shard_index,
+            start=shard.start,
+            stop=shard.stop,
+            count=count,
+            seconds=time.perf_counter() - started,
+            records_path=relpath,
+            worker=worker,
+            settings=settings,
+        )
+        _maybe_aggregate(session, submission_id)
+    return f"{'recorded' if new else 'already recorded'}: {count} image(s) attacked"
 
 
 # ----------------------------------------------------------------------------------- aggregate
@@ -326,7 +429,9 @@ def aggregate(self: PipelineTask, submission_id: int) -> str:
         state = pipeline.get_state(session, submission_id)
         if state != S.RUNNING:
             return f"skipped: submission {submission_id} is {state}"
-        if pipeline.missing_shards(session, submission_id, settings=settings):
+        if pipeline.missing_shards(
+            session, submission_id, settings=settings
+        ) or pipeline.missing_robustness_shards(session, submission_id, settings=settings):
             return dispatch(session, submission_id, settings)
         finished = results.complete_submission(session, submission_id, settings=settings)
     return "finished" if finished else "skipped: no longer running"

@@ -39,6 +39,55 @@ def test_packaged_definitions():
     assert "fc05_a0p5_s3" in configs and all("." not in c for c in configs)
 
 
+def test_packaged_definitions_attack_the_clean_test_subset_with_k50_anchors():
+    for definition in packaged_definitions():
+        stage = definition.robustness
+        base = definition.base_dataset
+        assert stage is not None, definition.name
+        assert (stage.repo, stage.anchors) == (f"uoft-cs/{base}", f"{base}_k50_s0.safetensors")
+        assert (stage.k, stage.eps, stage.n_iter, stage.n_target_classes) == (50, [8, 16], 100, 9)
+        assert stage.weighting == ("pdw" if base == "cifar100" else "pd")  # superclasses
+        assert stage.subset(definition.protocol) == (20, None, 500)
+
+
+def test_robustness_stage_is_stored_with_its_subset(session: Session):
+    doc = tiny_definition()
+    doc["robustness"] = {
+        "repo": "local/tiny",
+        "folder": "/data/x",
+        "source_size": 9,
+        "skip": 2,
+        "anchors": "x_k3_s0.safetensors",
+        "k": 3,
+        "eps": [16],
+    }
+    benchmark = upsert_benchmark(session, parse_definition(json.dumps(doc)))
+    stored = benchmark.robustness
+    assert (stored["subset_skip"], stored["subset_limit"], stored["num_images"]) == (2, None, 5)
+    assert (stored["eps"], stored["projection"], stored["anchor_seed"]) == ([16], "exact", 0)
+    assert stored["folder"] == "/data/x"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"eps": [4]}, "eps"),
+        ({"eps": [8, 8]}, "repeats"),
+        ({"eps": []}, "eps"),
+        ({"anchors": "../escape.safetensors"}, "anchors"),
+        ({"anchors": "bank.pt"}, "anchors"),
+        ({"weighting": "dreamsim"}, "weighting"),
+        ({"k": 0}, "k"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
+def test_invalid_robustness_stages(change: dict, message: str):
+    doc = tiny_definition()
+    doc["robustness"] = {"repo": "local/tiny", "anchors": "a.safetensors"} | change
+    with pytest.raises(BenchmarkDefinitionError, match=message):
+        parse_definition(json.dumps(doc))
+
+
 def test_yaml_and_json_load(tmp_path):
     doc = tiny_definition()
     (tmp_path / "b.json").write_text(json.dumps(doc))

@@ -51,11 +51,51 @@ def write_tiny_dataset(root: Path, *, seed: int = 0) -> Path:
     return root
 
 
+TRAIN_SIZE = 30
+"""Training images of the tiny dataset: 3 per class, the anchors' source."""
+
+
+def write_tiny_train_split(root: Path, *, seed: int = 1) -> Path:
+    """Add a ``train`` split to the ``clean`` config of ``write_tiny_dataset``'s folder."""
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, 256, size=(TRAIN_SIZE, 3, 32, 32), dtype=np.uint8)
+    labels = np.arange(TRAIN_SIZE) % 10
+    write_hub_folder(root, TEST_SETS[0], images, labels, class_names=CIFAR10_CLASSES, split="train")
+    return root
+
+
+def tiny_robustness(dataset: Path, **changes: Any) -> dict[str, Any]:
+    """A robustness stage over the tiny ``clean`` config: 2 images, 2 anchors per class, 3 steps."""
+    stage: dict[str, Any] = {
+        "repo": "local/tiny",
+        "folder": str(dataset),
+        "config": TEST_SETS[0],
+        "source_size": SOURCE_SIZE,
+        "anchors": "tiny_k2_s0.safetensors",
+        "k": 2,
+        "anchor_seed": 0,
+        "eps": [8, 16],
+        "n_iter": 3,
+        "n_target_classes": 1,
+    }
+    stage.update(changes)
+    return stage
+
+
 def tiny_definition(
-    dataset: Path, *, name: str = "tiny", n0: int = 4, n: int = 16, seed: int = 7
+    dataset: Path,
+    *,
+    name: str = "tiny",
+    n0: int = 4,
+    n: int = 16,
+    seed: int = 7,
+    robustness: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A benchmark definition over ``write_tiny_dataset``'s folder."""
+    """A benchmark definition over ``write_tiny_dataset``'s folder (``robustness``: its stage,
+    e.g. ``tiny_robustness(dataset)`` after ``write_tiny_train_split(dataset)``)."""
+    extra = {} if robustness is None else {"robustness": robustness}
     return {
+        **extra,
         "format": "certbench-benchmark/1",
         "name": name,
         "version": 1,

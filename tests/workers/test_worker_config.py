@@ -105,6 +105,13 @@ def test_embedded_worker_refuses_a_configured_broker(cli, monkeypatch):
     assert "secret" not in result.output
 
 
+@pytest.mark.parametrize("queues", ["certbench.robustnes", "", " , "])
+def test_worker_refuses_unknown_queue_names(cli, queues):
+    result = cli.invoke(cli_app, ["worker", "--embedded", "--queues", queues])
+    assert result.exit_code == 2
+    assert "certbench.robustness" in result.output  # the message lists the real queues
+
+
 def test_worker_refuses_inconsistent_time_limits(cli, monkeypatch):
     monkeypatch.setenv("CERTBENCH_SHARD_TIME_LIMIT_SECONDS", "9000")
     result = cli.invoke(cli_app, ["worker", "--embedded"])

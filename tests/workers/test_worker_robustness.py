@@ -1,0 +1,283 @@
+"""The robustness stage (seed 004) in the pipeline: shards on their own queue, anchors built
+once, records equal to one direct ``robust_accuracy`` run, leaderboard columns, failures."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+from support import (
+    CIFAR10_CLASSES,
+    SOURCE_SIZE,
+    TEST_SETS,
+    create_submission,
+    load_benchmark,
+    manifest,
+    tiny_definition,
+    tiny_model,
+    tiny_robustness,
+    weights_bytes,
+    write_hub_folder,
+    write_tiny_train_split,
+)
+
+from certbench.attacks import RobustnessReport, robust_accuracy
+from certbench.data import Subset, load_images
+from certbench.errors import ThreatModelError
+from certbench.pd_threat import AnchorBank, PDThreat, build_anchor_bank
+from certbench.smoothing import derive_seed
+from models import pipeline, storage
+from models.entities import LeaderboardEntry, RobustnessResult, RobustnessShard, Submission
+from models.errors import StorageError
+from models.robustness import aggregate_robustness
+from models.settings import Settings
+from models.states import Reason, SubmissionState
+from workers import robustness
+from workers.app import app
+from workers.names import (
+    AGGREGATE,
+    CERTIFY_SHARD,
+    QUEUE,
+    ROBUSTNESS_QUEUE,
+    ROBUSTNESS_SHARD,
+    VALIDATE,
+)
+
+S = SubmissionState
+MODEL_SEED = 3
+
+
+@pytest.fixture
+def robust_dataset(tmp_path: Path) -> Path:
+    """The tiny layout, labelled with the model's own clean predictions so every image is
+    attacked (a random network is right on random labels only by chance)."""
+    root = tmp_path / "robust-dataset"
+    rng = np.random.default_rng(5)
+    model = tiny_model(seed=MODEL_SEED).eval()
+    for config in TEST_SETS:
+        images = rng.integers(0, 256, size=(SOURCE_SIZE, 3, 32, 32), dtype=np.uint8)
+        with torch.no_grad():
+            labels = model(torch.from_numpy(images).float() / 255).argmax(1).numpy()
+        write_hub_folder(root, config, images, labels, class_names=CIFAR10_CLASSES)
+    return write_tiny_train_split(root)
+
+
+@pytest.fixture
+def robust_benchmark(session: Session, robust_dataset: Path) -> str:
+    definition = tiny_definition(robust_dataset, robustness=tiny_robustness(robust_dataset))
+    load_benchmark(session, definition)
+    return "tiny"
+
+
+def _submit(session: Session, settings: Settings, tmp_path: Path) -> int:
+    weights = weights_bytes(tiny_model(seed=MODEL_SEED), tmp_path / "upload")
+    sid = create_submission(session, settings, weights=weights, manifest_doc=manifest())
+    app.send_task(VALIDATE, args=[sid])
+    return sid
+
+
+def _submission(session: Session, sid: int) -> Submission:
+    session.expire_all()
+    return session.get(Submission, sid)
+
+
+def _direct_report(dataset: Path, bank: AnchorBank) -> RobustnessReport:
+    """What one unsharded run of the protocol gives on the 2 clean-subset images."""
+    images = load_images(dataset, config=TEST_SETS[0], subset=Subset(skip=2))
+    return robust_accuracy(
+        tiny_model(seed=MODEL_SEED),
+        images.images,
+        images.labels,
+        anchors=PDThreat(bank),
+        eps_list=(8 / 255, 16 / 255),
+        n_iter=3,
+        n_target_classes=1,
+        seed=derive_seed(7, "pd"),
+        batch_size=64,
+        indices=images.indices,
+        pd_projection="exact",
+    )
+
+
+def test_robustness_shards_run_on_their_queue_and_fill_the_leaderboard(
+    settings, session, robust_benchmark, robust_dataset, worker, tmp_path
+):
+    sid = _submit(session, settings, tmp_path)
+    assert worker.run_next() == "6 shard(s) enqueued"  # 4 certify + 2 robustness (1 image each)
+    queued = [(m.name, m.queue) for m in worker.pending()]
+    assert queued == [(CERTIFY_SHARD, QUEUE)] * 4 + [(ROBUSTNESS_SHARD, ROBUSTNESS_QUEUE)] * 2
+    bank_path = settings.anchors_dir / "tiny_k2_s0.safetensors"
+    assert not bank_path.exists()
+    worker.run_all()
+    submission = _submission(session, sid)
+    assert submission.state == S.FINISHED, submission.message
+    assert submission.shards_done == submission.shards_total == 6
+    assert "attacked 2 clean image(s)" in submission.message
+    assert [m.name for m, _ in worker.ran][-1] == AGGREGATE
+
+    bank = AnchorBank.load(bank_path)  # built once by the first robustness shard
+    assert (bank.k, bank.seed, bank.images.shape[0], bank.split) == (2, 0, 20, "train")
+    result = session.get(RobustnessResult, sid)
+    assert result.protocol["anchors_sha256"] == hashlib.sha256(bank_path.read_bytes()).hexdigest()
+    assert "folder" not in result.protocol and result.protocol["num_images"] == 2
+    assert result.count == 2 and result.base_accuracy == 1.0
+
+    merged = RobustnessReport.read(storage.resolve(settings.artifacts_dir, result.records_path))
+    assert merged == _direct_report(robust_dataset, bank)  # shards reproduce one direct run
+    figures = merged.summary()
+    entry = session.get(LeaderboardEntry, sid)
+    for tag in ("8", "16"):
+        linf, pd = figures[f"linf_robust_accuracy_{tag}"], figures[f"pd_robust_accuracy_{tag}"]
+        assert getattr(entry, f"linf_acc_{tag}") == getattr(result, f"linf_acc_{tag}") == linf
+        assert getattr(entry, f"pd_acc_{tag}") == getattr(result, f"pd_acc_{tag}") == pd
+        assert linf <= pd <= entry.base_accuracy
+    assert entry.base_accuracy == result.base_accuracy
+    assert figures["linf_robust_accuracy_16"] < 1.0  # the attacks really ran and broke images
+    assert result.figures == pytest.approx(figures, nan_ok=True)
+
+
+def test_a_redelivered_robustness_shard_is_recorded_once(
+    settings, session, robust_benchmark, worker, tmp_path
+):
+    sid = _submit(session, settings, tmp_path)
+    worker.run_next()
+    for message in worker.pending():
+        worker.take()
+        worker.execute(message)
+        if message.name == ROBUSTNESS_SHARD and message.args == [sid, 0]:
+            worker.execute(message)  # delivered twice, e.g. after a lost acknowledgement
+    worker.run_all()
+    assert _submission(session, sid).state == S.FINISHED
+    outcomes = [out for m, out in worker.ran if m.name == ROBUSTNESS_SHARD and m.args == [sid, 0]]
+    assert outcomes == ["recorded: 1 image(s) attacked", "already recorded"]
+    rows = session.scalar(
+        select(func.count())
+        .select_from(RobustnessShard)
+        .where(RobustnessShard.submission_id == sid)
+    )
+    assert rows == 2
+
+
+def test_a_bank_that_contradicts_the_protocol_fails_the_run(
+    settings, session, robust_benchmark, robust_dataset, worker, tmp_path
+):
+    train = load_images(robust_dataset, config=TEST_SETS[0], split="train")
+    wrong = build_anchor_bank(
+        train.images, train.labels, class_names=train.class_names, dataset="x", k=2, seed=9
+    )
+    wrong.save(settings.anchors_dir / "tiny_k2_s0.safetensors")
+    sid = _submit(session, settings, tmp_path)
+    worker.run_all()
+    submission = _submission(session, sid)
+    assert submission.state == S.FAILED
+    assert submission.reason == Reason.ANCHORS_UNAVAILABLE
+    assert "seed 9 (protocol: 0)" in submission.message and "certbench anchors build" in (
+        submission.message
+    )
+    assert session.get(LeaderboardEntry, sid) is None
+    assert session.get(RobustnessResult, sid) is None
+
+
+def test_a_missing_training_split_fails_with_dataset_unavailable(
+    settings, session, dataset, worker, tmp_path
+):
+    load_benchmark(session, tiny_definition(dataset, robustness=tiny_robustness(dataset)))
+    sid = _submit(session, settings, tmp_path)
+    worker.run_all()
+    submission = _submission(session, sid)
+    assert submission.state == S.FAILED
+    assert submission.reason == Reason.DATASET_UNAVAILABLE
+    assert "train" in submission.message
+    assert not (settings.anchors_dir / "tiny_k2_s0.safetensors").exists()
+
+
+def test_aggregation_refuses_shards_attacked_with_different_banks(
+    settings, session, robust_benchmark, worker, tmp_path
+):
+    sid = _submit(session, settings, tmp_path)
+    worker.run_next()
+    while (message := worker.take()) is not None:
+        if message.name != AGGREGATE:
+            worker.execute(message)
+    shard = session.scalars(
+        select(RobustnessShard).where(RobustnessShard.submission_id == sid)
+    ).first()
+    path = storage.resolve(settings.artifacts_dir, shard.records_path)
+    table = pq.read_table(path)
+    meta = {k.decode(): v.decode() for k, v in table.schema.metadata.items()}
+    pq.write_table(table.replace_schema_metadata({**meta, "anchors_sha256": "0" * 64}), path)
+    with pytest.raises(StorageError, match="different anchor banks"):
+        aggregate_robustness(session, sid, evaluator_version="test", settings=settings)
+    assert session.get(RobustnessResult, sid) is None
+
+
+def test_a_cancelled_submission_stops_its_robustness_shard(
+    settings, session, robust_benchmark, worker, tmp_path
+):
+    sid = _submit(session, settings, tmp_path)
+    worker.run_next()
+    pipeline.transition(
+        session, sid, from_states={S.QUEUED}, to_state=S.CANCELLED, reason="cancelled_by_user"
+    )
+    outcomes = [worker.execute(m) for m in iter(worker.take, None)]
+    assert all(o.startswith("skipped") for o in outcomes)
+    assert session.scalar(select(func.count()).select_from(RobustnessShard)) == 0
+
+
+def test_a_fresh_rerun_drops_robustness_shards_and_result(
+    settings, session, robust_benchmark, worker, tmp_path
+):
+    sid = _submit(session, settings, tmp_path)
+    worker.run_all()
+    records = storage.resolve(
+        settings.artifacts_dir, session.get(RobustnessResult, sid).records_path
+    )
+    assert records.is_file()
+    assert pipeline.reset_for_rerun(session, sid, fresh=True, settings=settings)
+    assert session.get(RobustnessResult, sid) is None
+    assert session.scalar(select(func.count()).select_from(RobustnessShard)) == 0
+    assert not records.exists()
+    app.send_task(VALIDATE, args=[sid])
+    worker.run_all()
+    assert _submission(session, sid).state == S.FINISHED
+    assert session.get(RobustnessResult, sid) is not None
+
+
+def test_benchmarks_without_the_stage_leave_the_columns_empty(
+    settings, session, benchmark, worker, tmp_path
+):
+    sid = _submit(session, settings, tmp_path)
+    worker.run_all()
+    entry = session.get(LeaderboardEntry, sid)
+    assert entry is not None and session.get(RobustnessResult, sid) is None
+    assert [entry.base_accuracy, entry.linf_acc_8, entry.pd_acc_16] == [None, None, None]
+    assert not any(m.name == ROBUSTNESS_SHARD for m, _ in worker.ran)
+
+
+def test_pdw_uses_the_banks_superclasses_and_refuses_a_bank_without_them(settings):
+    stored = {**tiny_robustness(Path("/unused")), "weighting": "pdw", "split": "test",
+              "anchors_split": "train", "projection": "exact", "subset_skip": 2,
+              "subset_limit": None, "num_images": 2}  # fmt: skip
+    spec = pipeline.robustness_spec(stored, settings)
+    rng = np.random.default_rng(0)
+    images = torch.from_numpy(rng.integers(0, 256, size=(40, 3, 8, 8), dtype=np.uint8))
+    labels = torch.arange(40) % 4
+    names = ["a", "b", "c", "d"]
+    plain = build_anchor_bank(images, labels, class_names=names, dataset="x", k=2)
+    with pytest.raises(ThreatModelError, match="no superclass labels"):
+        robustness.threat(spec, plain, torch.device("cpu"))
+    coarse = build_anchor_bank(
+        images, labels, class_names=names, dataset="x", k=2,
+        coarse_labels=labels // 2, coarse_class_names=["ab", "cd"],
+    )  # fmt: skip
+    weighted = robustness.threat(spec, coarse, torch.device("cpu"))
+    unweighted = robustness.threat(replace(spec, weighting="pd"), coarse, torch.device("cpu"))
+    x, delta, y = coarse.flat()[:1], torch.ones(1, 192) / 255, coarse.labels[:1]
+    assert float(weighted(x, delta, y)[0]) > float(unweighted(x, delta, y)[0])  # weights < 1
