@@ -215,6 +215,89 @@ def metrics(
         _print_summary(summary, title=str(records))
 
 
+@app.command("robust-accuracy")
+@user_errors
+def robust_accuracy(
+    weights: Weights,
+    manifest: ManifestPath,
+    dataset: Dataset,
+    anchors: Annotated[Path, typer.Option(help="PD anchor bank (`certbench anchors build`).")],
+    out: Annotated[Path, typer.Option(help="Per-image robustness records (parquet).")],
+    config: Annotated[str | None, typer.Option(help="Dataset config.")] = None,
+    split: str = "test",
+    revision: Annotated[str | None, typer.Option(help="Hub revision (commit/tag).")] = None,
+    eps: Annotated[
+        list[int] | None, typer.Option(help="ε in units of 1/255; repeat for several.")
+    ] = None,
+    n_iter: Annotated[int, typer.Option(help="APGD steps per run.")] = 100,
+    n_target_classes: Annotated[int, typer.Option(help="APGD-T target classes.")] = 9,
+    projection: Annotated[str, typer.Option(help="exact or lazy PD projection.")] = "exact",
+    weighting: Annotated[str, typer.Option(help="pd, or pdw (CIFAR-100 superclasses).")] = "pd",
+    k: Annotated[int | None, typer.Option(help="Use the first k anchors per class.")] = None,
+    skip: Annotated[int, typer.Option(help="Attack every skip-th image.")] = 1,
+    limit: Annotated[int | None, typer.Option(help="Attack at most this many images.")] = None,
+    batch_size: int = 256,
+    seed: Annotated[
+        int, typer.Option(help="Benchmark seed; the leaderboard's figure for that seed.")
+    ] = 0,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...")] = None,
+) -> None:
+    """Clean, ℓ∞ and ℓ∞ ∩ PD robust accuracy of the base classifier (seed 004), as the
+    leaderboard's robustness stage measures it (``--skip 20`` for the 500-image subset)."""
+    from certbench.attacks import robust_accuracy as run_attacks
+    from certbench.data import Subset, load_images
+    from certbench.errors import ThreatModelError
+    from certbench.loading import load_manifest, load_model
+    from certbench.pd_threat import AnchorBank, weighted_threat
+    from certbench.smoothing import derive_seed
+
+    if projection not in ("exact", "lazy"):
+        raise ThreatModelError(f"--projection {projection!r}: use exact or lazy")
+    spec = load_manifest(manifest)
+    model = load_model(weights, spec, device=device)
+    images = load_images(
+        dataset, config=config, split=split, revision=revision, subset=Subset(skip, limit)
+    )
+    bank = AnchorBank.load(anchors)
+    bank = bank.truncated(k) if k is not None else bank
+    first = next(model.parameters())
+    threat = weighted_threat(bank, weighting, device=first.device)
+    report = run_attacks(
+        model,
+        images.images,
+        images.labels,
+        anchors=threat,
+        eps_list=[e / 255 for e in (eps or [8, 16])],
+        n_iter=n_iter,
+        n_target_classes=n_target_classes,
+        seed=derive_seed(seed, "pd"),
+        batch_size=batch_size,
+        device=first.device,
+        indices=images.indices,
+        pd_projection="exact" if projection == "exact" else "lazy",
+        progress=True,
+    )
+    report.write(
+        out,
+        metadata={
+            "dataset": dataset,
+            "config": config or "",
+            "split": split,
+            "anchors_sha256": hashlib.sha256(anchors.read_bytes()).hexdigest(),
+            "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+            "seed": str(seed),
+            "certbench_version": __version__,
+        },
+    )
+    table = Table(title=f"{dataset} {config or ''} ({split}): base classifier", show_header=True)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for name, value in report.summary().items():
+        table.add_row(name, "—" if value is None else f"{value:.4f}")
+    console.print(table)
+    console.print(f"records: {out}")
+
+
 def _print_summary(summary: Any, title: str) -> None:
     table = Table(title=title, show_header=True)
     table.add_column("metric")

@@ -548,6 +548,24 @@ def pdw_class_weights(
     return floor + (1 - floor) * w
 
 
+def weighted_threat(
+    bank: AnchorBank, weighting: str, *, device: torch.device | str | None = None
+) -> PDThreat:
+    """``pd``: the plain threat; ``pdw``: PD-W with the bank's superclasses (Definition 13
+    without DreamSim). Refuses PD-W on a bank without superclass labels rather than quietly
+    falling back to the Euclidean term alone."""
+    if weighting == "pd":
+        return PDThreat(bank, device=device)
+    if weighting != "pdw":
+        raise ThreatModelError(f"weighting {weighting!r} is not 'pd' or 'pdw'.")
+    if bank.class_to_coarse is None:
+        raise ThreatModelError(
+            f"PD-W needs superclass labels but the anchor bank of {bank.dataset!r} has none; "
+            "build it from a split with coarse labels (CIFAR-100)."
+        )
+    return PDThreat(bank, class_weights=pdw_class_weights(bank), device=device)
+
+
 # --------------------------------------------------------------------------- projections
 
 

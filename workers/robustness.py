@@ -24,7 +24,7 @@ import torch
 from certbench.attacks import RobustnessReport, robust_accuracy
 from certbench.data import load_images
 from certbench.errors import ThreatModelError
-from certbench.pd_threat import AnchorBank, PDThreat, bank_from_image_set, pdw_class_weights
+from certbench.pd_threat import AnchorBank, bank_from_image_set, weighted_threat
 from certbench.smoothing import derive_seed
 from models.pipeline import RobustnessSpec, ShardSpec, WorkItem
 from workers.certification import images_for, model_for
@@ -91,18 +91,6 @@ def file_sha256(path: str, mtime_ns: int, size: int) -> str:
     return digest.hexdigest()
 
 
-def threat(spec: RobustnessSpec, bank: AnchorBank, device: torch.device) -> PDThreat:
-    """PD, or PD-W with the bank's superclasses (seed 004 Definition 13 without DreamSim)."""
-    if spec.weighting == "pd":
-        return PDThreat(bank, device=device)
-    if bank.class_to_coarse is None:
-        raise ThreatModelError(
-            f"the protocol asks for PD-W but anchor bank {str(spec.anchors_path)!r} has no "
-            "superclass labels; build it from a split with coarse labels (CIFAR-100)"
-        )
-    return PDThreat(bank, class_weights=pdw_class_weights(bank), device=device)
-
-
 def robustness_shard(
     item: WorkItem,
     shard: ShardSpec,
@@ -124,7 +112,7 @@ def robustness_shard(
         model_for(item, device),
         images.images[window],
         images.labels[window],
-        anchors=threat(spec, bank, device),
+        anchors=weighted_threat(bank, spec.weighting, device=device),
         eps_list=[eps / 255 for eps in spec.eps],
         n_iter=spec.n_iter,
         n_target_classes=spec.n_target_classes,

@@ -1,4 +1,4 @@
-"""`certbench certify` and `certbench metrics` end to end on a dataset in the torchvision layout."""
+"""`certbench certify`, `metrics` and `robust-accuracy` end to end on torchvision-layout data."""
 
 from __future__ import annotations
 
@@ -10,10 +10,14 @@ from data_layouts import random_images, random_labels, write_torchvision_cifar
 from typer.testing import CliRunner
 
 from certbench.architectures import build_classifier
+from certbench.attacks import RobustnessReport, robust_accuracy
 from certbench.cli import app
-from certbench.loading import save_weights
+from certbench.data import Subset, load_images
+from certbench.loading import load_manifest, load_model, save_weights
 from certbench.metrics import summarize
+from certbench.pd_threat import AnchorBank, bank_from_image_set
 from certbench.records import read_metadata, read_records
+from certbench.smoothing import derive_seed
 
 MEAN, STD = [0.49, 0.48, 0.45], [0.2, 0.2, 0.2]
 
@@ -85,3 +89,55 @@ def test_missing_dataset_and_bad_records_are_clear_errors(submission, tmp_path):
     assert result.exit_code == 2 and "error:" in result.output
     missing = runner.invoke(app, ["metrics", str(tmp_path / "none.parquet")])
     assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
+@pytest.fixture(scope="module")
+def anchors(submission):
+    """A k=2 bank from a torchvision-layout training split (the anchors' usual source)."""
+    train_root = submission / "train"
+    labels = torch.arange(30) % 10
+    write_torchvision_cifar(train_root, "cifar10", random_images(30), labels, split="train")
+    train = load_images(train_root, split="train")
+    bank = bank_from_image_set(train, dataset="tiny", k=2)
+    # test images labelled with the model's own predictions, so every one is attacked
+    model = load_model(submission / "m.safetensors", load_manifest(submission / "m.json"))
+    pictures = random_images(12, seed=4)
+    with torch.no_grad():
+        labels = model(torch.from_numpy(pictures).float() / 255).argmax(1)
+    write_torchvision_cifar(submission / "robust-data", "cifar10", pictures, labels)
+    return bank.save(submission / "bank.safetensors")
+
+
+def test_robust_accuracy_reproduces_the_library_call(submission, anchors):
+    out = submission / "robust.parquet"
+    args = [
+        "robust-accuracy", "--weights", str(submission / "m.safetensors"),
+        "--manifest", str(submission / "m.json"), "--dataset", str(submission / "robust-data"),
+        "--anchors", str(anchors), "--out", str(out), "--eps", "16", "--n-iter", "3",
+        "--n-target-classes", "1", "--skip", "4", "--seed", "5", "--projection", "lazy",
+    ]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "pd_robust_accuracy_16" in result.output
+    images = load_images(submission / "robust-data", subset=Subset(skip=4))
+    model = load_model(submission / "m.safetensors", load_manifest(submission / "m.json"))
+    expected = robust_accuracy(
+        model, images.images, images.labels, anchors=AnchorBank.load(anchors),
+        eps_list=(16 / 255,), n_iter=3, n_target_classes=1, seed=derive_seed(5, "pd"),
+        indices=images.indices, pd_projection="lazy",
+    )  # fmt: skip
+    assert RobustnessReport.read(out) == expected
+    assert [r.index for r in expected.records] == [0, 4, 8]
+    assert expected.clean_accuracy() == 1.0 and expected.linf_accuracy(16 / 255) < 1.0
+
+
+def test_robust_accuracy_refuses_pdw_without_superclasses(submission, anchors, tmp_path):
+    args = [
+        "robust-accuracy", "--weights", str(submission / "m.safetensors"),
+        "--manifest", str(submission / "m.json"), "--dataset", str(submission / "data"),
+        "--anchors", str(anchors), "--out", str(tmp_path / "r.parquet"), "--weighting", "pdw",
+    ]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert "PD-W needs superclass labels" in result.output
+    assert not (tmp_path / "r.parquet").exists()

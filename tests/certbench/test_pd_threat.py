@@ -21,6 +21,7 @@ from certbench.pd_threat import (
     pdw_class_weights,
     project_exact,
     project_lazy,
+    weighted_threat,
 )
 
 NUM_CLASSES = 4
@@ -317,3 +318,13 @@ def test_superclasses_travel_with_the_bank_into_pdw_weights(train, tmp_path):
     assert torch.equal(
         weights, pdw_class_weights(bank, class_to_coarse=torch.tensor([1, 1, 0, 0]), floor=0.5)
     )
+    chosen = weighted_threat(loaded, "pdw")
+    assert torch.equal(chosen.coef, PDThreat(loaded, class_weights=pdw_class_weights(loaded)).coef)
+    assert torch.equal(weighted_threat(loaded, "pd").coef, PDThreat(loaded).coef)
+
+
+def test_pdw_refuses_a_bank_without_superclasses(bank):
+    with pytest.raises(ThreatModelError, match="superclass labels"):
+        weighted_threat(bank, "pdw")
+    with pytest.raises(ThreatModelError, match="'pd' or 'pdw'"):
+        weighted_threat(bank, "dreamsim")

@@ -4,7 +4,6 @@ once, records equal to one direct ``robust_accuracy`` run, leaderboard columns, 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +29,6 @@ from support import (
 
 from certbench.attacks import RobustnessReport, robust_accuracy
 from certbench.data import Subset, load_images
-from certbench.errors import ThreatModelError
 from certbench.pd_threat import AnchorBank, PDThreat, build_anchor_bank
 from certbench.smoothing import derive_seed
 from models import pipeline, storage
@@ -39,7 +37,6 @@ from models.errors import StorageError
 from models.robustness import aggregate_robustness
 from models.settings import Settings
 from models.states import Reason, SubmissionState
-from workers import robustness
 from workers.app import app
 from workers.names import (
     AGGREGATE,
@@ -259,25 +256,3 @@ def test_benchmarks_without_the_stage_leave_the_columns_empty(
     assert entry is not None and session.get(RobustnessResult, sid) is None
     assert [entry.base_accuracy, entry.linf_acc_8, entry.pd_acc_16] == [None, None, None]
     assert not any(m.name == ROBUSTNESS_SHARD for m, _ in worker.ran)
-
-
-def test_pdw_uses_the_banks_superclasses_and_refuses_a_bank_without_them(settings):
-    stored = {**tiny_robustness(Path("/unused")), "weighting": "pdw", "split": "test",
-              "anchors_split": "train", "projection": "exact", "subset_skip": 2,
-              "subset_limit": None, "num_images": 2}  # fmt: skip
-    spec = pipeline.robustness_spec(stored, settings)
-    rng = np.random.default_rng(0)
-    images = torch.from_numpy(rng.integers(0, 256, size=(40, 3, 8, 8), dtype=np.uint8))
-    labels = torch.arange(40) % 4
-    names = ["a", "b", "c", "d"]
-    plain = build_anchor_bank(images, labels, class_names=names, dataset="x", k=2)
-    with pytest.raises(ThreatModelError, match="no superclass labels"):
-        robustness.threat(spec, plain, torch.device("cpu"))
-    coarse = build_anchor_bank(
-        images, labels, class_names=names, dataset="x", k=2,
-        coarse_labels=labels // 2, coarse_class_names=["ab", "cd"],
-    )  # fmt: skip
-    weighted = robustness.threat(spec, coarse, torch.device("cpu"))
-    unweighted = robustness.threat(replace(spec, weighting="pd"), coarse, torch.device("cpu"))
-    x, delta, y = coarse.flat()[:1], torch.ones(1, 192) / 255, coarse.labels[:1]
-    assert float(weighted(x, delta, y)[0]) > float(unweighted(x, delta, y)[0])  # weights < 1
