@@ -59,12 +59,14 @@ def _fail(err: CertbenchError) -> typer.Exit:
 
 
 def load_packaged_benchmarks(settings: Settings) -> list[str]:
-    """Load the packaged definitions whose names are not in the database yet; returns them."""
+    """Load the packaged definitions missing from the database or stored at an older version
+    (a release that adds a stage upgrades them); returns their names. A stored version at or
+    above the packaged one (an admin's own edit) is left alone."""
     loaded = []
     with session_scope(settings) as session:
-        present = set(session.scalars(select(Benchmark.name)))
+        stored = dict(session.execute(select(Benchmark.name, Benchmark.definition_version)).all())
         for definition in packaged_definitions():
-            if definition.name not in present:
+            if stored.get(definition.name, 0) < definition.version:
                 upsert_benchmark(session, definition)
                 loaded.append(definition.name)
     return loaded
@@ -84,7 +86,7 @@ def serve(
         bool,
         typer.Option(
             "--load-benchmarks/--no-load-benchmarks",
-            help="Load packaged benchmark definitions missing from the database.",
+            help="Load packaged benchmark definitions missing from the database or older there.",
         ),
     ] = True,
 ) -> None:
@@ -222,7 +224,7 @@ def load(
 
 @benchmarks_app.command("load-packaged")
 def load_packaged() -> None:
-    """Load the packaged definitions (CIFAR-10/100 clean, -C, -C̄, -F) not yet in the database."""
+    """Load the packaged definitions (CIFAR-10/100 clean, -C, -C̄, -F) missing or older here."""
     settings = _settings()
     try:
         loaded = load_packaged_benchmarks(settings)
