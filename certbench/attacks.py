@@ -330,7 +330,7 @@ class RobustnessReport:
                 np.mean([r.pd_robust_projected for r in chosen])
             )
             out[f"pd_aware_accuracy_{tag}"] = float(np.mean([r.pd_robust_aware for r in chosen]))
-            out[f"linf_pd_threat_median_{tag}"] = float(np.median(threats)) if threats else math.nan
+            out[f"linf_pd_threat_median_{tag}"] = float(np.median(threats)) if threats else None
         return out
 
     def to_table(self) -> pa.Table:

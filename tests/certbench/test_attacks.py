@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,7 @@ from torch import nn
 from certbench.attacks import (
     LinfPDProjection,
     LinfProjection,
+    RobustnessRecord,
     RobustnessReport,
     apgd,
     checkpoints,
@@ -211,3 +214,19 @@ def test_robust_accuracy_rejects_bad_arguments(trained):
         robust_accuracy(model, x, y, anchors=bank, eps_list=())
     with pytest.raises(ThreatModelError, match="differ"):
         robust_accuracy(model, x, y[:3], anchors=bank)
+
+
+def test_summary_is_strict_json_when_no_adversarial_example_was_found():
+    """PostgreSQL's JSON has no NaN: an undefined median must be None, not float('nan')."""
+    records = [
+        RobustnessRecord(
+            index=i, label=0, eps=8 / 255, clean_prediction=1, clean_correct=False,
+            linf_robust=False, pd_robust=False, pd_robust_projected=False,
+            pd_robust_aware=False, linf_pd_threat=None, linf_pd_anchor=-1,
+        )
+        for i in range(3)
+    ]  # fmt: skip
+    summary = RobustnessReport(records).summary()
+    assert summary["linf_pd_threat_median_8"] is None
+    assert summary["clean_accuracy"] == summary["pd_robust_accuracy_8"] == 0.0
+    json.dumps(summary, allow_nan=False)  # raises ValueError on NaN

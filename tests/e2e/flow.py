@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 from processes import Service, wait_for
-from support import tiny_definition, write_tiny_dataset
+from support import tiny_definition, tiny_robustness, write_tiny_dataset, write_tiny_train_split
 
 from models.settings import Settings
 
@@ -31,9 +31,14 @@ def free_port() -> int:
 TERMINAL = {"finished", "failed", "rejected", "cancelled", "duplicate"}
 
 
-def put_benchmark(admin: httpx.Client, folder: Path, **protocol: Any) -> dict[str, Any]:
-    """Write the tiny dataset under ``folder`` and load its definition through the admin API."""
-    definition = tiny_definition(write_tiny_dataset(folder), **protocol)
+def put_benchmark(
+    admin: httpx.Client, folder: Path, *, robustness: bool = False, **protocol: Any
+) -> dict[str, Any]:
+    """Write the tiny dataset under ``folder`` and load its definition through the admin API
+    (``robustness``: with a training split and the tiny robustness stage)."""
+    dataset = write_tiny_dataset(folder)
+    stage = tiny_robustness(write_tiny_train_split(dataset)) if robustness else None
+    definition = tiny_definition(dataset, robustness=stage, **protocol)
     response = admin.put("/api/v1/admin/benchmarks", json=definition)
     assert response.status_code == 200, response.text
     return definition

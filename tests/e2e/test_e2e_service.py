@@ -53,6 +53,29 @@ def test_submission_is_certified_ranked_and_its_records_downloadable(stack, tiny
     assert rows[0]["metrics"]["macr"] == pytest.approx(macr)
 
 
+def test_robustness_stage_runs_on_the_real_worker_and_reaches_the_leaderboard(stack, tmp_path):
+    put_benchmark(stack.admin, stack.root / "robust-dataset", name="robust", robustness=True)
+    carol = stack.submitter("carol")
+    response = submit(carol, weights_bytes(tiny_model(seed=2), tmp_path), manifest("robust"))
+    assert response.status_code == 202, response.text
+    sid = response.json()["id"]
+    done = wait_state(carol, sid, {"finished"}, services=stack.services())
+    assert done["shards_done"] == done["shards_total"] == 2 * len(TEST_SETS) + 2
+    robust = carol.get(f"/api/v1/results/{sid}").json()["robustness"]
+    assert robust is not None and robust["count"] == 2
+    assert robust["protocol"]["anchors"] == "tiny_k2_s0.safetensors"
+    assert len(robust["protocol"]["anchors_sha256"]) == 64 and "folder" not in robust["protocol"]
+    bank = stack.root / "data" / "artifacts" / "anchors" / "tiny_k2_s0.safetensors"
+    assert bank.is_file()  # built by the worker from the training split on first use
+    for tag in ("8", "16"):
+        linf, pd = robust[f"linf_acc_{tag}"], robust[f"pd_acc_{tag}"]
+        assert linf <= pd <= robust["base_accuracy"]
+    board = httpx.get(f"{stack.base}/api/v1/leaderboards/robust", timeout=30).json()
+    (row,) = [r for r in board["rows"] if r["submission_id"] == sid]
+    assert row["metrics"]["pd_acc_8"] == robust["pd_acc_8"]
+    assert row["metrics"]["base_accuracy"] == robust["base_accuracy"]
+
+
 def test_cancel_stops_the_remaining_shards(stack, tmp_path):
     put_benchmark(stack.admin, stack.root / "cancel-dataset", name="cancel", n=400)
     frank = stack.submitter("frank")
