@@ -3,16 +3,35 @@ so token hashes and file paths never leak. Built from ORM rows by the ``from_*``
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.entities import Benchmark, LeaderboardEntry, Result, Role, Submission, TestSet, User
+from models.entities import (
+    Benchmark,
+    LeaderboardEntry,
+    Result,
+    RobustnessResult,
+    Role,
+    Submission,
+    TestSet,
+    User,
+)
 from models.leaderboard import HIGHER_IS_BETTER, LeaderboardPage
 from models.states import SubmissionState
 
 HUB_URL = "https://huggingface.co/datasets/{repo}"
+#: Keys of a stored robustness protocol that name this deployment's files, never served.
+PRIVATE_PROTOCOL_KEYS = frozenset({"folder"})
+
+
+def public_protocol(protocol: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A robustness protocol as served: without local folders (None stays None)."""
+    if protocol is None:
+        return None
+    return {k: v for k, v in protocol.items() if k not in PRIVATE_PROTOCOL_KEYS}
 
 
 class ErrorResponse(BaseModel):
@@ -144,6 +163,28 @@ class BenchmarkPublic(BaseModel):
     bands: dict[str, list[str]]
     test_sets: list[TestSetPublic]
     entries: int = Field(description="finished public entries on the leaderboard")
+    robustness: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "protocol of the base-classifier robustness stage (seed 004: clean, ℓ∞ and ℓ∞ ∩ PD "
+            "robust accuracy of the deterministic model, not smoothed): dataset repo/config/"
+            "split, image subset (subset_skip, subset_limit, num_images), anchor bank file, k, "
+            "anchor_seed, eps (list, units of 1/255), n_iter, n_target_classes, projection, "
+            "weighting; null for a benchmark without the stage"
+        ),
+        examples=[
+            {
+                "repo": "uoft-cs/cifar10",
+                "anchors": "cifar10_k50_s0.safetensors",
+                "k": 50,
+                "eps": [8, 16],
+                "n_iter": 100,
+                "projection": "exact",
+                "weighting": "pd",
+                "num_images": 500,
+            }
+        ],
+    )
 
     @classmethod
     def of(cls, benchmark: Benchmark, *, entries: int) -> BenchmarkPublic:
@@ -165,6 +206,7 @@ class BenchmarkPublic(BaseModel):
             bands={k: list(v) for k, v in benchmark.bands.items()},
             test_sets=[TestSetPublic.of(ts) for ts in benchmark.test_sets],
             entries=entries,
+            robustness=public_protocol(benchmark.robustness),
         )
 
 
@@ -321,8 +363,24 @@ class RerunRequest(BaseModel):
 # ---- results and leaderboards -----------------------------------------------------------------
 
 
+BASE_ACCURACY_HELP = (
+    "clean accuracy of the base classifier (the deterministic model, not smoothed) on the "
+    "robustness stage's clean subset; null without that stage"
+)
+LINF_HELP = (
+    "robust accuracy of the base classifier (not smoothed) under ℓ∞ APGD at ε = {eps}/255 "
+    "(ε in units of 1/255); null without the robustness stage or when that ε is not attacked"
+)
+PD_HELP = (
+    "robust accuracy of the base classifier (not smoothed) under ℓ∞ ∩ PD at ε = {eps}/255 (ε in "
+    "units of 1/255): the worse of ℓ∞ APGD + lazy PD projection and PD-aware APGD, seed 004; "
+    "null without the robustness stage or when that ε is not attacked"
+)
+
+
 class Metrics(BaseModel):
-    """Means over the benchmark's test sets (mACR = mean ACR; bands as in seed 000)."""
+    """Means over the benchmark's test sets (mACR = mean ACR; bands as in seed 000), and the
+    base classifier's robustness (seed 004) where the benchmark has that stage."""
 
     macr: float
     cert_acc_000: float
@@ -340,6 +398,11 @@ class Metrics(BaseModel):
     band_low: float | None
     band_mid: float | None
     band_high: float | None
+    base_accuracy: float | None = Field(description=BASE_ACCURACY_HELP)
+    linf_acc_8: float | None = Field(description=LINF_HELP.format(eps=8))
+    linf_acc_16: float | None = Field(description=LINF_HELP.format(eps=16))
+    pd_acc_8: float | None = Field(description=PD_HELP.format(eps=8))
+    pd_acc_16: float | None = Field(description=PD_HELP.format(eps=16))
     test_sets: int
     count: int
     seconds: float
@@ -459,6 +522,72 @@ class TestSetResultPublic(BaseModel):
         )
 
 
+class RobustnessPublic(BaseModel):
+    """Robustness of the submission's base classifier (seed 004 §6): the deterministic model,
+    not the smoothed one, attacked on the benchmark's clean subset. Accuracies are fractions of
+    ``count`` images; ε is in units of 1/255."""
+
+    base_accuracy: float = Field(
+        description="clean accuracy of the base classifier (deterministic model, not smoothed)"
+    )
+    linf_acc_8: float | None = Field(description=LINF_HELP.format(eps=8))
+    linf_acc_16: float | None = Field(description=LINF_HELP.format(eps=16))
+    pd_acc_8: float | None = Field(description=PD_HELP.format(eps=8))
+    pd_acc_16: float | None = Field(description=PD_HELP.format(eps=16))
+    figures: dict[str, float | None] = Field(
+        description=(
+            "every figure of the report: clean_accuracy, count and, per ε tag t (8, 16 = ε in "
+            "1/255): linf_robust_accuracy_t, pd_robust_accuracy_t (ℓ∞ ∩ PD), "
+            "pd_projected_accuracy_t (ℓ∞ APGD then lazy PD projection alone, the paper's "
+            "protocol), pd_aware_accuracy_t (PD-aware APGD alone), linf_pd_threat_median_t "
+            "(median d_PD of the ℓ∞ adversarial examples; null when none was found)"
+        ),
+        examples=[
+            {
+                "clean_accuracy": 0.92,
+                "count": 500,
+                "linf_robust_accuracy_8": 0.41,
+                "pd_robust_accuracy_8": 0.63,
+                "pd_projected_accuracy_8": 0.71,
+                "pd_aware_accuracy_8": 0.66,
+                "linf_pd_threat_median_8": 0.037,
+            }
+        ],
+    )
+    protocol: dict[str, Any] = Field(
+        description=(
+            "attack settings and the anchor bank's provenance: benchmark protocol (eps in 1/255 "
+            "units, k, anchor_seed, n_iter, n_target_classes, projection, weighting, image "
+            "subset) plus anchors_sha256 of the bank actually used"
+        )
+    )
+    count: int = Field(description="clean images attacked")
+    seconds: float = Field(description="attack time summed over shards")
+    evaluator_version: str
+
+    @classmethod
+    def of(cls, result: RobustnessResult) -> RobustnessPublic:
+        return cls(
+            base_accuracy=result.base_accuracy,
+            linf_acc_8=result.linf_acc_8,
+            linf_acc_16=result.linf_acc_16,
+            pd_acc_8=result.pd_acc_8,
+            pd_acc_16=result.pd_acc_16,
+            figures={k: _finite_or_none(v) for k, v in result.figures.items()},
+            protocol=public_protocol(result.protocol) or {},
+            count=result.count,
+            seconds=result.seconds,
+            evaluator_version=result.evaluator_version,
+        )
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    """JSON has no NaN: an undefined figure (e.g. a median of no examples) is served as null."""
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 class ResultsPublic(BaseModel):
     submission_id: int
     benchmark: str
@@ -468,6 +597,13 @@ class ResultsPublic(BaseModel):
     manifest: dict[str, Any]
     summary: Metrics | None
     results: list[TestSetResultPublic]
+    robustness: RobustnessPublic | None = Field(
+        default=None,
+        description=(
+            "base-classifier robustness (seed 004); null for a benchmark without the stage or "
+            "before it is measured"
+        ),
+    )
 
 
 class Health(BaseModel):

@@ -27,7 +27,16 @@ def get_leaderboard(
     session: SessionDep,
     viewer: OptionalUser,
     benchmark: str,
-    sort: Annotated[SortKey, Query(description="metric or column to sort by")] = "macr",
+    sort: Annotated[
+        SortKey,
+        Query(
+            description=(
+                "metric or column to sort by; base_accuracy, linf_acc_8, linf_acc_16, pd_acc_8 "
+                "and pd_acc_16 are the base classifier's robustness (seed 004, ε in 1/255), and "
+                "entries without it sort last in either order"
+            )
+        ),
+    ] = "macr",
     order: Literal["asc", "desc"] = "desc",
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,

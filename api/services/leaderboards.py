@@ -15,6 +15,7 @@ from api.schemas import (
     LeaderboardPublic,
     Metrics,
     ResultsPublic,
+    RobustnessPublic,
     TestSetResultPublic,
 )
 from models import leaderboard as lb
@@ -115,9 +116,11 @@ def leaderboard(
 
 
 def results(session: Session, submission_id: int, *, viewer: User | None) -> ResultsPublic:
-    """Per-test-set results (and the summary once finished) of a submission the viewer may see."""
+    """Per-test-set results (and the summary once finished) of a submission the viewer may see,
+    with its base-classifier robustness where the benchmark measures it."""
     submission = get_visible(session, submission_id, viewer=viewer)
     entry = lb.entry_of(session, submission)
+    robustness = lb.robustness_of(session, submission)
     return ResultsPublic(
         submission_id=submission.id,
         benchmark=submission.benchmark.name,
@@ -135,6 +138,7 @@ def results(session: Session, submission_id: int, *, viewer: User | None) -> Res
             )
             for r in lb.results_of(session, submission)
         ],
+        robustness=RobustnessPublic.of(robustness) if robustness is not None else None,
     )
 
 
