@@ -10,10 +10,13 @@ import pytest
 
 from api.web.plots import (
     DASHES,
+    HATCHES,
     OKABE_ITO,
     RADIUS_AXIS_LABEL,
     Axis,
+    Bars,
     Series,
+    bar_chart,
     compact,
     heatmap,
     line_chart,
@@ -119,3 +122,54 @@ def test_heatmap_shape_mismatch_raises() -> None:
             y_label="y",
             value_label="v",
         )
+
+
+def _bars(series: list[Bars], groups: list[str]) -> ET.Element:
+    markup = bar_chart(
+        groups,
+        series,
+        chart_id="b1",
+        title="Base classifier accuracy",
+        x_label="ε (units of 1/255)",
+        y=Axis("accuracy", 0.0, 1.0, percent=True),
+    )
+    return ET.fromstring(str(markup))
+
+
+def test_bar_chart_groups_bars_with_palette_hatching_and_values() -> None:
+    groups = ["ε = 8/255", "ε = 16/255"]
+    root = _bars(
+        [Bars("clean", [0.9, 0.9]), Bars("ℓ∞", [0.4, 0.1]), Bars("ℓ∞ ∩ PD", [0.6, None])], groups
+    )
+    assert root.get("role") == "img" and root.find(f"{SVG}title").text == "Base classifier accuracy"
+    series = root.findall(f".//{SVG}g[@class='series']")
+    assert [g.get("data-label") for g in series] == ["clean", "ℓ∞", "ℓ∞ ∩ PD"]
+    assert [g.get("data-colour") for g in series] == list(OKABE_ITO[:3])
+    bars = [[r for r in g.iter(f"{SVG}rect") if r.get("class") == "bar-rect"] for g in series]
+    assert [len(b) for b in bars] == [2, 2, 1]  # the missing value draws no bar
+    assert [float(r.get("data-value")) for r in bars[1]] == [0.4, 0.1]
+    # heights are proportional to the values (same baseline)
+    heights = [float(r.get("height")) for r in bars[1]]
+    assert heights[0] / heights[1] == pytest.approx(4.0, rel=0.02)
+    assert bars[0][0].get("fill") == OKABE_ITO[0]  # the first series is solid
+    patterns = {p.get("id"): p for p in root.iter(f"{SVG}pattern")}
+    assert bars[1][0].get("fill") == "url(#b1-fill-1)" and "b1-fill-2" in patterns
+    assert patterns["b1-fill-1"].find(f"{SVG}path").get("d") == HATCHES[1]
+    assert patterns["b1-fill-1"].find(f"{SVG}rect").get("fill") == OKABE_ITO[1]
+    texts = "".join(root.itertext())
+    assert "40.0%" in texts and "ℓ∞, ε = 16/255: 10.0%" in texts
+    assert "ℓ∞ ∩ PD, ε = 16/255: not measured" in texts
+    assert "ε (units of 1/255)" in texts and "100%" in texts
+    legend = root.find(f".//{SVG}g[@class='legend']")
+    assert [r.get("fill") for r in legend.iter(f"{SVG}rect")] == [
+        OKABE_ITO[0],
+        "url(#b1-fill-1)",
+        "url(#b1-fill-2)",
+    ]
+
+
+def test_bar_chart_rejects_ragged_series() -> None:
+    with pytest.raises(ValueError, match="1 values for 2 groups"):
+        _bars([Bars("bad", [0.5])], ["a", "b"])
+    with pytest.raises(ValueError, match="at least one group"):
+        _bars([], ["a"])
