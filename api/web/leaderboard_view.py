@@ -25,6 +25,7 @@ class Column:
     header: str
     help: str
     kind: str = "percent"  # percent | radius | probability
+    group: str = "certified"  # certified (smoothed model) | robustness (base classifier)
 
     @property
     def higher_is_better(self) -> bool:
@@ -32,6 +33,12 @@ class Column:
 
 
 def metric_columns(benchmark: BenchmarkPublic) -> list[Column]:
+    """Every metric column of the leaderboard: the smoothed model's, then the base classifier's
+    robustness when the benchmark has that stage."""
+    return certified_columns(benchmark) + robustness_columns(benchmark)
+
+
+def certified_columns(benchmark: BenchmarkPublic) -> list[Column]:
     """Columns in reading order: ACR with the p_A summary beside it (seed 001), then certified
     accuracy on the radius grid, abstain rate, and band means when the benchmark has bands."""
     many = len(benchmark.test_sets) > 1
@@ -66,6 +73,46 @@ def metric_columns(benchmark: BenchmarkPublic) -> list[Column]:
                     "radius",
                 )
             )
+    return columns
+
+
+#: Leaderboard columns of the robustness stage, per ε (units of 1/255).
+ROBUSTNESS_EPS = (8, 16)
+
+
+def robustness_columns(benchmark: BenchmarkPublic) -> list[Column]:
+    """The base classifier's clean accuracy and its ℓ∞ and ℓ∞ ∩ PD robust accuracy at each ε the
+    benchmark attacks (seed 004); none for a benchmark without the robustness stage."""
+    protocol = benchmark.robustness
+    if protocol is None:
+        return []
+    base = "base classifier (deterministic model, not smoothed)"
+    columns = [
+        Column(
+            "base_accuracy",
+            "clean (base)",
+            f"clean accuracy of the {base} on the clean subset",
+            group="robustness",
+        )
+    ]
+    for eps in ROBUSTNESS_EPS:
+        if eps not in protocol.get("eps", ROBUSTNESS_EPS):
+            continue
+        columns += [
+            Column(
+                f"linf_acc_{eps}",
+                f"ℓ∞ {eps}/255",
+                f"robust accuracy of the {base} under ℓ∞ APGD at ε = {eps}/255",
+                group="robustness",
+            ),
+            Column(
+                f"pd_acc_{eps}",
+                f"ℓ∞∩PD {eps}/255",
+                f"robust accuracy of the {base} under ℓ∞ ∩ PD at ε = {eps}/255: the worse of ℓ∞ "
+                "APGD + lazy PD projection and PD-aware APGD (seed 004)",
+                group="robustness",
+            ),
+        ]
     return columns
 
 

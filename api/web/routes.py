@@ -43,6 +43,7 @@ from api.web.leaderboard_view import (
     PAGE_SIZES,
     Filters,
     Pager,
+    certified_columns,
     metric_columns,
     valid_sort,
 )
@@ -252,7 +253,8 @@ def model_page(
     viewer: WebViewer,
     submission_id: int,
 ) -> HTMLResponse:
-    """Everything about one entry: curves, p_A distribution, CIFAR-F maps, bands, provenance."""
+    """Everything about one entry: curves, p_A distribution, CIFAR-F maps, bands, the base
+    classifier's robustness (seed 004), provenance."""
     results = lb_service.results(session, submission_id, viewer=viewer)
     submission = sub_service.public(session, get_visible(session, submission_id, viewer=viewer))
     bench = lb_service.benchmark(session, results.benchmark, viewer=viewer)
@@ -261,11 +263,15 @@ def model_page(
         "results": results,
         "submission": submission,
         "benchmark": bench,
-        "columns": metric_columns(bench),
+        "columns": certified_columns(bench),
         "evaluator_versions": sorted({r.evaluator_version for r in results.results}),
         "manifest_json": json.dumps(results.manifest, indent=2, sort_keys=True),
         "charts": {},
+        "active": results.state in ACTIVE_STATES,
     }
+    if results.robustness is not None:
+        context["robustness_rows"] = figures.robustness_rows(results.robustness)
+        context["charts"]["robustness"] = figures.robustness_chart(results.robustness)
     if results.results:
         curves = figures.set_curves(session, results, viewer=viewer, settings=settings)
         context["charts"]["certified"] = figures.certified_accuracy_chart(results, curves)

@@ -18,8 +18,11 @@ from models.entities import LeaderboardEntry, Submission
 pytestmark = pytest.mark.slow
 
 
-def _db_order(site: Site, benchmark: str, column: str, *, descending: bool) -> list[str]:
-    """Model names of the public entries of ``benchmark`` ordered by ``column`` in SQL."""
+def _db_order(
+    site: Site, benchmark: str, column: str, *, descending: bool, measured_only: bool = False
+) -> list[str]:
+    """Model names of the public entries of ``benchmark`` ordered by ``column`` (read from the
+    database); ``measured_only`` leaves out entries where it is null."""
     ids = site.seeded.entries[benchmark]
     with session_scope(site.settings) as session:
         rows = session.execute(
@@ -27,6 +30,8 @@ def _db_order(site: Site, benchmark: str, column: str, *, descending: bool) -> l
             .join(LeaderboardEntry, LeaderboardEntry.submission_id == Submission.id)
             .where(Submission.id.in_(ids.values()))
         ).all()
+    if measured_only:
+        rows = [r for r in rows if r[1] is not None]
     rows.sort(key=lambda r: ((-r[1] if descending else r[1]), r[2]))
     return [r[0] for r in rows]
 
@@ -115,6 +120,57 @@ def test_model_page_plots_have_expected_series(page: Any, site: Site) -> None:
     screenshot(page, "model-bands")
 
 
+def test_leaderboard_sorts_by_robustness_columns(page: Any, site: Site) -> None:
+    page.goto("/leaderboards/webclean")
+    assert (
+        page.locator('th[data-key="pd_acc_8"]')
+        .get_attribute("title")
+        .startswith("robust accuracy of the base classifier")
+    )
+    page.click('th[data-key="pd_acc_8"] a')
+    page.wait_for_url("**sort=pd_acc_8**")
+    measured = _db_order(site, "webclean", "pd_acc_8", descending=True, measured_only=True)
+    assert _model_names(page) == [*measured, "Alpha"]  # not measured: last
+    assert page.get_attribute('th[data-key="pd_acc_8"]', "aria-sort") == "descending"
+    # the table scrolls sideways in its wrapper; certbench.js brings the sorted column into view
+    wrap = page.locator(".table-wrap").bounding_box()
+    header = page.locator('th[data-key="pd_acc_8"]').bounding_box()
+    assert wrap["x"] <= header["x"] and header["x"] + header["width"] <= wrap["x"] + wrap["width"]
+    alpha = page.locator("#leaderboard tbody tr", has_text="Alpha")
+    assert alpha.locator('td[data-key="pd_acc_8"]').inner_text() == "–"
+    page.click('th[data-key="pd_acc_8"] a')  # worst first; still not measured last
+    page.wait_for_url("**order=asc**")
+    assert _model_names(page) == [*reversed(measured), "Alpha"]
+    screenshot(page, "leaderboard-robustness-sorted")
+
+
+def test_model_page_with_robustness_draws_its_chart(page: Any, site: Site) -> None:
+    page.goto(f"/models/{site.seeded.entries['webclean']['Bravo']}")
+    section = page.locator("#robustness")
+    assert section.locator("h2").inner_text() == "Robustness of the base classifier (seed 004)"
+    assert page.locator("#robustness-table tbody tr").count() == 2  # ε = 8/255 and 16/255
+    chart = page.locator("#robustness-bars")
+    bars = chart.locator("rect.bar-rect")
+    assert bars.count() == 6  # clean, ℓ∞, ℓ∞ ∩ PD at each ε
+    assert chart.locator("g.series").count() == 3
+    box = chart.bounding_box()
+    assert box["width"] > 300 and box["height"] > 150
+    # as laid out by the browser (stylesheet included), bar heights are proportional to values
+    drawn = bars.evaluate_all(
+        "rs => rs.map(r => [r.getBoundingClientRect().height, Number(r.dataset.value)])"
+    )
+    per_unit = [height / value for height, value in drawn if value > 0]
+    assert per_unit and max(per_unit) == pytest.approx(min(per_unit), rel=0.02)
+    assert per_unit[0] > 150  # a full-scale bar is taller than 150 css px
+    chart.hover()  # certbench.js leaves bar charts alone: no read-out, no error
+    assert section.locator(".chart-tip").count() == 0
+    section.scroll_into_view_if_needed()
+    screenshot(page, "model-robustness", full_page=False)
+    page.emulate_media(media="print")
+    assert chart.is_visible()
+    screenshot(page, "model-robustness-print")
+
+
 def test_fourier_model_page_has_heatmap_and_lines(page: Any, site: Site) -> None:
     sid = site.seeded.entries["webf"]["Alpha"]
     page.goto(f"/models/{sid}")
@@ -177,11 +233,12 @@ def test_dataset_page_shows_samples_and_spectra(page: Any) -> None:
     screenshot(page, "dataset")
 
 
-def test_phone_width_has_no_horizontal_page_scroll(browser: Any, server: str) -> None:
+def test_phone_width_has_no_horizontal_page_scroll(browser: Any, server: str, site: Site) -> None:
     context = browser.new_context(base_url=server, viewport={"width": 375, "height": 800})
     page = context.new_page()
     try:
-        for path in ("/", "/leaderboards/webbands"):
+        robust = site.seeded.entries["webclean"]["Bravo"]
+        for path in ("/", "/leaderboards/webbands", "/leaderboards/webclean", f"/models/{robust}"):
             page.goto(path)
             overflow = page.evaluate(
                 "document.documentElement.scrollWidth - document.documentElement.clientWidth"

@@ -14,17 +14,18 @@ from conftest import Site
 from fastapi.testclient import TestClient
 from PIL import Image
 from sqlalchemy import select
-from web_seed import clean_definition, submit
+from web_seed import ROBUSTNESS_BANK_SHA256, ROBUSTNESS_PLANS, clean_definition, submit
 
 from api.web.auth import COOKIE_NAME
 from certbench.metrics import PA_GRID, pa_ecdf
 from certbench.records import read_table
 from models.catalog import get_benchmark, parse_definition, upsert_benchmark
 from models.db import session_scope
-from models.entities import LeaderboardEntry, Result, Submission
+from models.entities import LeaderboardEntry, Result, RobustnessResult, Submission
 from models.leaderboard import SORT_COLUMNS
 
 ROW = re.compile(r'<tr data-id="(\d+)"')
+ROBUSTNESS_KEYS = ("base_accuracy", "linf_acc_8", "pd_acc_8", "linf_acc_16", "pd_acc_16")
 
 
 def _row_ids(html: str) -> list[int]:
@@ -294,3 +295,164 @@ def test_static_files_are_bundled(anonymous: TestClient) -> None:
         assert response.status_code == 200 and len(response.content) > 1000
     html = anonymous.get("/").text
     assert "http://" not in html.split("<body>")[0] and "https://" not in html.split("<body>")[0]
+
+
+# ---- base-classifier robustness (seed 004) ----------------------------------------------------
+
+
+def _entries(site: Site, benchmark: str) -> dict[int, LeaderboardEntry]:
+    ids = list(site.seeded.entries[benchmark].values())
+    with session_scope(site.settings) as session:
+        return {
+            e.submission_id: e
+            for e in session.scalars(
+                select(LeaderboardEntry).where(LeaderboardEntry.submission_id.in_(ids))
+            )
+        }
+
+
+def _row(html: str, sid: int) -> str:
+    return html[html.index(f'<tr data-id="{sid}"') :].split("</tr>")[0]
+
+
+def test_leaderboard_shows_robustness_columns(anonymous: TestClient, site: Site) -> None:
+    html = anonymous.get("/leaderboards/webclean").text
+    header = html[html.index("<thead>") : html.index("</thead>")]
+    keys = re.findall(r'<th scope="col" class="num metric[^"]*" data-key="([a-z0-9_]+)"', header)
+    assert keys[-5:] == list(ROBUSTNESS_KEYS)  # in this order, after the certified columns
+    links = re.findall(
+        r'data-key="(?:base_acc|linf_acc|pd_acc)[^"]*".*?<a [^>]*>(.*?)<span class="hib"',
+        header,
+        re.S,
+    )
+    labels = [re.sub(r"<[^>]+>", "", link) for link in links]  # as a screen reader reads it
+    assert labels == ["clean (base)", "ℓ∞ 8/255", "ℓ∞∩PD 8/255", "ℓ∞ 16/255", "ℓ∞∩PD 16/255"]
+    pd8 = re.search(r'<th[^>]*data-key="pd_acc_8"[^>]*title="([^"]+)"', header).group(1)
+    assert "not smoothed" in pd8 and "PD-aware APGD" in pd8 and "higher is better" in pd8
+    assert 'href="?sort=pd_acc_8"' in header
+    assert 'id="robustness-note"' in html
+    entries = _entries(site, "webclean")
+    measured = 0
+    for sid, entry in entries.items():
+        row = _row(html, sid)
+        for key in ROBUSTNESS_KEYS:
+            value = getattr(entry, key)
+            cell = re.search(rf'data-key="{key}" data-value="([^"]*)"[^>]*>\s*([^<]*?)\s*<', row)
+            if value is None:
+                assert cell.groups() == ("", "–"), (sid, key)
+            else:
+                measured += 1
+                assert float(cell.group(1)) == value and cell.group(2) == f"{value * 100:.1f}%"
+    alpha = site.seeded.entries["webclean"]["Alpha"]
+    assert entries[alpha].pd_acc_8 is None  # finished before the stage existed
+    assert measured == 5 * len(ROBUSTNESS_PLANS)
+    # benchmarks without the stage keep their table as it was
+    bands = anonymous.get("/leaderboards/webbands").text
+    assert 'data-key="base_accuracy"' not in bands and 'id="robustness-note"' not in bands
+
+
+@pytest.mark.parametrize("key", ["pd_acc_8", "linf_acc_16", "base_accuracy"])
+def test_sorting_by_robustness_changes_the_row_order(
+    anonymous: TestClient, site: Site, key: str
+) -> None:
+    entries = _entries(site, "webclean")
+    default = _row_ids(anonymous.get("/leaderboards/webclean").text)
+    for order in ("desc", "asc"):
+        ids = _row_ids(anonymous.get(f"/leaderboards/webclean?sort={key}&order={order}").text)
+        measured = [i for i in entries if getattr(entries[i], key) is not None]
+        sign = -1 if order == "desc" else 1
+        expected = sorted(measured, key=lambda i: (sign * getattr(entries[i], key), i))
+        expected += sorted(i for i in entries if getattr(entries[i], key) is None)  # nulls last
+        assert ids == expected, (key, order)
+        assert ids == _api_ids(anonymous, "webclean", sort=key, order=order)
+    best_first = _row_ids(anonymous.get(f"/leaderboards/webclean?sort={key}").text)
+    assert best_first != default
+    assert best_first[-1] == site.seeded.entries["webclean"]["Alpha"]
+
+
+def test_pd_sort_reverses_the_certified_ranking(anonymous: TestClient, site: Site) -> None:
+    """The seed's robustness is the reverse of certification quality (Alpha unmeasured)."""
+    names = {v: k for k, v in site.seeded.entries["webclean"].items()}
+    by_macr = [names[i] for i in _row_ids(anonymous.get("/leaderboards/webclean").text)]
+    by_pd = [names[i] for i in _row_ids(anonymous.get("/leaderboards/webclean?sort=pd_acc_8").text)]
+    assert by_macr == ["Alpha", "Bravo", "Charlie", "Delta", "Echo"]
+    assert by_pd == ["Echo", "Delta", "Charlie", "Bravo", "Alpha"]
+    html = anonymous.get("/leaderboards/webclean?sort=pd_acc_8").text
+    assert re.search(r'data-key="pd_acc_8" aria-sort="descending"', html)
+
+
+def test_model_page_shows_robustness_table_chart_and_protocol(
+    anonymous: TestClient, site: Site
+) -> None:
+    sid = site.seeded.entries["webclean"]["Echo"]
+    html = anonymous.get(f"/models/{sid}").text
+    with session_scope(site.settings) as session:
+        stored = session.get(RobustnessResult, sid)
+        figures, records_path = dict(stored.figures), stored.records_path
+    section = html[html.index('id="robustness"') : html.index('aria-labelledby="sets-h"')]
+    assert "Robustness of the base classifier (seed 004)" in section
+    assert f'id="base-accuracy">{figures["clean_accuracy"] * 100:.1f}%<' in section
+    for eps in (8, 16):
+        row = section[section.index(f'<tr data-eps="{eps}">') :].split("</tr>")[0]
+        for key, figure in (
+            ("linf", "linf_robust_accuracy"),
+            ("pd", "pd_robust_accuracy"),
+            ("projected", "pd_projected_accuracy"),
+            ("aware", "pd_aware_accuracy"),
+        ):
+            value = figures[f"{figure}_{eps}"]
+            assert f'data-key="{key}">{value * 100:.1f}%</td>' in row, (eps, key)
+    # Echo's ℓ∞ attack found nothing at 8/255: no median d_PD there, a number at 16/255
+    assert figures["linf_pd_threat_median_8"] is None
+    threat8 = section[section.index('<tr data-eps="8">') :].split("</tr>")[0]
+    assert "none found" in threat8
+    assert f'data-key="threat">{figures["linf_pd_threat_median_16"]:.3f}<' in section
+    svg = section[section.index('<svg class="chart bar-chart" id="robustness-bars"') :]
+    svg = svg[: svg.index("</svg>")]
+    assert svg.count('<rect class="bar-rect"') == 6  # clean, ℓ∞, ℓ∞ ∩ PD at 8/255 and 16/255
+    values = [
+        float(v) for v in re.findall(r'<rect class="bar-rect"[^>]*data-value="([0-9.]+)"', svg)
+    ]
+    clean = figures["clean_accuracy"]
+    assert values == pytest.approx(
+        [
+            *(clean, clean),
+            *(figures["linf_robust_accuracy_8"], figures["linf_robust_accuracy_16"]),
+            *(figures["pd_robust_accuracy_8"], figures["pd_robust_accuracy_16"]),
+        ],
+        abs=1e-4,
+    )
+    assert 'aria-labelledby="robustness-bars-title robustness-bars-desc"' in svg
+    assert "units of 1/255" in svg and "url(#robustness-bars-fill-1)" in svg
+    protocol = section[section.index('id="robustness-protocol"') :]
+    assert "k = 2 per class, seed 0" in protocol and "10 iterations" in protocol
+    assert f"sha256:{ROBUSTNESS_BANK_SHA256[:12]}…" in protocol
+    assert "<dd>8, 1 in 2 of the test split" in protocol
+    # no local paths: the stage's dataset folder and the records file stay on the server
+    assert str(site.data_dir.parent / "dataset") not in html and records_path not in html
+    # the certified summary table keeps to the smoothed model's columns
+    summary = html[html.index('id="summary"') :].split("</table>")[0]
+    assert 'data-key="macr"' in summary and 'data-key="pd_acc_8"' not in summary
+
+
+def test_model_page_says_when_robustness_is_absent(anonymous: TestClient, site: Site) -> None:
+    legacy = anonymous.get(f"/models/{site.seeded.entries['webclean']['Alpha']}").text
+    assert "Robustness of the base classifier (seed 004)" in legacy
+    assert "Not measured for this entry" in legacy and 'id="robustness-bars"' not in legacy
+    plain = anonymous.get(f"/models/{site.seeded.entries['webbands']['Alpha']}").text
+    assert "This benchmark has no robustness stage" in plain
+    assert 'id="robustness-table"' not in plain
+
+
+def test_compare_page_has_robustness_rows(anonymous: TestClient, site: Site) -> None:
+    ids = site.seeded.entries["webclean"]
+    html = anonymous.get(f"/compare?id={ids['Alpha']}&id={ids['Echo']}").text
+    entries = _entries(site, "webclean")
+    assert "Base classifier, not smoothed (seed 004)" in html
+    for key in ROBUSTNESS_KEYS:
+        row = html[html.index(f'<tr data-key="{key}">') :].split("</tr>")[0]
+        cells = re.findall(r'<td class="num">([^<]*)</td>', row)
+        assert cells == ["–", f"{getattr(entries[ids['Echo']], key) * 100:.1f}%"], key
+    bands = site.seeded.entries["webbands"]
+    other = anonymous.get(f"/compare?id={bands['Alpha']}&id={bands['Echo']}").text
+    assert "seed 004" not in other and 'data-key="pd_acc_8"' not in other

@@ -20,6 +20,7 @@ import numpy as np
 from PIL import Image
 from sqlalchemy.orm import Session
 
+from certbench.attacks import RobustnessRecord, RobustnessReport
 from certbench.records import write_records
 from certbench.smoothing import ABSTAIN, CertifyRecord, certified_radius, lower_confidence_bound
 from generators import hub
@@ -45,7 +46,7 @@ def _definition(name: str, title: str, test_sets: list[dict[str, Any]], **extra:
         {
             "format": "certbench-benchmark/1",
             "name": name,
-            "version": 1,
+            "version": extra.pop("version", 1),
             "title": title,
             "description": f"{title}: a tiny benchmark for the web tests.",
             "base_dataset": "cifar10",
@@ -58,7 +59,33 @@ def _definition(name: str, title: str, test_sets: list[dict[str, Any]], **extra:
     )
 
 
-def clean_definition(folder: Path) -> str:
+#: The robustness stage of webclean v2 (seed 004): the same 8 clean images, attacked at both ε.
+ROBUSTNESS_ANCHORS = "web_k2_s0.safetensors"
+ROBUSTNESS_BANK_SHA256 = "5eed" * 16
+
+
+def robustness_protocol(folder: Path) -> dict[str, Any]:
+    return {
+        "repo": "certbench/web-clean",
+        "folder": str(folder),
+        "config": "clean",
+        "source_size": 16,
+        "anchors": ROBUSTNESS_ANCHORS,
+        "k": 2,
+        "anchor_seed": 0,
+        "eps": [8, 16],
+        "n_iter": 10,
+        "n_target_classes": 3,
+        "projection": "exact",
+        "weighting": "pd",
+    }
+
+
+def clean_definition(folder: Path, *, version: int = 1, robustness: bool = False) -> str:
+    """webclean; version 2 adds the robustness stage (entries finished under v1 lack it)."""
+    extra: dict[str, Any] = {"version": version}
+    if robustness:
+        extra["robustness"] = robustness_protocol(folder)
     return _definition(
         "webclean",
         "Web clean",
@@ -71,6 +98,7 @@ def clean_definition(folder: Path) -> str:
                 "source_size": 16,
             }
         ],
+        **extra,
     )
 
 
@@ -168,6 +196,48 @@ def make_records(
     return out
 
 
+#: Per webclean entry (the stage's 8 images, by position): clean-correct images and, per ε, how
+#: many survive ℓ∞ APGD, ℓ∞ APGD + lazy PD projection, and PD-aware APGD. The order is the
+#: reverse of certification quality. Alpha finished before the stage existed; Echo's ℓ∞ attack
+#: finds nothing at 8/255 (so its median d_PD there is undefined).
+ROBUSTNESS_PLANS: dict[str, tuple[int, dict[int, tuple[int, int, int]]]] = {
+    "Bravo": (7, {8: (1, 3, 4), 16: (0, 1, 2)}),
+    "Charlie": (6, {8: (2, 5, 4), 16: (0, 2, 3)}),
+    "Delta": (6, {8: (3, 5, 6), 16: (1, 3, 3)}),
+    "Echo": (7, {8: (7, 7, 7), 16: (2, 4, 5)}),
+}
+
+
+def robustness_report(
+    start: int, stop: int, plan: tuple[int, dict[int, tuple[int, int, int]]], *, skip: int = 2
+) -> RobustnessReport:
+    """Per-image attack records as ``certbench.attacks.robust_accuracy`` writes them."""
+    clean, per_eps = plan
+    records = []
+    for eps, (linf, projected, aware) in per_eps.items():
+        for position in range(start, stop):
+            label = position % 10
+            correct = position < clean
+            linf_robust = correct and position < linf
+            broken = correct and not linf_robust
+            records.append(
+                RobustnessRecord(
+                    index=position * skip,
+                    label=label,
+                    eps=eps / 255,
+                    clean_prediction=label if correct else (label + 1) % 10,
+                    clean_correct=correct,
+                    linf_robust=linf_robust,
+                    pd_robust=correct and position < projected and position < aware,
+                    pd_robust_projected=correct and position < projected,
+                    pd_robust_aware=correct and position < aware,
+                    linf_pd_threat=0.01 * eps + 0.02 * position if broken else None,
+                    linf_pd_anchor=position % 2 if broken else -1,
+                )
+            )
+    return RobustnessReport(records)
+
+
 @dataclass
 class Seeded:
     """What the tests need to know about the seeded database."""
@@ -251,10 +321,49 @@ def submit(
     ).id
 
 
-def finish(session: Session, sid: int, *, settings: Settings, quality: float, sigma: float) -> None:
+def _record_robustness(
+    session: Session,
+    sid: int,
+    spec: pipeline.ShardSpec,
+    *,
+    settings: Settings,
+    plan: tuple[int, dict[int, tuple[int, int, int]]],
+) -> None:
+    relpath = storage.robustness_shard_relpath(sid, spec.shard_index)
+    robustness_report(spec.start, spec.stop, plan).write(
+        storage.resolve(settings.artifacts_dir, relpath),
+        metadata={"submission_id": str(sid), "anchors_sha256": ROBUSTNESS_BANK_SHA256},
+    )
+    assert pipeline.record_robustness_shard(
+        session,
+        submission_id=sid,
+        shard_index=spec.shard_index,
+        start=spec.start,
+        stop=spec.stop,
+        count=spec.stop - spec.start,
+        seconds=2.5,
+        records_path=relpath,
+        worker="seed",
+        settings=settings,
+    )
+
+
+def finish(
+    session: Session,
+    sid: int,
+    *,
+    settings: Settings,
+    quality: float,
+    sigma: float,
+    robustness: tuple[int, dict[int, tuple[int, int, int]]] | None = None,
+) -> None:
+    """Certify (and, on a benchmark with the stage, attack with ``robustness``) and aggregate."""
     _start(session, sid, settings)
     for spec in pipeline.plan_shards(session, sid, settings=settings):
         _record(session, sid, spec, settings=settings, quality=quality, sigma=sigma, seed=sid)
+    for spec in pipeline.plan_robustness_shards(session, sid, settings=settings):
+        assert robustness is not None, f"submission {sid} needs a robustness plan"
+        _record_robustness(session, sid, spec, settings=settings, plan=robustness)
     assert complete_submission(session, sid, settings=settings)
 
 
@@ -269,13 +378,20 @@ ENTRIES = {
 
 
 def seed_database(session: Session, settings: Settings, dataset_folder: Path) -> Seeded:
-    """Three benchmarks, three users, finished, private, flagged, baseline and running entries."""
+    """Three benchmarks, three users, finished, private, flagged, baseline and running entries.
+
+    webclean gains the robustness stage (v1 → v2) after Alpha finished, so its other entries
+    have robustness results and Alpha has none; webbands and webf have no such stage.
+    """
     write_local_dataset(dataset_folder)
     seeded = Seeded()
     benchmarks = [
         upsert_benchmark(session, parse_definition(text))
         for text in (clean_definition(dataset_folder), bands_definition(), fourier_definition())
     ]
+    robust_definition = parse_definition(
+        clean_definition(dataset_folder, version=2, robustness=True)
+    )
     users = {}
     for name, role in (("alice", Role.SUBMITTER), ("bob", Role.SUBMITTER), ("root", Role.ADMIN)):
         users[name] = create_user(session, name=name, role=role)
@@ -283,6 +399,9 @@ def seed_database(session: Session, settings: Settings, dataset_folder: Path) ->
     for seed, bench in enumerate(benchmarks):
         ids: dict[str, int] = {}
         for i, (name, (quality, sigma, arch, extra)) in enumerate(ENTRIES.items()):
+            plan = ROBUSTNESS_PLANS.get(name) if bench.name == "webclean" else None
+            if plan is not None and bench.robustness is None:
+                bench = upsert_benchmark(session, robust_definition)
             owner = users["bob"] if i % 2 else users["alice"]
             sid = submit(
                 session,
@@ -295,7 +414,7 @@ def seed_database(session: Session, settings: Settings, dataset_folder: Path) ->
                 architecture=arch,
                 **extra,
             )
-            finish(session, sid, settings=settings, quality=quality, sigma=sigma)
+            finish(session, sid, settings=settings, quality=quality, sigma=sigma, robustness=plan)
             ids[name] = sid
         seeded.entries[bench.name] = ids
     bands = seeded.entries["webbands"]

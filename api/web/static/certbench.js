@@ -102,6 +102,16 @@
     update();
   }
 
+  /* A wide leaderboard scrolls sideways inside its wrapper: bring the sorted column into view
+     (e.g. the base-classifier columns at the right end) without moving the page. */
+  function revealSortedColumn(table) {
+    var wrap = table.closest(".table-wrap");
+    var th = table.querySelector("thead th.metric:not([aria-sort='none'])");
+    if (!wrap || !th) return;
+    var overflow = th.getBoundingClientRect().right - wrap.getBoundingClientRect().right;
+    if (overflow > 0) wrap.scrollLeft += overflow + 16;
+  }
+
   /* Copy buttons next to code one-liners (clipboard needs a secure context). */
   function enhanceCopy(code) {
     if (!navigator.clipboard || !window.isSecureContext) return;
@@ -125,6 +135,8 @@
     if (filters) enhanceFilters(filters);
     var compare = document.getElementById("compare-form");
     if (compare) enhanceCompare(compare);
+    var leaderboard = document.getElementById("leaderboard");
+    if (leaderboard) revealSortedColumn(leaderboard);
     document.querySelectorAll("code.copy").forEach(enhanceCopy);
   });
 })();
