@@ -44,13 +44,13 @@ class Protocol(BaseModel):
     limit: int | None = Field(default=None, gt=0)
 
 
-class TestSetDefinition(BaseModel):
-    """One test set; ``folder`` (a local Hub-layout folder) wins over ``repo`` when set."""
+class ImageSource(BaseModel):
+    """Where a set of images comes from and which of them count: every ``skip``-th of
+    ``source_size`` (the protocol's skip by default), then the first ``limit``. ``folder`` (a
+    local Hub-layout folder) wins over ``repo`` when set."""
 
     model_config = ConfigDict(extra="forbid")
-    __test__ = False
 
-    name: Name
     repo: str = Field(min_length=1, max_length=128)
     folder: str | None = None
     config: str | None = None
@@ -59,18 +59,30 @@ class TestSetDefinition(BaseModel):
     source_size: int = Field(default=10_000, gt=0)
     skip: int | None = Field(default=None, gt=0)
     limit: int | None = Field(default=None, gt=0)
+
+    def subset(self, protocol: Protocol) -> tuple[int, int | None, int]:
+        """(skip, limit, number of images) with the protocol's defaults filled in."""
+        skip = self.skip or protocol.skip
+        limit = self.limit if self.limit is not None else protocol.limit
+        count = -(-self.source_size // skip)
+        return skip, limit, min(count, limit) if limit is not None else count
+
+
+class TestSetDefinition(ImageSource):
+    """One test set of a benchmark."""
+
+    __test__ = False
+
+    name: Name
     band: Band | None = None
     attributes: dict[str, Any] = Field(default_factory=dict)
 
     def num_images(self, protocol: Protocol) -> int:
-        """Images certified: every ``skip``-th of ``source_size``, then the first ``limit``."""
-        skip = self.skip or protocol.skip
-        limit = self.limit if self.limit is not None else protocol.limit
-        count = -(-self.source_size // skip)
-        return min(count, limit) if limit is not None else count
+        """Images certified."""
+        return self.subset(protocol)[2]
 
 
-class RobustnessProtocol(BaseModel):
+class RobustnessProtocol(ImageSource):
     """Base-classifier robustness stage (seed 004 §6): clean, ℓ∞ and ℓ∞ ∩ PD robust accuracy.
 
     Attacks the benchmark's clean test subset (``repo``/``folder``, every ``skip``-th image) at
@@ -80,16 +92,6 @@ class RobustnessProtocol(BaseModel):
     on first use when the file is absent. ``weighting`` ``pdw`` is PD-W (CIFAR-100 superclasses).
     """
 
-    model_config = ConfigDict(extra="forbid")
-
-    repo: str = Field(min_length=1, max_length=128)
-    folder: str | None = None
-    config: str | None = None
-    revision: str | None = None
-    split: str = "test"
-    source_size: int = Field(default=10_000, gt=0)
-    skip: int | None = Field(default=None, gt=0)
-    limit: int | None = Field(default=None, gt=0)
     anchors: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}\.safetensors$")]
     anchors_split: str = "train"
     k: int = Field(default=50, gt=0)
@@ -105,13 +107,6 @@ class RobustnessProtocol(BaseModel):
         if len(set(self.eps)) != len(self.eps):
             raise ValueError(f"robustness.eps repeats a radius: {self.eps}")
         return self
-
-    def subset(self, protocol: Protocol) -> tuple[int, int | None, int]:
-        """(skip, limit, number of images) of the attacked subset, defaults from ``protocol``."""
-        skip = self.skip or protocol.skip
-        limit = self.limit if self.limit is not None else protocol.limit
-        count = -(-self.source_size // skip)
-        return skip, limit, min(count, limit) if limit is not None else count
 
 
 class BenchmarkDefinition(BaseModel):

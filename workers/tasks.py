@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
@@ -47,6 +48,7 @@ from workers.names import (
 from workers.validation import validate_model
 
 S = SubmissionState
+T = TypeVar("T")
 
 TRANSIENT = (DatabaseError, BrokerError)
 """Database or broker hiccups: retried with backoff; everything else fails the submission."""
@@ -210,45 +212,24 @@ def certify_shard(
         item = pipeline.get_work_item(session, submission_id, settings=settings)
         test_set = next(ts for ts in item.test_sets if ts.id == test_set_id)
         pipeline.heartbeat(session, submission_id, settings=settings, worker=worker)
-    if item.weights_path is None or not item.weights_path.is_file():
-        return _fail(
-            settings,
-            submission_id,
-            Reason.ARTIFACT_MISSING,
-            f"weights of submission {submission_id} are gone",
-        )
     started = time.perf_counter()
-    lease = ShardLease(
+    records = _run_leased(
         settings,
-        submission_id,
+        item,
+        shard,
         worker=worker,
-        shard_images=shard.stop - shard.start,
-        cancel_check_seconds=knobs.cancel_check_seconds,
+        label=f"shard {shard_index} of test set {test_set.name!r}",
+        run=lambda lease: certification.certify_shard(
+            item,
+            test_set,
+            shard,
+            device=certification.resolve_device(settings.worker_device),
+            batch_size=knobs.certify_batch_size,
+            on_record=lease.on_record,
+        ),
     )
-    try:
-        with lease:
-            records = certification.certify_shard(
-                item,
-                test_set,
-                shard,
-                device=certification.resolve_device(settings.worker_device),
-                batch_size=knobs.certify_batch_size,
-                on_record=lease.on_record,
-            )
-    except ShardCancelled as stop:
-        return f"stopped: {stop}"
-    except SoftTimeLimitExceeded:
-        return _fail(
-            settings,
-            submission_id,
-            Reason.TIME_LIMIT,
-            f"shard {shard_index} of test set {test_set.name!r} "
-            f"({shard.stop - shard.start} images) exceeded the soft time limit of "
-            f"{settings.shard_soft_time_limit_seconds} s; lower CERTBENCH_SHARD_SIZE or raise "
-            "CERTBENCH_SHARD_SOFT_TIME_LIMIT_SECONDS, then re-run",
-        )
-    except DataSourceError as err:
-        return _fail(settings, submission_id, Reason.DATASET_UNAVAILABLE, str(err))
+    if isinstance(records, str):
+        return records
     relpath = storage.shard_records_relpath(submission_id, test_set.name, shard_index)
     target = storage.resolve(settings.artifacts_dir, relpath)
     remove_stale_partials(target, older_than=settings.shard_time_limit_seconds)
@@ -287,6 +268,52 @@ def remove_stale_partials(target: Path, *, older_than: float) -> list[Path]:
         except FileNotFoundError:
             continue  # its writer renamed it into place, or another sweep removed it
     return stale
+
+
+def _run_leased(
+    settings: Settings,
+    item: pipeline.WorkItem,
+    shard: pipeline.ShardSpec,
+    *,
+    worker: str,
+    label: str,
+    run: Callable[[ShardLease], T],
+) -> T | str:
+    """Run a shard's work under a lease; a stop, a time limit or missing data/weights/anchors
+    becomes the task's outcome string (the submission failed with the matching reason)."""
+    submission_id = item.submission_id
+    if item.weights_path is None or not item.weights_path.is_file():
+        return _fail(
+            settings,
+            submission_id,
+            Reason.ARTIFACT_MISSING,
+            f"weights of submission {submission_id} are gone",
+        )
+    lease = ShardLease(
+        settings,
+        submission_id,
+        worker=worker,
+        shard_images=shard.stop - shard.start,
+        cancel_check_seconds=WorkerSettings().cancel_check_seconds,
+    )
+    try:
+        with lease:
+            return run(lease)
+    except ShardCancelled as stop:
+        return f"stopped: {stop}"
+    except SoftTimeLimitExceeded:
+        return _fail(
+            settings,
+            submission_id,
+            Reason.TIME_LIMIT,
+            f"{label} ({shard.stop - shard.start} images) exceeded the soft time limit of "
+            f"{settings.shard_soft_time_limit_seconds} s; lower CERTBENCH_SHARD_SIZE or raise "
+            "CERTBENCH_SHARD_SOFT_TIME_LIMIT_SECONDS, then re-run",
+        )
+    except DataSourceError as err:
+        return _fail(settings, submission_id, Reason.DATASET_UNAVAILABLE, str(err))
+    except ThreatModelError as err:
+        return _fail(settings, submission_id, Reason.ANCHORS_UNAVAILABLE, str(err))
 
 
 def _start_running(session: Session, submission_id: int, settings: Settings, worker: str) -> bool:
@@ -357,45 +384,24 @@ def robustness_shard(self: PipelineTask, submission_id: int, shard_index: int) -
             f"submission {submission_id} has no robustness shard {shard_index} with "
             f"CERTBENCH_SHARD_SIZE={settings.shard_size}; every worker must use the same shard size"
         )
-    if item.weights_path is None or not item.weights_path.is_file():
-        return _fail(
-            settings,
-            submission_id,
-            Reason.ARTIFACT_MISSING,
-            f"weights of submission {submission_id} are gone",
-        )
     started = time.perf_counter()
-    lease = ShardLease(
+    outcome = _run_leased(
         settings,
-        submission_id,
+        item,
+        shard,
         worker=worker,
-        shard_images=shard.stop - shard.start,
-        cancel_check_seconds=knobs.cancel_check_seconds,
+        label=f"robustness shard {shard_index}",
+        run=lambda lease: robustness.robustness_shard(
+            item,
+            shard,
+            device=certification.resolve_device(settings.worker_device),
+            batch_size=knobs.robustness_batch_size,
+            on_batch=lease.on_progress,
+        ),
     )
-    try:
-        with lease:
-            report, metadata = robustness.robustness_shard(
-                item,
-                shard,
-                device=certification.resolve_device(settings.worker_device),
-                batch_size=knobs.robustness_batch_size,
-                on_batch=lease.on_progress,
-            )
-    except ShardCancelled as stop:
-        return f"stopped: {stop}"
-    except SoftTimeLimitExceeded:
-        return _fail(
-            settings,
-            submission_id,
-            Reason.TIME_LIMIT,
-            f"robustness shard {shard_index} ({shard.stop - shard.start} images) exceeded the "
-            f"soft time limit of {settings.shard_soft_time_limit_seconds} s; lower "
-            "CERTBENCH_SHARD_SIZE or raise CERTBENCH_SHARD_SOFT_TIME_LIMIT_SECONDS, then re-run",
-        )
-    except DataSourceError as err:
-        return _fail(settings, submission_id, Reason.DATASET_UNAVAILABLE, str(err))
-    except ThreatModelError as err:
-        return _fail(settings, submission_id, Reason.ANCHORS_UNAVAILABLE, str(err))
+    if isinstance(outcome, str):
+        return outcome
+    report, metadata = outcome
     relpath = storage.robustness_shard_relpath(submission_id, shard_index)
     target = storage.resolve(settings.artifacts_dir, relpath)
     remove_stale_partials(target, older_than=settings.shard_time_limit_seconds)
