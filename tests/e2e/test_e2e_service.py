@@ -55,13 +55,13 @@ def test_submission_is_certified_ranked_and_its_records_downloadable(stack, tiny
 
 def test_robustness_stage_runs_on_the_real_worker_and_reaches_the_leaderboard(stack, tmp_path):
     put_benchmark(stack.admin, stack.root / "robust-dataset", name="robust", robustness=True)
-    carol = stack.submitter("carol")
-    response = submit(carol, weights_bytes(tiny_model(seed=2), tmp_path), manifest("robust"))
+    rosa = stack.submitter("rosa")
+    response = submit(rosa, weights_bytes(tiny_model(seed=2), tmp_path), manifest("robust"))
     assert response.status_code == 202, response.text
     sid = response.json()["id"]
-    done = wait_state(carol, sid, {"finished"}, services=stack.services())
+    done = wait_state(rosa, sid, {"finished"}, services=stack.services())
     assert done["shards_done"] == done["shards_total"] == 2 * len(TEST_SETS) + 2
-    robust = carol.get(f"/api/v1/results/{sid}").json()["robustness"]
+    robust = rosa.get(f"/api/v1/results/{sid}").json()["robustness"]
     assert robust is not None and robust["count"] == 2
     assert robust["protocol"]["anchors"] == "tiny_k2_s0.safetensors"
     assert len(robust["protocol"]["anchors_sha256"]) == 64 and "folder" not in robust["protocol"]
