@@ -362,7 +362,7 @@ def _plan_robustness(submission: Submission, settings: Settings) -> list[ShardSp
     protocol = submission.benchmark.robustness
     if protocol is None:
         return []
-    size, total = settings.shard_size, protocol["num_images"]
+    size, total = settings.robustness_shard_size or settings.shard_size, protocol["num_images"]
     return [
         ShardSpec(0, storage.ROBUSTNESS, index, start, min(start + size, total))
         for index, start in enumerate(range(0, total, size))

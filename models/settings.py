@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     lease_seconds: int = Field(default=900, gt=0)
     heartbeat_seconds: int = Field(default=30, gt=0)
     shard_size: int = Field(default=100, gt=0)
+    # Images per robustness shard (attacks cost far more per image than certification on a CPU);
+    # None: shard_size. Like shard_size, every worker must use the same value.
+    robustness_shard_size: int | None = Field(default=None, gt=0)
     worker_device: str | None = None
     # Celery limits: a shard is soft-interrupted, then killed; the Redis visibility timeout must
     # be longer than the longest shard or Redis redelivers a task that is still running.
@@ -64,7 +67,13 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, gt=0, lt=65536)
 
     @field_validator(
-        "broker_url", "artifacts_dir", "datasets_dir", "anchors_dir", "worker_device", mode="before"
+        "broker_url",
+        "artifacts_dir",
+        "datasets_dir",
+        "anchors_dir",
+        "worker_device",
+        "robustness_shard_size",
+        mode="before",
     )
     @classmethod
     def _empty_is_none(cls, value: object) -> object:

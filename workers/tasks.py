@@ -278,6 +278,7 @@ def _run_leased(
     worker: str,
     label: str,
     run: Callable[[ShardLease], T],
+    size_setting: str = "CERTBENCH_SHARD_SIZE",
 ) -> T | str:
     """Run a shard's work under a lease; a stop, a time limit or missing data/weights/anchors
     becomes the task's outcome string (the submission failed with the matching reason)."""
@@ -307,7 +308,7 @@ def _run_leased(
             submission_id,
             Reason.TIME_LIMIT,
             f"{label} ({shard.stop - shard.start} images) exceeded the soft time limit of "
-            f"{settings.shard_soft_time_limit_seconds} s; lower CERTBENCH_SHARD_SIZE or raise "
+            f"{settings.shard_soft_time_limit_seconds} s; lower {size_setting} or raise "
             "CERTBENCH_SHARD_SOFT_TIME_LIMIT_SECONDS, then re-run",
         )
     except DataSourceError as err:
@@ -382,7 +383,8 @@ def robustness_shard(self: PipelineTask, submission_id: int, shard_index: int) -
     if shard is None:
         raise WorkerError(
             f"submission {submission_id} has no robustness shard {shard_index} with "
-            f"CERTBENCH_SHARD_SIZE={settings.shard_size}; every worker must use the same shard size"
+            f"CERTBENCH_ROBUSTNESS_SHARD_SIZE={settings.robustness_shard_size} "
+            f"(CERTBENCH_SHARD_SIZE={settings.shard_size}); every worker must use the same sizes"
         )
     started = time.perf_counter()
     outcome = _run_leased(
@@ -391,6 +393,7 @@ def robustness_shard(self: PipelineTask, submission_id: int, shard_index: int) -
         shard,
         worker=worker,
         label=f"robustness shard {shard_index}",
+        size_setting="CERTBENCH_ROBUSTNESS_SHARD_SIZE",
         run=lambda lease: robustness.robustness_shard(
             item,
             shard,

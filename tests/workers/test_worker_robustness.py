@@ -35,7 +35,7 @@ from models import pipeline, storage
 from models.entities import LeaderboardEntry, RobustnessResult, RobustnessShard, Submission
 from models.errors import StorageError
 from models.robustness import aggregate_robustness
-from models.settings import Settings
+from models.settings import Settings, get_settings
 from models.states import Reason, SubmissionState
 from workers.app import app
 from workers.names import (
@@ -256,3 +256,20 @@ def test_benchmarks_without_the_stage_leave_the_columns_empty(
     assert entry is not None and session.get(RobustnessResult, sid) is None
     assert [entry.base_accuracy, entry.linf_acc_8, entry.pd_acc_16] == [None, None, None]
     assert not any(m.name == ROBUSTNESS_SHARD for m, _ in worker.ran)
+
+
+def test_robustness_shards_follow_their_own_size(
+    settings, session, robust_benchmark, worker, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("CERTBENCH_SHARD_SIZE", "2")
+    monkeypatch.setenv("CERTBENCH_ROBUSTNESS_SHARD_SIZE", "1")
+    get_settings.cache_clear()
+    sized = get_settings()
+    sid = _submit(session, sized, tmp_path)
+    assert worker.run_next() == "4 shard(s) enqueued"  # 2 certify (2 images each) + 2 robustness
+    assert [
+        s.stop - s.start for s in pipeline.plan_robustness_shards(session, sid, settings=sized)
+    ] == [1, 1]
+    worker.run_all()
+    assert _submission(session, sid).state == S.FINISHED
+    assert session.get(RobustnessResult, sid).count == 2
