@@ -9,12 +9,18 @@ import math
 import pytest
 from conftest import Actors
 from fastapi.testclient import TestClient
-from service_factories import finished_submission, record_shard, tiny_definition, upload
+from service_factories import (
+    RobustnessPlan,
+    finished_submission,
+    record_robustness_shard,
+    record_shard,
+    tiny_definition,
+    upload,
+)
 from sqlalchemy.orm import Session
 
 from api.schemas import RobustnessPublic
-from certbench.attacks import RobustnessRecord, RobustnessReport
-from models import pipeline, storage
+from models import pipeline
 from models.catalog import get_benchmark, parse_definition, upsert_benchmark
 from models.entities import Benchmark, LeaderboardEntry, RobustnessResult, User
 from models.results import complete_submission
@@ -40,12 +46,12 @@ ROBUSTNESS = {
     "projection": "exact",
     "weighting": "pd",
 }
-#: Per entry and ε: how many of the 3 attacked images (by position) are clean-correct, survive
-#: ℓ∞ APGD, survive ℓ∞ APGD + lazy PD projection, and survive PD-aware APGD.
-PLANS = {
-    "sturdy": {8: (3, 1, 3, 3), 16: (3, 0, 2, 3)},  # pd 8: 3/3, 16: 2/3
-    "middling": {8: (3, 1, 2, 3), 16: (3, 0, 1, 2)},  # pd 8: 2/3, 16: 1/3
-    "brittle": {8: (2, 0, 1, 1), 16: (2, 0, 0, 1)},  # pd 8: 1/3, 16: 0
+#: Per entry (3 attacked images): clean-correct images, and per ε how many survive ℓ∞ APGD,
+#: ℓ∞ APGD + lazy PD projection, and PD-aware APGD (``service_factories.RobustnessPlan``).
+PLANS: dict[str, RobustnessPlan] = {
+    "sturdy": (3, {8: (1, 3, 3), 16: (0, 2, 3)}),  # pd 8: 3/3, 16: 2/3
+    "middling": (3, {8: (1, 2, 3), 16: (0, 1, 2)}),  # pd 8: 2/3, 16: 1/3
+    "brittle": (2, {8: (0, 1, 1), 16: (0, 0, 1)}),  # pd 8: 1/3, 16: 0
 }
 #: Certification quality: the macr order (middling, brittle, sturdy) differs from the pd order.
 QUALITY = {"sturdy": 1 / 3, "middling": 1.0, "brittle": 2 / 3, "legacy": 0.5}
@@ -56,30 +62,6 @@ def _definition(*, version: int, robust: bool) -> str:
     if robust:
         definition["robustness"] = ROBUSTNESS
     return json.dumps(definition)
-
-
-def _report(start: int, stop: int, plan: dict[int, tuple[int, int, int, int]]) -> RobustnessReport:
-    records = []
-    for eps, (clean, linf, projected, aware) in plan.items():
-        for position in range(start, stop):
-            correct = position < clean
-            linf_robust = correct and position < linf
-            records.append(
-                RobustnessRecord(
-                    index=position * 2,
-                    label=position % 10,
-                    eps=eps / 255,
-                    clean_prediction=position % 10 if correct else (position + 1) % 10,
-                    clean_correct=correct,
-                    linf_robust=linf_robust,
-                    pd_robust=correct and position < projected and position < aware,
-                    pd_robust_projected=correct and position < projected,
-                    pd_robust_aware=correct and position < aware,
-                    linf_pd_threat=None if linf_robust or not correct else 0.1 * (position + 1),
-                    linf_pd_anchor=-1 if linf_robust or not correct else position,
-                )
-            )
-    return RobustnessReport(records)
 
 
 def _finish(
@@ -103,22 +85,8 @@ def _finish(
     for spec in pipeline.plan_shards(session, sid, settings=settings):
         record_shard(session, sid, spec, settings=settings, quality=QUALITY[name])
     for spec in pipeline.plan_robustness_shards(session, sid, settings=settings):
-        relpath = storage.robustness_shard_relpath(sid, spec.shard_index)
-        _report(spec.start, spec.stop, PLANS[name]).write(
-            storage.resolve(settings.artifacts_dir, relpath),
-            metadata={"anchors_sha256": BANK_SHA256, "shard_index": str(spec.shard_index)},
-        )
-        assert pipeline.record_robustness_shard(
-            session,
-            submission_id=sid,
-            shard_index=spec.shard_index,
-            start=spec.start,
-            stop=spec.stop,
-            count=spec.stop - spec.start,
-            seconds=1.5,
-            records_path=relpath,
-            worker="test",
-            settings=settings,
+        assert record_robustness_shard(
+            session, sid, spec, PLANS[name], settings=settings, anchors_sha256=BANK_SHA256
         )
     assert complete_submission(session, sid, settings=settings)
     return sid
@@ -147,13 +115,13 @@ def test_leaderboard_rows_carry_the_robustness_columns(
 ):
     rows = {r["model_name"]: r for r in client.get(f"/api/v1/leaderboards/{NAME}").json()["rows"]}
     assert set(rows) == {"legacy", "sturdy", "middling", "brittle"}
-    for name, plan in PLANS.items():
+    for name, (clean, per_eps) in PLANS.items():
         metrics = rows[name]["metrics"]
-        assert metrics["base_accuracy"] == pytest.approx(plan[8][0] / 3)
-        assert metrics["linf_acc_8"] == pytest.approx(plan[8][1] / 3)
-        assert metrics["linf_acc_16"] == pytest.approx(plan[16][1] / 3)
-        assert metrics["pd_acc_8"] == pytest.approx(min(plan[8][2:]) / 3)
-        assert metrics["pd_acc_16"] == pytest.approx(min(plan[16][2:]) / 3)
+        assert metrics["base_accuracy"] == pytest.approx(clean / 3)
+        assert metrics["linf_acc_8"] == pytest.approx(per_eps[8][0] / 3)
+        assert metrics["linf_acc_16"] == pytest.approx(per_eps[16][0] / 3)
+        assert metrics["pd_acc_8"] == pytest.approx(min(per_eps[8][1:]) / 3)
+        assert metrics["pd_acc_16"] == pytest.approx(min(per_eps[16][1:]) / 3)
         entry = session.get(LeaderboardEntry, robust[name])
         assert metrics["pd_acc_8"] == entry.pd_acc_8 and metrics["linf_acc_16"] == entry.linf_acc_16
     legacy = rows["legacy"]["metrics"]

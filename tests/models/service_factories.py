@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from certbench.architectures import build_classifier
+from certbench.attacks import RobustnessRecord, RobustnessReport
 from certbench.loading import save_weights
 from certbench.records import write_records
 from certbench.smoothing import CertifyRecord
@@ -188,6 +189,72 @@ def record_shard(
         stop=spec.stop,
         count=spec.stop - spec.start,
         seconds=0.5,
+        records_path=relpath,
+        worker="test",
+        settings=settings,
+    )
+
+
+#: How many attacked images (by position in the shard plan) are clean-correct, and per ε (units of
+#: 1/255) how many survive ℓ∞ APGD, ℓ∞ APGD + lazy PD projection, and PD-aware APGD.
+RobustnessPlan = tuple[int, dict[int, tuple[int, int, int]]]
+
+
+def robustness_report(
+    start: int, stop: int, plan: RobustnessPlan, *, skip: int = 2
+) -> RobustnessReport:
+    """Per-image attack records as ``certbench.attacks.robust_accuracy`` writes them; a broken
+    image's d_PD is 0.1·(position + 1) and its arg-max anchor its position."""
+    clean, per_eps = plan
+    records = []
+    for eps, (linf, projected, aware) in per_eps.items():
+        for position in range(start, stop):
+            label = position % 10
+            correct = position < clean
+            linf_robust = correct and position < linf
+            broken = correct and not linf_robust
+            records.append(
+                RobustnessRecord(
+                    index=position * skip,
+                    label=label,
+                    eps=eps / 255,
+                    clean_prediction=label if correct else (label + 1) % 10,
+                    clean_correct=correct,
+                    linf_robust=linf_robust,
+                    pd_robust=correct and position < projected and position < aware,
+                    pd_robust_projected=correct and position < projected,
+                    pd_robust_aware=correct and position < aware,
+                    linf_pd_threat=0.1 * (position + 1) if broken else None,
+                    linf_pd_anchor=position if broken else -1,
+                )
+            )
+    return RobustnessReport(records)
+
+
+def record_robustness_shard(
+    session: Session,
+    submission_id: int,
+    spec: pipeline.ShardSpec,
+    plan: RobustnessPlan,
+    *,
+    settings: Settings,
+    anchors_sha256: str,
+    seconds: float = 1.5,
+) -> bool:
+    """Write a robustness shard's records (as a worker does) and record the shard."""
+    relpath = storage.robustness_shard_relpath(submission_id, spec.shard_index)
+    robustness_report(spec.start, spec.stop, plan).write(
+        storage.resolve(settings.artifacts_dir, relpath),
+        metadata={"submission_id": str(submission_id), "anchors_sha256": anchors_sha256},
+    )
+    return pipeline.record_robustness_shard(
+        session,
+        submission_id=submission_id,
+        shard_index=spec.shard_index,
+        start=spec.start,
+        stop=spec.stop,
+        count=spec.stop - spec.start,
+        seconds=seconds,
         records_path=relpath,
         worker="test",
         settings=settings,

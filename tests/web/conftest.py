@@ -22,6 +22,8 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # service_factories
 from web_seed import Seeded, seed_database
 
 import migrations

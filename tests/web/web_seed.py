@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
+from service_factories import RobustnessPlan, record_robustness_shard
 from sqlalchemy.orm import Session
 
-from certbench.attacks import RobustnessRecord, RobustnessReport
 from certbench.records import write_records
 from certbench.smoothing import ABSTAIN, CertifyRecord, certified_radius, lower_confidence_bound
 from generators import hub
@@ -200,42 +200,12 @@ def make_records(
 #: many survive ℓ∞ APGD, ℓ∞ APGD + lazy PD projection, and PD-aware APGD. The order is the
 #: reverse of certification quality. Alpha finished before the stage existed; Echo's ℓ∞ attack
 #: finds nothing at 8/255 (so its median d_PD there is undefined).
-ROBUSTNESS_PLANS: dict[str, tuple[int, dict[int, tuple[int, int, int]]]] = {
+ROBUSTNESS_PLANS: dict[str, RobustnessPlan] = {
     "Bravo": (7, {8: (1, 3, 4), 16: (0, 1, 2)}),
     "Charlie": (6, {8: (2, 5, 4), 16: (0, 2, 3)}),
     "Delta": (6, {8: (3, 5, 6), 16: (1, 3, 3)}),
     "Echo": (7, {8: (7, 7, 7), 16: (2, 4, 5)}),
 }
-
-
-def robustness_report(
-    start: int, stop: int, plan: tuple[int, dict[int, tuple[int, int, int]]], *, skip: int = 2
-) -> RobustnessReport:
-    """Per-image attack records as ``certbench.attacks.robust_accuracy`` writes them."""
-    clean, per_eps = plan
-    records = []
-    for eps, (linf, projected, aware) in per_eps.items():
-        for position in range(start, stop):
-            label = position % 10
-            correct = position < clean
-            linf_robust = correct and position < linf
-            broken = correct and not linf_robust
-            records.append(
-                RobustnessRecord(
-                    index=position * skip,
-                    label=label,
-                    eps=eps / 255,
-                    clean_prediction=label if correct else (label + 1) % 10,
-                    clean_correct=correct,
-                    linf_robust=linf_robust,
-                    pd_robust=correct and position < projected and position < aware,
-                    pd_robust_projected=correct and position < projected,
-                    pd_robust_aware=correct and position < aware,
-                    linf_pd_threat=0.01 * eps + 0.02 * position if broken else None,
-                    linf_pd_anchor=position % 2 if broken else -1,
-                )
-            )
-    return RobustnessReport(records)
 
 
 @dataclass
@@ -321,33 +291,6 @@ def submit(
     ).id
 
 
-def _record_robustness(
-    session: Session,
-    sid: int,
-    spec: pipeline.ShardSpec,
-    *,
-    settings: Settings,
-    plan: tuple[int, dict[int, tuple[int, int, int]]],
-) -> None:
-    relpath = storage.robustness_shard_relpath(sid, spec.shard_index)
-    robustness_report(spec.start, spec.stop, plan).write(
-        storage.resolve(settings.artifacts_dir, relpath),
-        metadata={"submission_id": str(sid), "anchors_sha256": ROBUSTNESS_BANK_SHA256},
-    )
-    assert pipeline.record_robustness_shard(
-        session,
-        submission_id=sid,
-        shard_index=spec.shard_index,
-        start=spec.start,
-        stop=spec.stop,
-        count=spec.stop - spec.start,
-        seconds=2.5,
-        records_path=relpath,
-        worker="seed",
-        settings=settings,
-    )
-
-
 def finish(
     session: Session,
     sid: int,
@@ -355,7 +298,7 @@ def finish(
     settings: Settings,
     quality: float,
     sigma: float,
-    robustness: tuple[int, dict[int, tuple[int, int, int]]] | None = None,
+    robustness: RobustnessPlan | None = None,
 ) -> None:
     """Certify (and, on a benchmark with the stage, attack with ``robustness``) and aggregate."""
     _start(session, sid, settings)
@@ -363,7 +306,15 @@ def finish(
         _record(session, sid, spec, settings=settings, quality=quality, sigma=sigma, seed=sid)
     for spec in pipeline.plan_robustness_shards(session, sid, settings=settings):
         assert robustness is not None, f"submission {sid} needs a robustness plan"
-        _record_robustness(session, sid, spec, settings=settings, plan=robustness)
+        assert record_robustness_shard(
+            session,
+            sid,
+            spec,
+            robustness,
+            settings=settings,
+            anchors_sha256=ROBUSTNESS_BANK_SHA256,
+            seconds=2.5,
+        )
     assert complete_submission(session, sid, settings=settings)
 
 
