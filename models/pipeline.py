@@ -69,12 +69,11 @@ class TestSetSpec:
 @dataclass(frozen=True)
 class RobustnessSpec:
     """The robustness stage of a benchmark (``models.catalog.RobustnessProtocol``), resolved:
-    ``images`` is the attacked clean subset, ``anchors_path`` the bank file (built from
-    ``anchors_source``'s ``anchors_split`` when absent)."""
+    ``images`` is the attacked clean subset, ``anchors_path`` the bank file (built from the
+    same source's ``anchors_split`` when absent); ``protocol`` the stored row it came from."""
 
     images: TestSetSpec
     anchors_path: Path
-    anchors_source: str
     anchors_split: str
     k: int
     anchor_seed: int
@@ -83,7 +82,6 @@ class RobustnessSpec:
     n_target_classes: int
     projection: str
     weighting: str
-
     protocol: dict[str, Any]
 
     def describe(self) -> dict[str, Any]:
@@ -150,13 +148,12 @@ def robustness_spec(protocol: dict[str, Any] | None, settings: Settings) -> Robu
     """Resolve a benchmark's stored robustness protocol against this deployment's folders."""
     if protocol is None:
         return None
-    source = _source(protocol.get("folder"), protocol["repo"], settings)
     assert settings.anchors_dir is not None  # filled by Settings' validator
     return RobustnessSpec(
         images=TestSetSpec(
             id=0,
             name=storage.ROBUSTNESS,
-            source=source,
+            source=_source(protocol.get("folder"), protocol["repo"], settings),
             config=protocol.get("config"),
             revision=protocol.get("revision"),
             split=protocol["split"],
@@ -165,7 +162,6 @@ def robustness_spec(protocol: dict[str, Any] | None, settings: Settings) -> Robu
             num_images=protocol["num_images"],
         ),
         anchors_path=settings.anchors_dir / protocol["anchors"],
-        anchors_source=source,
         anchors_split=protocol["anchors_split"],
         k=protocol["k"],
         anchor_seed=protocol["anchor_seed"],

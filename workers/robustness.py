@@ -30,8 +30,9 @@ from models.pipeline import RobustnessSpec, ShardSpec, WorkItem
 from workers.certification import images_for, model_for
 
 
-def anchor_bank(spec: RobustnessSpec, *, num_classes: int) -> AnchorBank:
-    """The protocol's bank (first ``k`` anchors per class), built and saved when absent.
+def anchor_bank(spec: RobustnessSpec, *, num_classes: int) -> tuple[AnchorBank, str]:
+    """The protocol's bank (first ``k`` anchors per class), built and saved when absent, and the
+    SHA-256 of the file version it was read from.
 
     Raises ThreatModelError when the stored bank contradicts the protocol (another seed, fewer
     anchors, other classes): silently attacking with other anchors would change the threat.
@@ -40,7 +41,7 @@ def anchor_bank(spec: RobustnessSpec, *, num_classes: int) -> AnchorBank:
     if not path.is_file():
         build_anchor_bank(spec)
     stat = os.stat(path)
-    bank = _load_bank(str(path), stat.st_mtime_ns, stat.st_size)
+    bank, digest = _load_bank(str(path), stat.st_mtime_ns, stat.st_size)
     problems = []
     if bank.seed != spec.anchor_seed:
         problems.append(f"seed {bank.seed} (protocol: {spec.anchor_seed})")
@@ -54,20 +55,20 @@ def anchor_bank(spec: RobustnessSpec, *, num_classes: int) -> AnchorBank:
             f"{'; '.join(problems)}. Delete it to let the worker rebuild it, or build it with "
             f"`certbench anchors build SOURCE --k {spec.k} --seed {spec.anchor_seed} --out {path}`"
         )
-    return bank.truncated(spec.k) if bank.k > spec.k else bank
+    return (bank.truncated(spec.k) if bank.k > spec.k else bank), digest
 
 
 def build_anchor_bank(spec: RobustnessSpec) -> Path:
     """Select the anchors from the training split and write the bank atomically."""
     train = load_images(
-        spec.anchors_source,
+        spec.images.source,
         config=spec.images.config,
         split=spec.anchors_split,
         revision=spec.images.revision,
     )
     bank = bank_from_image_set(
         train,
-        dataset=spec.protocol.get("repo", spec.anchors_source),
+        dataset=spec.protocol["repo"],
         k=spec.k,
         seed=spec.anchor_seed,
         revision=spec.images.revision,
@@ -77,18 +78,13 @@ def build_anchor_bank(spec: RobustnessSpec) -> Path:
 
 
 @lru_cache(maxsize=2)
-def _load_bank(path: str, mtime_ns: int, size: int) -> AnchorBank:
-    return AnchorBank.load(path)
-
-
-@lru_cache(maxsize=4)
-def file_sha256(path: str, mtime_ns: int, size: int) -> str:
-    """SHA-256 of a file version (cached: the bank is hashed once per worker process)."""
+def _load_bank(path: str, mtime_ns: int, size: int) -> tuple[AnchorBank, str]:
+    """Read and hash one file version, once per worker process."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()
+    return AnchorBank.load(path), digest.hexdigest()
 
 
 def robustness_shard(
@@ -104,9 +100,7 @@ def robustness_shard(
     if spec is None:
         raise ThreatModelError(f"benchmark {item.benchmark!r} has no robustness stage")
     images = images_for(spec.images)
-    bank = anchor_bank(spec, num_classes=item.num_classes)
-    stat = os.stat(spec.anchors_path)
-    bank_digest = file_sha256(str(spec.anchors_path), stat.st_mtime_ns, stat.st_size)
+    bank, bank_digest = anchor_bank(spec, num_classes=item.num_classes)
     window = slice(shard.start, shard.stop)
     report = robust_accuracy(
         model_for(item, device),
