@@ -136,6 +136,9 @@ def test_leaderboard_sorts_by_robustness_columns(page: Any, site: Site) -> None:
     wrap = page.locator(".table-wrap").bounding_box()
     header = page.locator('th[data-key="pd_acc_8"]').bounding_box()
     assert wrap["x"] <= header["x"] and header["x"] + header["width"] <= wrap["x"] + wrap["width"]
+    assert page.locator(".table-wrap").evaluate("w => w.scrollLeft") > 0  # it did scroll
+    name = page.locator("#leaderboard tbody th.model").first.bounding_box()
+    assert abs(name["x"] - wrap["x"]) < 2  # ... and the model's name stuck to the left edge
     alpha = page.locator("#leaderboard tbody tr", has_text="Alpha")
     assert alpha.locator('td[data-key="pd_acc_8"]').inner_text() == "–"
     page.click('th[data-key="pd_acc_8"] a')  # worst first; still not measured last
