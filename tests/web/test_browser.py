@@ -138,7 +138,8 @@ def test_leaderboard_sorts_by_robustness_columns(page: Any, site: Site) -> None:
     assert wrap["x"] <= header["x"] and header["x"] + header["width"] <= wrap["x"] + wrap["width"]
     assert page.locator(".table-wrap").evaluate("w => w.scrollLeft") > 0  # it did scroll
     name = page.locator("#leaderboard tbody th.model").first.bounding_box()
-    assert abs(name["x"] - wrap["x"]) < 2  # ... and the model's name stuck to the left edge
+    head = page.locator("#leaderboard thead th.model-head").bounding_box()
+    assert abs(name["x"] - wrap["x"]) < 2 and abs(head["x"] - wrap["x"]) < 2  # stuck to the left
     alpha = page.locator("#leaderboard tbody tr", has_text="Alpha")
     assert alpha.locator('td[data-key="pd_acc_8"]').inner_text() == "–"
     page.click('th[data-key="pd_acc_8"] a')  # worst first; still not measured last
