@@ -55,9 +55,23 @@ POSTGRES_ADMIN_URL = os.environ.get(
 )
 REDIS_URL = "redis://127.0.0.1:6379/14"
 SORTS = ("macr", "cert_acc_025", "cert_acc_050", "cert_acc_100", "abstain_rate", "pa_median",
-         "sigma", "submitted", "model_name")  # fmt: skip
+         "sigma", "submitted", "model_name", "pd_acc_8", "linf_acc_16")  # fmt: skip
 ARCHITECTURES = ("cifar_resnet20", "cifar_resnet56", "cifar_resnet110", "wrn")
 GOAL_P95_MS = 100.0
+
+
+ROBUSTNESS_COLUMNS = ("base_accuracy", "linf_acc_8", "linf_acc_16", "pd_acc_8", "pd_acc_16")
+
+
+def robustness_columns(rng: random.Random, *, measured: bool) -> dict[str, float | None]:
+    """Base-classifier figures (clean ≥ ℓ∞∩PD ≥ ℓ∞, 16/255 ≤ 8/255); None for a tenth of the
+    entries, as for rows written before the robustness stage."""
+    if not measured:
+        return dict.fromkeys(ROBUSTNESS_COLUMNS)
+    clean = rng.uniform(0.6, 0.95)
+    pd8, pd16 = sorted((rng.uniform(0, clean) for _ in range(2)), reverse=True)
+    return {"base_accuracy": clean, "pd_acc_8": pd8, "pd_acc_16": pd16,
+            "linf_acc_8": pd8 * rng.random(), "linf_acc_16": pd16 * rng.random()}  # fmt: skip
 
 
 def seed(settings: Settings, entries: int, rng: random.Random) -> str:
@@ -105,7 +119,8 @@ def seed(settings: Settings, entries: int, rng: random.Random) -> str:
                  "cert_acc_075": acc[3], "cert_acc_100": acc[4], "clean_accuracy": acc[0],
                  "abstain_rate": rng.random() * 0.3, "pa_median": 0.5 + rng.random() / 2,
                  "band_low": None, "band_mid": None, "band_high": None, "test_sets": 1,
-                 "count": 500, "seconds": 60.0, "finished_at": now}
+                 "count": 500, "seconds": 60.0, "finished_at": now,
+                 **robustness_columns(rng, measured=i % 10 != 0)}
             )  # fmt: skip
         for table, rows in ((Artifact, artifacts), (Submission, submissions),
                             (LeaderboardEntry, board)):  # fmt: skip

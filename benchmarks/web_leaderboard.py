@@ -28,6 +28,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import httpx
+from api_load import robustness_columns  # same seeded figures as the REST benchmark
 from sqlalchemy import insert
 
 import migrations
@@ -53,6 +54,8 @@ SORTS = (
     "sigma",
     "submitted",
     "model_name",
+    "pd_acc_8",
+    "linf_acc_16",
 )
 
 
@@ -140,6 +143,7 @@ def seed(settings: Settings, entries: int, rng: random.Random) -> None:
                     "count": 37500,
                     "seconds": 3600.0,
                     "finished_at": now,
+                    **robustness_columns(rng, measured=i % 10 != 0),
                 }
             )
         session.execute(insert(Artifact), artifacts)
