@@ -7,7 +7,8 @@ config, the same statistics for unsafe pairs (x̃ − x between clean images of 
 for reference, and a figure in the style of seed 004 Fig. 5: mean d_∞ against mean d_PD, one
 colour per corruption, marker size growing with severity.
 
-Also the ``certbench threat-report`` and ``certbench anchors`` commands (entry point ``pd``).
+The ``certbench threat-report`` and ``certbench anchors`` commands live in
+``certbench.threat_commands``.
 """
 
 from __future__ import annotations
@@ -19,22 +20,17 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
 import torch
-import typer
 from tqdm.auto import tqdm
 
 from certbench.data import ImageSet, Subset, list_configs, load_images
-from certbench.errors import CertbenchError, ThreatModelError
+from certbench.errors import ThreatModelError
 from certbench.pd_threat import (
-    BETA,
-    DEFAULT_K,
     AnchorBank,
     PDThreat,
-    bank_from_image_set,
-    find_k_min,
 )
 
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
@@ -323,122 +319,3 @@ def _atomic_write(path: Path, write: Any) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def _fail(err: CertbenchError) -> typer.Exit:
-    typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
-    return typer.Exit(code=2)
-
-
-def threat_report_command(
-    dataset_dir: Annotated[Path, typer.Argument(help="Generated dataset folder (Hub layout).")],
-    clean: Annotated[str, typer.Option(help="Clean source: cifar10, cifar100, a path.")],
-    anchors: Annotated[Path, typer.Option(help="Anchor bank (.safetensors).")],
-    config: Annotated[list[str] | None, typer.Option(help="Only these configs.")] = None,
-    limit: Annotated[int | None, typer.Option(help="First N images per config.")] = None,
-    pairs: Annotated[int, typer.Option(help="Unsafe pairs for reference.")] = 1000,
-    seed: Annotated[int, typer.Option()] = 0,
-    batch_size: Annotated[int, typer.Option()] = 500,
-    device: Annotated[str | None, typer.Option(help="e.g. cuda; default cpu.")] = None,
-    card: Annotated[bool, typer.Option(help="Add the table and figure to README.md.")] = True,
-) -> None:
-    """Mean and quantiles of d_PD, d_∞, d_2 of every config; JSON, figure and card section."""
-    try:
-        report = threat_report(
-            dataset_dir,
-            clean_source=clean,
-            anchors=AnchorBank.load(anchors),
-            configs=config,
-            limit=limit,
-            pairs=pairs,
-            seed=seed,
-            batch_size=batch_size,
-            device=device,
-            progress=True,
-        )
-        written = write_threat_report(report, dataset_dir, card=card)
-    except CertbenchError as err:
-        raise _fail(err) from err
-    for s in report.sets:
-        typer.echo(
-            f"{s.name}: d_PD {s.d_pd.mean:.3f}  d_inf {s.d_inf.mean:.3f}  d_2 {s.d_2.mean:.3f}"
-        )
-    u = report.unsafe_pairs
-    typer.echo(f"unsafe pairs: d_PD {u.d_pd.mean:.3f}  d_inf {u.d_inf.mean:.3f}")
-    typer.echo("wrote " + ", ".join(str(p) for p in written))
-
-
-anchors_app = typer.Typer(
-    help="PD-threat anchor banks (seed 004 Algorithm 1).", no_args_is_help=True
-)
-
-
-@anchors_app.command("build")
-def anchors_build(
-    source: Annotated[str, typer.Argument(help="Training source: cifar10, cifar100, a path.")],
-    out: Annotated[Path, typer.Option(help="Where to write the .safetensors bank.")],
-    k: Annotated[int, typer.Option(help="Anchors per class.")] = DEFAULT_K,
-    seed: Annotated[int, typer.Option()] = 0,
-    split: Annotated[str, typer.Option()] = "train",
-    revision: Annotated[str | None, typer.Option(help="Hub revision of the source.")] = None,
-) -> None:
-    """Select k anchors per class from the training split and save them with provenance."""
-    try:
-        images = load_images(source, split=split, revision=revision)
-        bank = bank_from_image_set(
-            images, dataset=source, k=k, seed=seed, revision=revision, split=split
-        )
-        path = bank.save(out)
-    except CertbenchError as err:
-        raise _fail(err) from err
-    typer.echo(f"wrote {path}: {bank.images.shape[0]} anchors, k={k}, seed={seed}")
-
-
-@anchors_app.command("k-min")
-def anchors_k_min(
-    source: Annotated[str, typer.Argument(help="Training source: cifar10, cifar100, a path.")],
-    k_max: Annotated[int, typer.Option(help="Largest k tried.")] = DEFAULT_K,
-    pairs: Annotated[int, typer.Option(help="Sampled different-class pairs.")] = 2000,
-    limit: Annotated[int | None, typer.Option(help="First N training images only.")] = None,
-    seed: Annotated[int, typer.Option()] = 0,
-    split: Annotated[str, typer.Option()] = "train",
-) -> None:
-    """Smallest k whose PD threat rates every sampled unsafe training pair above 1."""
-    try:
-        images = load_images(source, split=split, subset=Subset(limit=limit) if limit else None)
-        result = find_k_min(
-            images.images,
-            images.labels,
-            class_names=images.class_names,
-            k_max=k_max,
-            seed=seed,
-            pairs=pairs,
-            beta=BETA,
-        )
-    except CertbenchError as err:
-        raise _fail(err) from err
-    for k, value in result.min_threat_by_k.items():
-        typer.echo(f"k={k}: min d_PD over {result.pairs} unsafe pairs = {value:.4f}")
-    typer.echo(f"k_min = {result.k_min if result.k_min is not None else f'> {k_max}'}")
-
-
-@anchors_app.command("info")
-def anchors_info(path: Annotated[Path, typer.Argument(help="Anchor bank file.")]) -> None:
-    """Print a bank's provenance."""
-    try:
-        bank = AnchorBank.load(path)
-    except CertbenchError as err:
-        raise _fail(err) from err
-    for key, value in bank.metadata().items():
-        if key != "class_names":
-            typer.echo(f"{key}: {value}")
-    typer.echo(f"anchors: {bank.images.shape[0]} of shape {tuple(bank.images.shape[1:])}")
-
-
-def register(app: typer.Typer) -> None:
-    """Entry point ``certbench.commands:pd``: threat-report and anchors sub-commands."""
-    app.command("threat-report")(threat_report_command)
-    app.add_typer(anchors_app, name="anchors")

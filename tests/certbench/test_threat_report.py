@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +16,8 @@ from typer.testing import CliRunner
 from certbench.cli import app, register_plugins
 from certbench.data import load_images
 from certbench.errors import ThreatModelError
-from certbench.pd_threat import AnchorBank, PDThreat, build_anchor_bank
+from certbench.pd_threat import DEFAULT_K, AnchorBank, PDThreat, build_anchor_bank
+from certbench.threat_commands import ANCHORS_PER_CLASS
 from certbench.threat_report import (
     CARD_START,
     REPORT_FILE,
@@ -194,3 +197,17 @@ def test_commands_build_anchors_and_write_the_report(sources, tmp_path):
         ],
     )
     assert missing.exit_code == 2 and "anchors build" in missing.output
+
+
+def test_commands_default_k_is_the_papers():
+    assert ANCHORS_PER_CLASS == DEFAULT_K == 50
+
+
+def test_registering_the_pd_commands_imports_no_torch():
+    """``certbench --help`` must not pay for torch because the PD commands are installed."""
+    code = (
+        "import sys, typer; from certbench.threat_commands import register; "
+        "register(typer.Typer()); print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
