@@ -12,14 +12,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from models.entities import (
     Benchmark,
     LeaderboardEntry,
-    Result,
-    RobustnessResult,
     Role,
+    StageResult,
     Submission,
     TestSet,
     User,
 )
 from models.leaderboard import HIGHER_IS_BETTER, LeaderboardPage
+from models.stages.certification import TestSetResult
+from models.stages.pd_robustness import RobustnessResult
 from models.states import SubmissionState
 
 HUB_URL = "https://huggingface.co/datasets/{repo}"
@@ -185,6 +186,13 @@ class BenchmarkPublic(BaseModel):
             }
         ],
     )
+    stages: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description=(
+            "protocol of every evaluation stage the benchmark runs beyond certification, by stage "
+            "name (``robustness`` repeats the pd_robustness one)"
+        ),
+    )
 
     @classmethod
     def of(cls, benchmark: Benchmark, *, entries: int) -> BenchmarkPublic:
@@ -206,7 +214,10 @@ class BenchmarkPublic(BaseModel):
             bands={k: list(v) for k, v in benchmark.bands.items()},
             test_sets=[TestSetPublic.of(ts) for ts in benchmark.test_sets],
             entries=entries,
-            robustness=public_protocol(benchmark.robustness),
+            robustness=public_protocol((benchmark.stages or {}).get("pd_robustness")),
+            stages={
+                name: public_protocol(row) or {} for name, row in (benchmark.stages or {}).items()
+            },
         )
 
 
@@ -380,7 +391,10 @@ PD_HELP = (
 
 class Metrics(BaseModel):
     """Means over the benchmark's test sets (mACR = mean ACR; bands as in seed 000), and the
-    base classifier's robustness (seed 004) where the benchmark has that stage."""
+    base classifier's robustness (seed 004) where the benchmark has that stage. Figures of other
+    evaluation stages appear as further keys (their metric keys), null when not measured."""
+
+    model_config = ConfigDict(extra="allow")
 
     macr: float
     cert_acc_000: float
@@ -409,7 +423,11 @@ class Metrics(BaseModel):
 
     @classmethod
     def of(cls, entry: LeaderboardEntry) -> Metrics:
-        return cls(**{name: getattr(entry, name) for name in cls.model_fields})
+        figures = entry.metrics
+        fixed = {"test_sets": entry.test_sets, "count": entry.count, "seconds": entry.seconds}
+        values = {name: figures.get(name) for name in cls.model_fields if name not in fixed}
+        extra = {k: v for k, v in figures.items() if k not in cls.model_fields}
+        return cls(**values, **fixed, **extra)
 
 
 class LeaderboardRowPublic(BaseModel):
@@ -503,7 +521,7 @@ class TestSetResultPublic(BaseModel):
     records_url: str
 
     @classmethod
-    def of(cls, result: Result, *, records_url: str) -> TestSetResultPublic:
+    def of(cls, result: TestSetResult, *, records_url: str) -> TestSetResultPublic:
         return cls(
             test_set=result.test_set.name,
             band=result.test_set.band,
@@ -588,6 +606,46 @@ def _finite_or_none(value: float | None) -> float | None:
     return float(value)
 
 
+class StageResultPublic(BaseModel):
+    """One stored result of an evaluation stage: its unit (a test set, or empty for a stage with
+    one unit), the stage's JSON summary, the protocol as run (no local paths) and seeds."""
+
+    stage: str
+    unit: str
+    summary: dict[str, Any]
+    protocol: dict[str, Any]
+    seeds: dict[str, Any]
+    data_hashes: dict[str, Any]
+    count: int
+    seconds: float
+    evaluator_version: str
+
+    @classmethod
+    def of(cls, row: StageResult) -> StageResultPublic:
+        return cls(
+            stage=row.stage,
+            unit=row.unit,
+            summary=_json_safe(row.summary),
+            protocol=public_protocol(row.protocol) or {},
+            seeds=dict(row.seeds),
+            data_hashes=dict(row.data_hashes),
+            count=row.count,
+            seconds=row.seconds,
+            evaluator_version=row.evaluator_version,
+        )
+
+
+def _json_safe(value: Any) -> Any:
+    """Non-finite floats become null (JSON has no NaN), recursively."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float):
+        return _finite_or_none(value)
+    return value
+
+
 class ResultsPublic(BaseModel):
     submission_id: int
     benchmark: str
@@ -603,6 +661,10 @@ class ResultsPublic(BaseModel):
             "base-classifier robustness (seed 004); null for a benchmark without the stage or "
             "before it is measured"
         ),
+    )
+    stages: list[StageResultPublic] = Field(
+        default_factory=list,
+        description="every stored stage result (each stage's summary per unit), for any stage",
     )
 
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from models.entities import Benchmark, Result, TestSet
+from models.entities import Benchmark, StageResult, Submission, TestSet
 from models.errors import BenchmarkDefinitionError, NotFoundError
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")]
@@ -82,33 +82,6 @@ class TestSetDefinition(ImageSource):
         return self.subset(protocol)[2]
 
 
-class RobustnessProtocol(ImageSource):
-    """Base-classifier robustness stage (seed 004 §6): clean, ℓ∞ and ℓ∞ ∩ PD robust accuracy.
-
-    Attacks the benchmark's clean test subset (``repo``/``folder``, every ``skip``-th image) at
-    each ε in ``eps`` (units of 1/255; the leaderboard has columns for 8 and 16). The anchor bank
-    (k per class, greedy farthest-first with ``anchor_seed``) comes from ``anchors`` under the
-    service's anchors folder, built from the training split ``anchors_split`` of the same source
-    on first use when the file is absent. ``weighting`` ``pdw`` is PD-W (CIFAR-100 superclasses).
-    """
-
-    anchors: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}\.safetensors$")]
-    anchors_split: str = "train"
-    k: int = Field(default=50, gt=0)
-    anchor_seed: int = Field(default=0, ge=0)
-    eps: list[Literal[8, 16]] = Field(default_factory=lambda: [8, 16], min_length=1)
-    n_iter: int = Field(default=100, gt=0)
-    n_target_classes: int = Field(default=9, ge=0)
-    projection: Literal["exact", "lazy"] = "exact"
-    weighting: Literal["pd", "pdw"] = "pd"
-
-    @model_validator(mode="after")
-    def _distinct_eps(self) -> RobustnessProtocol:
-        if len(set(self.eps)) != len(self.eps):
-            raise ValueError(f"robustness.eps repeats a radius: {self.eps}")
-        return self
-
-
 class BenchmarkDefinition(BaseModel):
     """A benchmark definition file (``format: certbench-benchmark/1``)."""
 
@@ -125,7 +98,60 @@ class BenchmarkDefinition(BaseModel):
     protocol: Protocol
     bands: dict[Band, list[str]] = Field(default_factory=dict)
     test_sets: list[TestSetDefinition] = Field(min_length=1)
-    robustness: RobustnessProtocol | None = None
+    stages: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="evaluation stages beyond certification: stage name → its protocol block",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_robustness(cls, data: Any) -> Any:
+        """Definitions written before the stage registry name the PD stage ``robustness``."""
+        if isinstance(data, dict) and "robustness" in data:
+            data = dict(data)
+            block = data.pop("robustness")
+            if block is not None:
+                stages = dict(data.get("stages") or {})
+                if "pd_robustness" in stages:
+                    raise ValueError(
+                        "give the PD stage once: `stages.pd_robustness` or `robustness`"
+                    )
+                stages["pd_robustness"] = block
+                data["stages"] = stages
+        return data
+
+    @model_validator(mode="after")
+    def _known_stages(self) -> BenchmarkDefinition:
+        """Each block is validated by its registered stage's protocol model (stored normalised)."""
+        from models.stages import registry
+
+        for name, block in self.stages.items():
+            try:
+                stage = registry.get(name)
+            except BenchmarkDefinitionError as err:
+                raise ValueError(str(err)) from err
+            if stage.protocol_model is None:
+                raise ValueError(f"stage {name!r} takes no definition block")
+            try:
+                parsed = stage.protocol_model.model_validate(block)
+            except ValidationError as err:
+                raise ValueError(f"stages.{name}: {err}") from err
+            self.stages[name] = parsed.model_dump(mode="json", exclude_unset=False)
+        return self
+
+    @property
+    def robustness(self) -> BaseModel | None:
+        """The PD robustness stage's block (None without that stage)."""
+        return self.stage_block("pd_robustness")
+
+    def stage_block(self, name: str) -> BaseModel | None:
+        """The validated protocol block of stage ``name`` (None when the benchmark lacks it)."""
+        from models.stages import registry
+
+        if name not in self.stages:
+            return None
+        model = registry.get(name).protocol_model
+        return None if model is None else model.model_validate(self.stages[name])
 
     @model_validator(mode="after")
     def _unique_names(self) -> BenchmarkDefinition:
@@ -216,12 +242,12 @@ def _apply(
     benchmark.n0, benchmark.n, benchmark.alpha = protocol.n0, protocol.n, protocol.alpha
     benchmark.seed = protocol.seed
     benchmark.bands = {band: list(names) for band, names in definition.bands.items()}
-    benchmark.robustness = _robustness_row(definition)
+    benchmark.stages = _stage_rows(definition)
     existing = {ts.name: ts for ts in benchmark.test_sets}
     wanted = {t.name for t in definition.test_sets}
     for name, test_set in existing.items():
         if name not in wanted:
-            if benchmark.id is not None and _has_results(session, test_set.id):
+            if benchmark.id is not None and _has_results(session, test_set):
                 raise BenchmarkDefinitionError(
                     f"benchmark {definition.name!r}: test set {name!r} has results and cannot be "
                     "removed; keep it in the definition or create a new benchmark name"
@@ -244,20 +270,30 @@ def _apply(
             benchmark.test_sets.append(test_set)
 
 
-def _robustness_row(definition: BenchmarkDefinition) -> dict[str, Any] | None:
-    """The robustness protocol as stored: the definition's fields plus the derived subset."""
-    if definition.robustness is None:
-        return None
-    skip, limit, count = definition.robustness.subset(definition.protocol)
-    row = definition.robustness.model_dump(mode="json")
-    row.update(subset_skip=skip, subset_limit=limit, num_images=count)
-    return row
+def _stage_rows(definition: BenchmarkDefinition) -> dict[str, Any]:
+    """The stage protocols as stored: each stage's own row (definition fields + derived ones)."""
+    from models.stages import registry
+
+    rows = {}
+    for name in definition.stages:
+        block = definition.stage_block(name)
+        assert block is not None  # validated by _known_stages
+        rows[name] = registry.get(name).protocol_row(block, definition)
+    return rows
 
 
-def _has_results(session: Session, test_set_id: int) -> bool:
+def _has_results(session: Session, test_set: TestSet) -> bool:
+    """Whether a certification result was stored for this test set (its unit)."""
     return bool(
         session.scalar(
-            select(func.count()).select_from(Result).where(Result.test_set_id == test_set_id)
+            select(func.count())
+            .select_from(StageResult)
+            .join(Submission, Submission.id == StageResult.submission_id)
+            .where(
+                Submission.benchmark_id == test_set.benchmark_id,
+                StageResult.stage == "certification",
+                StageResult.unit == test_set.name,
+            )
         )
     )
 

@@ -1,9 +1,10 @@
-"""The ORM: users and tokens, benchmarks and test sets, artifacts, submissions, shards, results
-(certified and robust).
+"""The ORM: users and tokens, benchmarks and test sets, artifacts, submissions, and the
+evaluation stages' shards, results and leaderboard figures.
 
-Typed SQLAlchemy 2 mappings. Everything the leaderboard sorts on is a real, indexed column (the
-per-submission ``LeaderboardEntry`` is written once when a submission finishes), so a page of a
-10,000-entry leaderboard is one indexed query, not an aggregation over per-test-set results.
+Typed SQLAlchemy 2 mappings. Every stage shares three tables: ``stage_shards`` (one row per
+recorded shard), ``stage_results`` (one per merged unit) and ``metric_values`` (one per
+leaderboard figure, indexed by (benchmark, key, value) so any figure sorts a 10,000-entry
+leaderboard through one index). ``leaderboard_entries`` marks a finished submission's entry.
 """
 
 from __future__ import annotations
@@ -105,15 +106,20 @@ class Benchmark(Base):
     alpha: Mapped[float] = mapped_column(Float)
     seed: Mapped[int] = mapped_column(Integer, default=0)
     bands: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    # The robustness stage's protocol (``models.catalog.RobustnessProtocol`` as JSON, with the
-    # derived image subset); None for a benchmark without one.
-    robustness: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Protocols of the evaluation stages beyond certification, by stage name (each the stage's
+    # definition block as JSON, with derived fields such as the image subset).
+    stages: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
     test_sets: Mapped[list[TestSet]] = relationship(
         back_populates="benchmark", order_by="TestSet.position", cascade="all, delete-orphan"
     )
+
+    @property
+    def robustness(self) -> dict[str, Any] | None:
+        """The stored protocol of the PD robustness stage (None without that stage)."""
+        return (self.stages or {}).get("pd_robustness")
 
 
 class TestSet(Base):
@@ -235,19 +241,22 @@ class SubmissionEvent(Base):
     message: Mapped[str] = mapped_column(Text, default="")
 
 
-class Shard(Base):
-    """A finished certify shard: images ``[start, stop)`` of a test set's protocol subset.
+class StageShard(Base):
+    """A finished shard of any evaluation stage: images ``[start, stop)`` of one unit.
 
-    Unique on (submission, test set, shard index): a redelivered task that finishes the same shard
-    again finds the row and changes nothing, and a resumed submission skips finished shards.
+    Unique on (submission, stage, unit, shard index): a redelivered task that finishes the same
+    shard again finds the row and changes nothing, and a resumed submission skips recorded shards.
+    ``unit`` is the stage's name for the piece of work (a certification test set; ``""`` for a
+    stage with one unit).
     """
 
-    __tablename__ = "shards"
-    __table_args__ = (UniqueConstraint("submission_id", "test_set_id", "shard_index"),)
+    __tablename__ = "stage_shards"
+    __table_args__ = (UniqueConstraint("submission_id", "stage", "unit", "shard_index"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     submission_id: Mapped[int] = mapped_column(ForeignKey("submissions.id", ondelete="CASCADE"))
-    test_set_id: Mapped[int] = mapped_column(ForeignKey("test_sets.id", ondelete="CASCADE"))
+    stage: Mapped[str] = mapped_column(String(32))
+    unit: Mapped[str] = mapped_column(String(64))
     shard_index: Mapped[int] = mapped_column(Integer)
     start: Mapped[int] = mapped_column(Integer)
     stop: Mapped[int] = mapped_column(Integer)
@@ -258,134 +267,89 @@ class Shard(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-class Result(Base):
-    """Metrics of one submission on one test set, computed from its per-image records."""
+class StageResult(Base):
+    """A stage's merged result for one unit of a submission: its JSON summary (what the stage's
+    ``merge`` computed from the per-image records), the merged records file and provenance
+    (the protocol as run, the seeds, content hashes of the data)."""
 
-    __tablename__ = "results"
-    __table_args__ = (UniqueConstraint("submission_id", "test_set_id"),)
+    __tablename__ = "stage_results"
+    __table_args__ = (UniqueConstraint("submission_id", "stage", "unit"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     submission_id: Mapped[int] = mapped_column(ForeignKey("submissions.id", ondelete="CASCADE"))
-    test_set_id: Mapped[int] = mapped_column(
-        ForeignKey("test_sets.id", ondelete="CASCADE"), index=True
-    )
-    protocol_version: Mapped[str] = mapped_column(String(32))
+    stage: Mapped[str] = mapped_column(String(32))
+    unit: Mapped[str] = mapped_column(String(64))
     evaluator_version: Mapped[str] = mapped_column(String(32))
-    acr: Mapped[float] = mapped_column(Float)
-    certified_accuracy: Mapped[dict[str, float]] = mapped_column(JSON)
-    clean_accuracy: Mapped[float] = mapped_column(Float)
-    abstain_rate: Mapped[float] = mapped_column(Float)
-    pa_median: Mapped[float] = mapped_column(Float)
-    pa_quantiles: Mapped[dict[str, float]] = mapped_column(JSON)
+    protocol: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    seeds: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    data_hashes: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     count: Mapped[int] = mapped_column(Integer)
     seconds: Mapped[float] = mapped_column(Float)
     records_path: Mapped[str] = mapped_column(String(512))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
-    test_set: Mapped[TestSet] = relationship()
 
+class MetricValue(Base):
+    """One leaderboard figure of a finished submission, in the one shape every stage shares.
 
-class RobustnessShard(Base):
-    """A finished robustness shard: images ``[start, stop)`` of the benchmark's clean subset.
-
-    Unique on (submission, shard index), for the same reason as ``Shard``.
+    The leaderboard sorts and filters on (benchmark, key, value) through one index, so a new
+    stage's columns need no migration. ``value`` is None for "not measured".
     """
 
-    __tablename__ = "robustness_shards"
-    __table_args__ = (UniqueConstraint("submission_id", "shard_index"),)
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    submission_id: Mapped[int] = mapped_column(ForeignKey("submissions.id", ondelete="CASCADE"))
-    shard_index: Mapped[int] = mapped_column(Integer)
-    start: Mapped[int] = mapped_column(Integer)
-    stop: Mapped[int] = mapped_column(Integer)
-    count: Mapped[int] = mapped_column(Integer)
-    seconds: Mapped[float] = mapped_column(Float)
-    records_path: Mapped[str] = mapped_column(String(512))
-    worker: Mapped[str | None] = mapped_column(String(128))
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-
-
-class RobustnessResult(Base):
-    """Robust accuracy of a submission's base classifier (seed 004 §6), from per-image records.
-
-    ``base_accuracy`` is the deterministic classifier's clean accuracy (not the smoothed one);
-    ``linf_acc_*``/``pd_acc_*`` the ℓ∞ and ℓ∞ ∩ PD robust accuracies at ε = 8/255 and 16/255
-    (None when the protocol skips that ε). ``figures`` holds every figure of the report, e.g.
-    which of the two PD attacks broke how many images; ``protocol`` the attack settings and the
-    anchor bank's provenance and SHA-256.
-    """
-
-    __tablename__ = "robustness_results"
+    __tablename__ = "metric_values"
+    __table_args__ = (
+        Index("ix_metric_values_benchmark_key_value", "benchmark_id", "key", "value"),
+    )
 
     submission_id: Mapped[int] = mapped_column(
         ForeignKey("submissions.id", ondelete="CASCADE"), primary_key=True
     )
-    evaluator_version: Mapped[str] = mapped_column(String(32))
-    protocol: Mapped[dict[str, Any]] = mapped_column(JSON)
-    base_accuracy: Mapped[float] = mapped_column(Float)
-    linf_acc_8: Mapped[float | None] = mapped_column(Float)
-    linf_acc_16: Mapped[float | None] = mapped_column(Float)
-    pd_acc_8: Mapped[float | None] = mapped_column(Float)
-    pd_acc_16: Mapped[float | None] = mapped_column(Float)
-    figures: Mapped[dict[str, float]] = mapped_column(JSON)
-    count: Mapped[int] = mapped_column(Integer)
-    seconds: Mapped[float] = mapped_column(Float)
-    records_path: Mapped[str] = mapped_column(String(512))
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    key: Mapped[str] = mapped_column(String(48), primary_key=True)
+    benchmark_id: Mapped[int] = mapped_column(ForeignKey("benchmarks.id", ondelete="CASCADE"))
+    stage: Mapped[str] = mapped_column(String(32))
+    value: Mapped[float | None] = mapped_column(Float)
 
 
 class LeaderboardEntry(Base):
-    """Per-submission summary over the benchmark's test sets, written when it finishes.
+    """A finished submission's place on its benchmark's leaderboard, written once at the end.
 
-    Means over test sets (``macr`` is the mean ACR; for a one-set benchmark it equals its ACR) and
-    band means; every sortable metric is an indexed column.
+    The figures live in ``MetricValue`` rows (``metrics``); this row says the entry exists, under
+    which protocol version, and how much work it took (test sets, images certified, seconds).
     """
 
     __tablename__ = "leaderboard_entries"
-    __table_args__ = tuple(
-        Index(f"ix_leaderboard_entries_benchmark_{column}", "benchmark_id", column)
-        for column in (
-            "macr", "cert_acc_000", "cert_acc_025", "cert_acc_050", "cert_acc_075",
-            "cert_acc_100", "clean_accuracy", "abstain_rate", "pa_median", "band_low",
-            "band_mid", "band_high", "finished_at", "base_accuracy", "linf_acc_8",
-            "linf_acc_16", "pd_acc_8", "pd_acc_16",
-        )
-    )  # fmt: skip
+    __table_args__ = (
+        Index("ix_leaderboard_entries_benchmark_finished_at", "benchmark_id", "finished_at"),
+    )
 
     submission_id: Mapped[int] = mapped_column(
         ForeignKey("submissions.id", ondelete="CASCADE"), primary_key=True
     )
     benchmark_id: Mapped[int] = mapped_column(ForeignKey("benchmarks.id", ondelete="CASCADE"))
     protocol_version: Mapped[str] = mapped_column(String(32))
-    macr: Mapped[float] = mapped_column(Float)
-    cert_acc_000: Mapped[float] = mapped_column(Float)
-    cert_acc_025: Mapped[float] = mapped_column(Float)
-    cert_acc_050: Mapped[float] = mapped_column(Float)
-    cert_acc_075: Mapped[float] = mapped_column(Float)
-    cert_acc_100: Mapped[float] = mapped_column(Float)
-    clean_accuracy: Mapped[float] = mapped_column(Float)
-    abstain_rate: Mapped[float] = mapped_column(Float)
-    pa_median: Mapped[float] = mapped_column(Float)
-    # p̂_A distribution (seed 001): means over test sets of each set's quantiles; None for rows
-    # written before migration 0003.
-    pa_q10: Mapped[float | None] = mapped_column(Float)
-    pa_q25: Mapped[float | None] = mapped_column(Float)
-    pa_q75: Mapped[float | None] = mapped_column(Float)
-    pa_q90: Mapped[float | None] = mapped_column(Float)
-    band_low: Mapped[float | None] = mapped_column(Float)
-    band_mid: Mapped[float | None] = mapped_column(Float)
-    band_high: Mapped[float | None] = mapped_column(Float)
-    # Base-classifier robustness (copied from RobustnessResult); None for benchmarks without a
-    # robustness stage and rows written before migration 0004.
-    base_accuracy: Mapped[float | None] = mapped_column(Float)
-    linf_acc_8: Mapped[float | None] = mapped_column(Float)
-    linf_acc_16: Mapped[float | None] = mapped_column(Float)
-    pd_acc_8: Mapped[float | None] = mapped_column(Float)
-    pd_acc_16: Mapped[float | None] = mapped_column(Float)
     test_sets: Mapped[int] = mapped_column(Integer)
     count: Mapped[int] = mapped_column(Integer)
     seconds: Mapped[float] = mapped_column(Float)
     finished_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     submission: Mapped[Submission] = relationship()
+    metric_rows: Mapped[list[MetricValue]] = relationship(
+        primaryjoin="LeaderboardEntry.submission_id == foreign(MetricValue.submission_id)",
+        viewonly=True,
+        lazy="selectin",
+    )
+
+    @property
+    def metrics(self) -> dict[str, float | None]:
+        """Every stored figure of this entry by key."""
+        return {row.key: row.value for row in self.metric_rows}
+
+    def __getattr__(self, name: str) -> float | None:
+        """A stage's figure by its metric key (``entry.macr``); None when not measured."""
+        if not name.startswith("_"):
+            from models.stages import registry
+
+            if name in registry.metric_keys():
+                return self.metrics.get(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

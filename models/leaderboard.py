@@ -1,7 +1,8 @@
 """Ranked leaderboard queries and per-submission results: the one read path for REST and web.
 
-A page is one indexed query over ``leaderboard_entries`` joined with ``submissions`` and ``users``
-(sorting by any metric column, filters, search, offset paging) plus one count query.
+A page is one indexed query over ``leaderboard_entries`` joined with ``submissions`` (and, to sort
+by a stage's figure, that figure's ``metric_values`` row through the (benchmark, key, value)
+index), plus one count query and one query loading the page's rows with their figures.
 """
 
 from __future__ import annotations
@@ -9,48 +10,52 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sqlalchemy import Select, func, select
-from sqlalchemy.orm import Session, contains_eager
+from sqlalchemy import Select, and_, func, select
+from sqlalchemy.orm import Session, aliased, contains_eager
 
 from models.entities import (
     Benchmark,
     LeaderboardEntry,
-    Result,
-    RobustnessResult,
+    MetricValue,
+    StageResult,
     Submission,
-    TestSet,
     User,
 )
 from models.errors import NotFoundError
+from models.stages import registry
+from models.stages.certification import TestSetResult
+from models.stages.pd_robustness import RobustnessResult
 from models.states import SubmissionState
 from models.submissions import visibility_filter
 
-#: Sort keys accepted by the API → columns. All metrics are higher-is-better except abstain_rate.
-SORT_COLUMNS = {
-    "macr": LeaderboardEntry.macr,
-    "acr": LeaderboardEntry.macr,
-    "cert_acc_000": LeaderboardEntry.cert_acc_000,
-    "cert_acc_025": LeaderboardEntry.cert_acc_025,
-    "cert_acc_050": LeaderboardEntry.cert_acc_050,
-    "cert_acc_075": LeaderboardEntry.cert_acc_075,
-    "cert_acc_100": LeaderboardEntry.cert_acc_100,
-    "clean_accuracy": LeaderboardEntry.clean_accuracy,
-    "abstain_rate": LeaderboardEntry.abstain_rate,
-    "pa_median": LeaderboardEntry.pa_median,
-    "band_low": LeaderboardEntry.band_low,
-    "band_mid": LeaderboardEntry.band_mid,
-    "band_high": LeaderboardEntry.band_high,
-    "base_accuracy": LeaderboardEntry.base_accuracy,
-    "linf_acc_8": LeaderboardEntry.linf_acc_8,
-    "linf_acc_16": LeaderboardEntry.linf_acc_16,
-    "pd_acc_8": LeaderboardEntry.pd_acc_8,
-    "pd_acc_16": LeaderboardEntry.pd_acc_16,
+#: Sort keys that are submission columns rather than stage metrics.
+SUBMISSION_SORTS: dict[str, Any] = {
     "sigma": Submission.sigma,
     "submitted": Submission.created_at,
     "finished": LeaderboardEntry.finished_at,
     "model_name": Submission.model_name,
 }
-HIGHER_IS_BETTER = {key: key != "abstain_rate" for key in SORT_COLUMNS}
+#: Older names of metric keys, still accepted.
+ALIASES = {"acr": "macr"}
+
+
+def metric_directions() -> dict[str, bool]:
+    """Every metric key of a registered stage → whether higher is better."""
+    return registry.metric_keys()
+
+
+def sort_keys() -> dict[str, bool]:
+    """Every accepted sort key → higher is better (stage metrics, aliases, submission columns)."""
+    metrics = metric_directions()
+    keys = dict(metrics)
+    keys.update({alias: metrics[target] for alias, target in ALIASES.items()})
+    keys.update(dict.fromkeys(SUBMISSION_SORTS, True))
+    return keys
+
+
+#: Sort keys accepted by the API (at import time; plug-in stages registered by then included).
+SORT_COLUMNS = sort_keys()
+HIGHER_IS_BETTER = dict(SORT_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -139,18 +144,30 @@ def leaderboard(
     index, so the first pages touch only ~``limit`` rows), then the full rows of those ids with
     their owner and artifact (manifest) in one join.
     """
-    column = SORT_COLUMNS.get(query.sort)
-    if column is None:
+    keys = sort_keys()
+    if query.sort not in keys:
         raise NotFoundError(
-            f"sort={query.sort!r} is not a leaderboard column; use one of {sorted(SORT_COLUMNS)}",
+            f"sort={query.sort!r} is not a leaderboard column; use one of {sorted(keys)}",
             code="invalid_sort",
         )
     total = session.scalar(_filtered(benchmark, query, viewer, func.count())) or 0
+    ids_query = _filtered(benchmark, query, viewer, LeaderboardEntry.submission_id)
+    column = SUBMISSION_SORTS.get(query.sort)
+    if column is None:
+        value = aliased(MetricValue)
+        ids_query = ids_query.outerjoin(
+            value,
+            and_(
+                value.submission_id == LeaderboardEntry.submission_id,
+                value.benchmark_id == benchmark.id,
+                value.key == ALIASES.get(query.sort, query.sort),
+            ),
+        )
+        column = value.value
     ordering = column.desc() if query.order == "desc" else column.asc()
     ids = list(
         session.scalars(
-            _filtered(benchmark, query, viewer, LeaderboardEntry.submission_id)
-            .order_by(ordering.nulls_last(), LeaderboardEntry.submission_id.asc())
+            ids_query.order_by(ordering.nulls_last(), LeaderboardEntry.submission_id.asc())
             .offset(query.offset)
             .limit(query.limit)
         )
@@ -173,21 +190,30 @@ def leaderboard(
     return LeaderboardPage(benchmark=benchmark, query=query, total=total, rows=rows)
 
 
-def results_of(session: Session, submission: Submission) -> list[Result]:
-    """Per-test-set results of a submission, in the benchmark's test-set order."""
-    return list(
-        session.scalars(
-            select(Result)
-            .join(TestSet, TestSet.id == Result.test_set_id)
-            .where(Result.submission_id == submission.id)
-            .order_by(TestSet.position)
-        )
-    )
+def stage_results(
+    session: Session, submission: Submission, stage: str | None = None
+) -> list[StageResult]:
+    """Stored stage results of a submission (optionally of one stage), by stage and unit."""
+    query = select(StageResult).where(StageResult.submission_id == submission.id)
+    if stage is not None:
+        query = query.where(StageResult.stage == stage)
+    return list(session.scalars(query.order_by(StageResult.stage, StageResult.id)))
+
+
+def results_of(session: Session, submission: Submission) -> list[TestSetResult]:
+    """Per-test-set certification results of a submission, in the benchmark's test-set order."""
+    rows = {r.unit: r for r in stage_results(session, submission, "certification")}
+    return [
+        TestSetResult.of(rows[ts.name], ts)
+        for ts in submission.benchmark.test_sets
+        if ts.name in rows
+    ]
 
 
 def robustness_of(session: Session, submission: Submission) -> RobustnessResult | None:
     """The base-classifier robustness result (None before it finishes or without that stage)."""
-    return session.get(RobustnessResult, submission.id)
+    rows = stage_results(session, submission, "pd_robustness")
+    return RobustnessResult.of(rows[0]) if rows else None
 
 
 def entry_of(session: Session, submission: Submission) -> LeaderboardEntry | None:
@@ -195,13 +221,21 @@ def entry_of(session: Session, submission: Submission) -> LeaderboardEntry | Non
     return session.get(LeaderboardEntry, submission.id)
 
 
-def result_for(session: Session, submission: Submission, test_set: str) -> Result:
-    """The result of one named test set. Raises NotFoundError."""
-    result = session.scalar(
-        select(Result)
-        .join(TestSet, TestSet.id == Result.test_set_id)
-        .where(Result.submission_id == submission.id, TestSet.name == test_set)
-    )
-    if result is None:
-        raise NotFoundError(f"submission {submission.id} has no result for test set {test_set!r}")
-    return result
+def result_for(session: Session, submission: Submission, test_set: str) -> TestSetResult:
+    """The certification result of one named test set. Raises NotFoundError."""
+    for result in results_of(session, submission):
+        if result.test_set.name == test_set:
+            return result
+    raise NotFoundError(f"submission {submission.id} has no result for test set {test_set!r}")
+
+
+def certification_results(session: Session, submission_id: int) -> list[TestSetResult]:
+    """``results_of`` by submission id."""
+    submission = session.get(Submission, submission_id)
+    return [] if submission is None else results_of(session, submission)
+
+
+def robustness_result(session: Session, submission_id: int) -> RobustnessResult | None:
+    """``robustness_of`` by submission id."""
+    submission = session.get(Submission, submission_id)
+    return None if submission is None else robustness_of(session, submission)

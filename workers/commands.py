@@ -28,6 +28,7 @@ from models.settings import Settings, get_settings
 from workers.config import check_timing
 from workers.errors import WorkerConfigError
 from workers.names import QUEUES
+from workers.names import queues as known_queues
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +112,11 @@ def worker(
 def _queues(option: str) -> list[str]:
     """The queues named in ``--queues``; unknown names are refused (a typo would idle)."""
     names = [name.strip() for name in option.split(",") if name.strip()]
-    unknown = sorted(set(names) - set(QUEUES))
+    known = known_queues()
+    unknown = sorted(set(names) - set(known))
     if unknown or not names:
         raise WorkerConfigError(
-            f"--queues {option!r}: unknown or no queue names {unknown}; choose from {list(QUEUES)}"
+            f"--queues {option!r}: unknown or no queue names {unknown}; choose from {list(known)}"
         )
     return names
 
@@ -138,7 +140,7 @@ def _check_device(settings: Settings) -> None:
     ``torch.cuda.is_available`` does not create a CUDA context, so the pool process forked later
     can still use the GPU.
     """
-    from workers.certification import resolve_device
+    from workers.device import resolve_device
 
     device = resolve_device(settings.worker_device)
     log.info("certifying on %s", device)

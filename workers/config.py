@@ -22,6 +22,7 @@ order is what makes a crash recoverable:
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from pydantic import Field
@@ -29,6 +30,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from models.queue import celery_config as broker_config
 from models.settings import Settings
+from models.stages.base import Stage
 from workers.errors import WorkerConfigError
 
 log = logging.getLogger(__name__)
@@ -40,9 +42,23 @@ class WorkerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CERTBENCH_", env_file=None, extra="ignore")
 
     cancel_check_seconds: float = Field(default=2.0, gt=0)
-    certify_batch_size: int = Field(default=1000, gt=0)
-    # Images attacked together by APGD (each carries activations for the backward pass).
-    robustness_batch_size: int = Field(default=256, gt=0)
+
+
+def batch_size_for(stage: Stage) -> int:
+    """A stage's batch size on this worker: its environment variable
+    (``CERTBENCH_CERTIFY_BATCH_SIZE``, ``CERTBENCH_ROBUSTNESS_BATCH_SIZE``, or
+    ``CERTBENCH_<STAGE>_BATCH_SIZE``), else the stage's default."""
+    variable = stage.batch_size_variable()
+    raw = os.environ.get(variable)
+    if raw is None or raw == "":
+        return stage.default_batch_size
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise WorkerConfigError(f"{variable}={raw!r} must be a positive whole number")
+    return value
 
 
 def check_timing(settings: Settings) -> None:

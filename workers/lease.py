@@ -17,7 +17,6 @@ from types import TracebackType
 from sqlalchemy import update
 from sqlalchemy.exc import SQLAlchemyError
 
-from certbench.smoothing import CertifyRecord
 from models import pipeline
 from models.db import session_scope
 from models.entities import Submission
@@ -32,7 +31,7 @@ class ShardLease:
     """Context manager: heartbeat thread + cancel/progress callback for one running shard.
 
     ``lost`` is set once the submission no longer holds a lease (cancelled, failed by the
-    watchdog, finished elsewhere); ``on_record`` then raises ``ShardCancelled``.
+    watchdog, finished elsewhere); ``on_progress`` then raises ``ShardCancelled``.
     """
 
     def __init__(
@@ -87,8 +86,8 @@ class ShardLease:
                 self.lost.set()
                 return
 
-    def on_record(self, record: CertifyRecord) -> None:
-        """certify's callback: one more image done."""
+    def on_record(self, _record: object) -> None:
+        """A per-record callback: one more image done."""
         self.on_progress(self._done + 1)
 
     def on_progress(self, done: int) -> None:

@@ -1,12 +1,11 @@
-"""The pipeline's Celery tasks: validate → certify and robustness shards → aggregate → finished.
+"""The pipeline's Celery tasks: validate → shards of every stage → aggregate → finished.
 
 Messages carry ids only (JSON); each task re-reads the submission and returns quietly when the
 state says its work is done or no longer wanted, so a redelivered or duplicated message is
-harmless. Shards are recorded once per (submission, test set, shard index) by a unique key after
-their parquet file is written atomically; robustness shards (seed 004's attacks on the clean
-subset, when the benchmark has that stage) likewise per (submission, shard index), on their own
-queue. The last shard of either kind to finish enqueues ``aggregate``.
-Nothing ever blocks on another task's result.
+harmless. One task, ``run_shard``, runs a shard of any stage (``models.stages``) under a lease and
+records it once per (submission, stage, unit, shard index) by a unique key after its records file
+is written atomically. The last shard to finish enqueues ``aggregate``, which runs every stage's
+merge. Nothing here knows a stage by name; nothing ever blocks on another task's result.
 """
 
 from __future__ import annotations
@@ -24,27 +23,21 @@ from sqlalchemy.exc import OperationalError as DatabaseError
 from sqlalchemy.orm import Session
 
 from certbench.errors import DataSourceError, ThreatModelError
-from certbench.records import write_records
-from models import pipeline, results, storage
+from models import pipeline, results, shards, storage
 from models.db import session_scope
 from models.entities import Submission
 from models.settings import Settings, get_settings
+from models.stages import registry
+from models.stages.base import RunContext, ShardSpec
 from models.states import Reason, SubmissionState
-from workers import certification, robustness, watchdog
+from models.work import WorkItem, get_work_item
+from workers import watchdog
 from workers.app import app
-from workers.config import WorkerSettings
+from workers.config import WorkerSettings, batch_size_for
+from workers.device import resolve_device
 from workers.errors import ShardCancelled, WorkerError
 from workers.lease import ShardLease
-from workers.names import (
-    AGGREGATE,
-    CERTIFY_SHARD,
-    CONTROL_QUEUE,
-    QUEUE,
-    ROBUSTNESS_QUEUE,
-    ROBUSTNESS_SHARD,
-    VALIDATE,
-    WATCHDOG,
-)
+from workers.names import AGGREGATE, CONTROL_QUEUE, RUN_SHARD, VALIDATE, WATCHDOG
 from workers.validation import validate_model
 
 S = SubmissionState
@@ -121,7 +114,7 @@ def validate(self: PipelineTask, submission_id: int) -> str:
                 return f"skipped: submission {submission_id} left 'submitted' meanwhile"
         elif state != S.VALIDATING:
             return f"skipped: submission {submission_id} is {state}"
-        item = pipeline.get_work_item(session, submission_id, settings=settings)
+        item = get_work_item(session, submission_id, settings=settings)
         if item.weights_path is None or not item.weights_path.is_file():
             pipeline.fail(
                 session,
@@ -131,7 +124,7 @@ def validate(self: PipelineTask, submission_id: int) -> str:
                 f"({item.weights_path}); the submitter has to upload them again",
             )
             return "failed: artifact missing"
-    device = certification.resolve_device(settings.worker_device)
+    device = resolve_device(settings.worker_device)
     try:
         rejection = validate_model(item, device=device)
     except SoftTimeLimitExceeded:
@@ -160,18 +153,15 @@ def validate(self: PipelineTask, submission_id: int) -> str:
 
 
 def dispatch(session: Session, submission_id: int, settings: Settings) -> str:
-    """Enqueue every shard not yet recorded; with none left, go straight to aggregate."""
-    missing = pipeline.missing_shards(session, submission_id, settings=settings)
-    for shard in missing:
+    """Enqueue every shard not yet recorded, each on its stage's queue; with none left, go
+    straight to aggregate."""
+    missing = shards.missing(session, submission_id, settings=settings)
+    for spec in missing:
         app.send_task(
-            CERTIFY_SHARD, args=[submission_id, shard.test_set_id, shard.shard_index], queue=QUEUE
+            RUN_SHARD,
+            args=[submission_id, spec.stage, spec.unit, spec.shard_index],
+            queue=registry.get(spec.stage).queue,
         )
-    attacks = pipeline.missing_robustness_shards(session, submission_id, settings=settings)
-    for shard in attacks:
-        app.send_task(
-            ROBUSTNESS_SHARD, args=[submission_id, shard.shard_index], queue=ROBUSTNESS_QUEUE
-        )
-    missing = missing + attacks
     if not missing:
         pipeline.transition(
             session,
@@ -188,68 +178,75 @@ def dispatch(session: Session, submission_id: int, settings: Settings) -> str:
     return f"{len(missing)} shard(s) enqueued"
 
 
-# ------------------------------------------------------------------------------- certify shard
+# ------------------------------------------------------------------------------------- shards
 
 
-@app.task(name=CERTIFY_SHARD, base=PipelineTask, bind=True, **RETRY)
-def certify_shard(
-    self: PipelineTask, submission_id: int, test_set_id: int, shard_index: int
+@app.task(name=RUN_SHARD, base=PipelineTask, bind=True, **RETRY)
+def run_shard(
+    self: PipelineTask, submission_id: int, stage_name: str, unit: str, shard_index: int
 ) -> str:
-    """CERTIFY one image range of one test set; record it once; maybe enqueue aggregate."""
-    settings, knobs = get_settings(), WorkerSettings()
+    """Run one shard of one stage; record it once; maybe enqueue aggregate."""
+    settings = get_settings()
     worker = worker_name()
+    stage = registry.get(stage_name)
+    key = (stage_name, unit, shard_index)
     with session_scope(settings) as session:
         if not _start_running(session, submission_id, settings, worker):
             state = pipeline.get_state(session, submission_id)
             return f"skipped: submission {submission_id} is {state}"
-        recorded = {
-            (s.test_set_id, s.shard_index) for s in pipeline.finished_shards(session, submission_id)
-        }
-        if (test_set_id, shard_index) in recorded:
+        if key in {
+            (r.stage, r.unit, r.shard_index) for r in shards.recorded(session, submission_id)
+        }:
             _maybe_aggregate(session, submission_id)
             return "already recorded"
-        shard = _find_shard(session, submission_id, test_set_id, shard_index, settings)
-        item = pipeline.get_work_item(session, submission_id, settings=settings)
-        test_set = next(ts for ts in item.test_sets if ts.id == test_set_id)
+        spec = shards.find(session, submission_id, key, settings=settings)
+        item = get_work_item(session, submission_id, settings=settings)
         pipeline.heartbeat(session, submission_id, settings=settings, worker=worker)
-    started = time.perf_counter()
-    records = _run_leased(
-        settings,
-        item,
-        shard,
-        worker=worker,
-        label=f"shard {shard_index} of test set {test_set.name!r}",
-        run=lambda lease: certification.certify_shard(
-            item,
-            test_set,
-            shard,
-            device=certification.resolve_device(settings.worker_device),
-            batch_size=knobs.certify_batch_size,
-            on_record=lease.on_record,
-        ),
-    )
-    if isinstance(records, str):
-        return records
-    relpath = storage.shard_records_relpath(submission_id, test_set.name, shard_index)
+    if spec is None:
+        raise WorkerError(
+            f"submission {submission_id} has no shard {shard_index} of {stage_name} unit "
+            f"{unit!r} with this worker's shard sizes ({stage.shard_size_setting}="
+            f"{stage.shard_size(settings)}); every worker must use the same shard sizes"
+        )
+    relpath = shards.records_relpath(submission_id, spec)
     target = storage.resolve(settings.artifacts_dir, relpath)
     remove_stale_partials(target, older_than=settings.shard_time_limit_seconds)
-    write_records(records, target, metadata=certification.records_metadata(item, test_set, shard))
+    started = time.perf_counter()
+    label = f"{stage_name} shard {shard_index}" + (f" of {unit!r}" if unit else "")
+    output = _run_leased(
+        settings,
+        item,
+        spec,
+        worker=worker,
+        label=label,
+        size_setting=stage.shard_size_setting,
+        run=lambda lease: stage.run(
+            item,
+            spec,
+            RunContext(
+                target=target,
+                device=resolve_device(settings.worker_device),
+                batch_size=batch_size_for(stage),
+                on_progress=lease.on_progress,
+                settings=settings,
+            ),
+        ),
+    )
+    if isinstance(output, str):
+        return output
     with session_scope(settings) as session:
-        new = pipeline.record_shard(
+        new = shards.record(
             session,
             submission_id=submission_id,
-            test_set_id=test_set_id,
-            shard_index=shard_index,
-            start=shard.start,
-            stop=shard.stop,
-            count=len(records),
+            spec=spec,
+            count=output.count,
             seconds=time.perf_counter() - started,
             records_path=relpath,
             worker=worker,
             settings=settings,
         )
         _maybe_aggregate(session, submission_id)
-    return f"{'recorded' if new else 'already recorded'}: {len(records)} image(s)"
+    return f"{'recorded' if new else 'already recorded'}: {output.count} {output.noun}"
 
 
 def remove_stale_partials(target: Path, *, older_than: float) -> list[Path]:
@@ -272,13 +269,13 @@ def remove_stale_partials(target: Path, *, older_than: float) -> list[Path]:
 
 def _run_leased(
     settings: Settings,
-    item: pipeline.WorkItem,
-    shard: pipeline.ShardSpec,
+    item: WorkItem,
+    shard: ShardSpec,
     *,
     worker: str,
     label: str,
     run: Callable[[ShardLease], T],
-    size_setting: str = "CERTBENCH_SHARD_SIZE",
+    size_setting: str,
 ) -> T | str:
     """Run a shard's work under a lease; a stop, a time limit or missing data/weights/anchors
     becomes the task's outcome string (the submission failed with the matching reason)."""
@@ -294,7 +291,7 @@ def _run_leased(
         settings,
         submission_id,
         worker=worker,
-        shard_images=shard.stop - shard.start,
+        shard_images=shard.size,
         cancel_check_seconds=WorkerSettings().cancel_check_seconds,
     )
     try:
@@ -307,7 +304,7 @@ def _run_leased(
             settings,
             submission_id,
             Reason.TIME_LIMIT,
-            f"{label} ({shard.stop - shard.start} images) exceeded the soft time limit of "
+            f"{label} ({shard.size} images) exceeded the soft time limit of "
             f"{settings.shard_soft_time_limit_seconds} s; lower {size_setting} or raise "
             "CERTBENCH_SHARD_SOFT_TIME_LIMIT_SECONDS, then re-run",
         )
@@ -326,23 +323,11 @@ def _start_running(session: Session, submission_id: int, settings: Settings, wor
             from_states={S.QUEUED},
             to_state=S.RUNNING,
             reason=Reason.STARTED.value,
-            message=f"certifying on {worker}",
+            message=f"evaluating on {worker}",
             worker=worker,
             settings=settings,
         )
     return pipeline.get_state(session, submission_id) == S.RUNNING
-
-
-def _find_shard(
-    session: Session, submission_id: int, test_set_id: int, shard_index: int, settings: Settings
-) -> pipeline.ShardSpec:
-    for spec in pipeline.plan_shards(session, submission_id, settings=settings):
-        if spec.test_set_id == test_set_id and spec.shard_index == shard_index:
-            return spec
-    raise WorkerError(
-        f"submission {submission_id} has no shard {shard_index} of test set {test_set_id} with "
-        f"CERTBENCH_SHARD_SIZE={settings.shard_size}; every worker must use the same shard size"
-    )
 
 
 def _maybe_aggregate(session: Session, submission_id: int) -> None:
@@ -350,7 +335,7 @@ def _maybe_aggregate(session: Session, submission_id: int) -> None:
     submission = session.get(Submission, submission_id)
     if submission is None or submission.state != S.RUNNING:
         return
-    if pipeline.all_shards_recorded(session, submission_id):
+    if shards.all_recorded(session, submission_id):
         app.send_task(AGGREGATE, args=[submission_id], queue=CONTROL_QUEUE)
 
 
@@ -360,87 +345,18 @@ def _fail(settings: Settings, submission_id: int, reason: Reason, message: str) 
     return f"failed: {reason}"
 
 
-# ---------------------------------------------------------------------------- robustness shard
-
-
-@app.task(name=ROBUSTNESS_SHARD, base=PipelineTask, bind=True, **RETRY)
-def robustness_shard(self: PipelineTask, submission_id: int, shard_index: int) -> str:
-    """Attack one image range of the clean subset (seed 004); record it once; maybe aggregate."""
-    settings, knobs = get_settings(), WorkerSettings()
-    worker = worker_name()
-    with session_scope(settings) as session:
-        if not _start_running(session, submission_id, settings, worker):
-            state = pipeline.get_state(session, submission_id)
-            return f"skipped: submission {submission_id} is {state}"
-        done = pipeline.finished_robustness_shards(session, submission_id)
-        if shard_index in {s.shard_index for s in done}:
-            _maybe_aggregate(session, submission_id)
-            return "already recorded"
-        plan = pipeline.plan_robustness_shards(session, submission_id, settings=settings)
-        shard = next((s for s in plan if s.shard_index == shard_index), None)
-        item = pipeline.get_work_item(session, submission_id, settings=settings)
-        pipeline.heartbeat(session, submission_id, settings=settings, worker=worker)
-    if shard is None:
-        raise WorkerError(
-            f"submission {submission_id} has no robustness shard {shard_index} with "
-            f"CERTBENCH_ROBUSTNESS_SHARD_SIZE={settings.robustness_shard_size} "
-            f"(CERTBENCH_SHARD_SIZE={settings.shard_size}); every worker must use the same sizes"
-        )
-    started = time.perf_counter()
-    outcome = _run_leased(
-        settings,
-        item,
-        shard,
-        worker=worker,
-        label=f"robustness shard {shard_index}",
-        size_setting="CERTBENCH_ROBUSTNESS_SHARD_SIZE",
-        run=lambda lease: robustness.robustness_shard(
-            item,
-            shard,
-            device=certification.resolve_device(settings.worker_device),
-            batch_size=knobs.robustness_batch_size,
-            on_batch=lease.on_progress,
-        ),
-    )
-    if isinstance(outcome, str):
-        return outcome
-    report, metadata = outcome
-    relpath = storage.robustness_shard_relpath(submission_id, shard_index)
-    target = storage.resolve(settings.artifacts_dir, relpath)
-    remove_stale_partials(target, older_than=settings.shard_time_limit_seconds)
-    report.write(target, metadata=metadata)
-    count = len({r.index for r in report.records})
-    with session_scope(settings) as session:
-        new = pipeline.record_robustness_shard(
-            session,
-            submission_id=submission_id,
-            shard_index=shard_index,
-            start=shard.start,
-            stop=shard.stop,
-            count=count,
-            seconds=time.perf_counter() - started,
-            records_path=relpath,
-            worker=worker,
-            settings=settings,
-        )
-        _maybe_aggregate(session, submission_id)
-    return f"{'recorded' if new else 'already recorded'}: {count} image(s) attacked"
-
-
 # ----------------------------------------------------------------------------------- aggregate
 
 
 @app.task(name=AGGREGATE, base=PipelineTask, bind=True, **RETRY)
 def aggregate(self: PipelineTask, submission_id: int) -> str:
-    """Merge shard records per test set, store metrics and the leaderboard entry, finish."""
+    """Run every stage's merge, store results, metrics and the leaderboard entry, finish."""
     settings = get_settings()
     with session_scope(settings) as session:
         state = pipeline.get_state(session, submission_id)
         if state != S.RUNNING:
             return f"skipped: submission {submission_id} is {state}"
-        if pipeline.missing_shards(
-            session, submission_id, settings=settings
-        ) or pipeline.missing_robustness_shards(session, submission_id, settings=settings):
+        if shards.missing(session, submission_id, settings=settings):
             return dispatch(session, submission_id, settings)
         finished = results.complete_submission(session, submission_id, settings=settings)
     return "finished" if finished else "skipped: no longer running"

@@ -25,8 +25,8 @@ from certbench.errors import (
     WeightsFormatError,
 )
 from certbench.loading import Manifest, load_manifest, load_model
-from models.pipeline import WorkItem
 from models.states import Reason
+from models.work import WorkItem
 
 DUMMY_BATCH = 8
 """Images in the validation batch: enough to catch batch-dependent failures, cheap on any device."""

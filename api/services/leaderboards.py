@@ -16,6 +16,7 @@ from api.schemas import (
     Metrics,
     ResultsPublic,
     RobustnessPublic,
+    StageResultPublic,
     TestSetResultPublic,
 )
 from models import leaderboard as lb
@@ -139,6 +140,7 @@ def results(session: Session, submission_id: int, *, viewer: User | None) -> Res
             for r in lb.results_of(session, submission)
         ],
         robustness=RobustnessPublic.of(robustness) if robustness is not None else None,
+        stages=[StageResultPublic.of(row) for row in lb.stage_results(session, submission)],
     )
 
 

@@ -12,8 +12,9 @@ from api.services.intake import build_upload, read_capped
 from models import submissions as crud
 from models.entities import Submission, User
 from models.errors import ServiceUnavailableError
-from models.pipeline import fail, finished_shards
+from models.pipeline import fail
 from models.settings import Settings
+from models.shards import recorded
 from models.states import Reason, SubmissionState
 
 
@@ -84,12 +85,12 @@ def progress_by_test_set(
 ) -> list[TestSetProgress]:
     """Images certified so far per test set, from the recorded shards (owner and admins)."""
     submission = crud.get_visible(session, submission_id, viewer=viewer, owner_only=True)
-    done: dict[int, int] = {}
-    for shard in finished_shards(session, submission.id):
-        done[shard.test_set_id] = done.get(shard.test_set_id, 0) + (shard.stop - shard.start)
+    done: dict[str, int] = {}
+    for shard in recorded(session, submission.id, stage="certification"):
+        done[shard.unit] = done.get(shard.unit, 0) + (shard.stop - shard.start)
     return [
         TestSetProgress(
-            test_set=ts.name, images_done=done.get(ts.id, 0), images_total=ts.num_images
+            test_set=ts.name, images_done=done.get(ts.name, 0), images_total=ts.num_images
         )
         for ts in submission.benchmark.test_sets
     ]

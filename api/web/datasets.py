@@ -26,8 +26,8 @@ from certbench.errors import DataSourceError
 from certbench.spectral import radial_spectrum
 from models.catalog import list_benchmarks
 from models.errors import NotFoundError
-from models.pipeline import dataset_source
 from models.settings import Settings
+from models.work import dataset_source
 
 GRID_SIDE = 4
 GRID_SCALE = 3

@@ -12,6 +12,8 @@ from urllib.parse import urlencode
 
 from api.schemas import BenchmarkPublic
 from models.leaderboard import HIGHER_IS_BETTER, SORT_COLUMNS, LeaderboardQuery
+from models.stages import registry
+from models.stages.base import Stage
 
 PAGE_SIZES = (25, 50, 100, 200)
 DEFAULT_PAGE_SIZE = 50
@@ -24,8 +26,8 @@ class Column:
     key: str
     header: str
     help: str
-    kind: str = "percent"  # percent | radius | probability
-    group: str = "certified"  # certified (smoothed model) | robustness (base classifier)
+    kind: str = "percent"  # percent | radius | probability | number
+    group: str = "certified"  # certified (smoothed model) | robustness (base classifier) | ...
 
     @property
     def higher_is_better(self) -> bool:
@@ -33,87 +35,34 @@ class Column:
 
 
 def metric_columns(benchmark: BenchmarkPublic) -> list[Column]:
-    """Every metric column of the leaderboard: the smoothed model's, then the base classifier's
-    robustness when the benchmark has that stage."""
-    return certified_columns(benchmark) + robustness_columns(benchmark)
+    """Every metric column of the leaderboard, stage by stage in registry order (the smoothed
+    model's first, then e.g. the base classifier's robustness when the benchmark has that
+    stage); each stage says which of its figures are columns for this benchmark."""
+    columns = []
+    for stage in registry.all_stages():
+        columns += stage_columns(benchmark, stage)
+    return columns
 
 
 def certified_columns(benchmark: BenchmarkPublic) -> list[Column]:
-    """Columns in reading order: ACR with the p_A summary beside it (seed 001), then certified
-    accuracy on the radius grid, abstain rate, and band means when the benchmark has bands."""
-    many = len(benchmark.test_sets) > 1
-    columns = [
-        Column(
-            "macr",
-            "mACR" if many else "ACR",
-            "average certified radius (ℓ2, [0,1] pixels)"
-            + (", mean over test sets" if many else ""),
-            "radius",
-        ),
-        Column(
-            "pa_median",
-            "p_A median",
-            "median over images of p̂_A = n_y/n, the base model's accuracy under noise (seed 001)",
-            "probability",
-        ),
-        Column("cert_acc_000", "r = 0", "certified accuracy at radius 0 (clean, smoothed)"),
-        Column("cert_acc_025", "r = 0.25", "certified accuracy at ℓ2 radius 0.25"),
-        Column("cert_acc_050", "r = 0.5", "certified accuracy at ℓ2 radius 0.5"),
-        Column("cert_acc_075", "r = 0.75", "certified accuracy at ℓ2 radius 0.75"),
-        Column("cert_acc_100", "r = 1.0", "certified accuracy at ℓ2 radius 1.0"),
-        Column("abstain_rate", "abstain", "fraction of images the smoothed model abstains on"),
-    ]
-    for band in ("low", "mid", "high"):
-        if band in benchmark.bands:
-            columns.append(
-                Column(
-                    f"band_{band}",
-                    f"{band} band",
-                    f"mean ACR over the {band}-frequency corruptions (seed 000 bands)",
-                    "radius",
-                )
-            )
-    return columns
+    """The certification stage's columns: ACR with the p_A summary beside it (seed 001), then
+    certified accuracy on the radius grid, abstain rate, and band means."""
+    return stage_columns(benchmark, registry.get("certification"))
 
 
-#: Leaderboard columns of the robustness stage, per ε (units of 1/255).
-ROBUSTNESS_EPS = (8, 16)
-
-
-def robustness_columns(benchmark: BenchmarkPublic) -> list[Column]:
-    """The base classifier's clean accuracy and its ℓ∞ and ℓ∞ ∩ PD robust accuracy at each ε the
-    benchmark attacks (seed 004); none for a benchmark without the robustness stage."""
-    protocol = benchmark.robustness
-    if protocol is None:
+def stage_columns(benchmark: BenchmarkPublic, stage: Stage) -> list[Column]:
+    """A stage's columns for this benchmark; none when the benchmark does not run it."""
+    protocol = benchmark.stages.get(stage.name)
+    if stage.protocol_model is not None and protocol is None:
         return []
-    base = "base classifier (deterministic model, not smoothed)"
-    columns = [
-        Column(
-            "base_accuracy",
-            "clean (base)",
-            f"clean accuracy of the {base} on the clean subset",
-            group="robustness",
-        )
+    specs = stage.metric_specs(
+        protocol, test_sets=len(benchmark.test_sets), bands=list(benchmark.bands)
+    )
+    return [
+        Column(spec.key, spec.label, spec.help, spec.kind, spec.group)
+        for spec in specs
+        if spec.column
     ]
-    for eps in ROBUSTNESS_EPS:
-        if eps not in protocol.get("eps", ROBUSTNESS_EPS):
-            continue
-        columns += [
-            Column(
-                f"linf_acc_{eps}",
-                f"ℓ∞ {eps}/255",
-                f"robust accuracy of the {base} under ℓ∞ APGD at ε = {eps}/255",
-                group="robustness",
-            ),
-            Column(
-                f"pd_acc_{eps}",
-                f"ℓ∞∩PD {eps}/255",
-                f"robust accuracy of the {base} under ℓ∞ ∩ PD at ε = {eps}/255: the worse of ℓ∞ "
-                "APGD + lazy PD projection and PD-aware APGD (seed 004)",
-                group="robustness",
-            ),
-        ]
-    return columns
 
 
 @dataclass(frozen=True)

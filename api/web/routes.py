@@ -53,7 +53,7 @@ from models.accounts import authenticate
 from models.catalog import get_benchmark
 from models.errors import AuthenticationError, IntakeError, NotFoundError
 from models.leaderboard import LeaderboardQuery
-from models.pipeline import finished_shards
+from models.shards import recorded
 from models.states import ACTIVE_STATES
 from models.submissions import get_visible
 
@@ -474,11 +474,11 @@ def _progress_by_test_set(
     session: SessionDep, submission_id: int, benchmark: str
 ) -> list[dict[str, Any]]:
     """Images certified so far per test set, from the recorded shards."""
-    done: dict[int, int] = {}
-    for shard in finished_shards(session, submission_id):
-        done[shard.test_set_id] = done.get(shard.test_set_id, 0) + shard.count
+    done: dict[str, int] = {}
+    for shard in recorded(session, submission_id, stage="certification"):
+        done[shard.unit] = done.get(shard.unit, 0) + shard.count
     return [
-        {"name": ts.name, "done": done.get(ts.id, 0), "total": ts.num_images}
+        {"name": ts.name, "done": done.get(ts.name, 0), "total": ts.num_images}
         for ts in get_benchmark(session, benchmark).test_sets
     ]
 

@@ -52,7 +52,7 @@ def test_db_benchmarks_and_admin_commands(data_dir: Path, tmp_path: Path):
     assert "cifar10-c" in invoke("benchmarks", "load-packaged")
     assert "nothing new" in invoke("benchmarks", "load-packaged")
     listing = invoke("benchmarks", "list")
-    assert "tiny\tv1\t2 test sets" in listing and "cifar100-f\tv2\t192 test sets" in listing
+    assert "tiny\tv1\t2 test sets" in listing and "cifar100-f\tv3\t192 test sets" in listing
     secret = invoke("admin", "create-user", "root", "--role", "admin").strip().splitlines()[-1]
     second = invoke("admin", "create-token", "root", "--label", "ci").strip().splitlines()[-1]
     settings = Settings()
@@ -67,14 +67,14 @@ def test_db_benchmarks_and_admin_commands(data_dir: Path, tmp_path: Path):
 def test_packaged_definitions_replace_older_stored_versions(data_dir: Path):
     invoke("db", "upgrade")
     old = next(d for d in packaged_definitions() if d.name == "cifar10")
-    old = old.model_copy(update={"version": 1, "robustness": None})
+    old = old.model_copy(update={"version": 1, "stages": {}})
     settings = Settings()
     with session_scope(settings) as session:
         upsert_benchmark(session, old)  # what a database from before the robustness stage holds
     assert "cifar10," in invoke("benchmarks", "load-packaged") + ","
     with session_scope(settings) as session:
         stored = get_benchmark(session, "cifar10")
-        assert stored.definition_version == 2
+        assert stored.definition_version == 3  # v3: stage blocks under `stages`
         assert stored.robustness["anchors"] == "cifar10_k50_s0.safetensors"
     assert "nothing new" in invoke("benchmarks", "load-packaged")
 

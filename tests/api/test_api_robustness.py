@@ -20,11 +20,13 @@ from service_factories import (
 from sqlalchemy.orm import Session
 
 from api.schemas import RobustnessPublic
-from models import pipeline
+from models import pipeline, shards
 from models.catalog import get_benchmark, parse_definition, upsert_benchmark
-from models.entities import Benchmark, LeaderboardEntry, RobustnessResult, User
+from models.entities import Benchmark, LeaderboardEntry, User
+from models.leaderboard import robustness_result
 from models.results import complete_submission
 from models.settings import Settings
+from models.stages.pd_robustness import RobustnessResult
 from models.states import SubmissionState
 from models.submissions import create_submission
 
@@ -82,9 +84,9 @@ def _finish(
     assert pipeline.transition(
         session, sid, from_states={S.QUEUED}, to_state=S.RUNNING, settings=settings
     )
-    for spec in pipeline.plan_shards(session, sid, settings=settings):
+    for spec in shards.plan(session, sid, settings=settings, stage="certification"):
         record_shard(session, sid, spec, settings=settings, quality=QUALITY[name])
-    for spec in pipeline.plan_robustness_shards(session, sid, settings=settings):
+    for spec in shards.plan(session, sid, settings=settings, stage="pd_robustness"):
         assert record_robustness_shard(
             session, sid, spec, PLANS[name], settings=settings, anchors_sha256=BANK_SHA256
         )
@@ -170,7 +172,7 @@ def test_results_carry_the_robustness_block_without_paths(
     assert response.status_code == 200
     body = response.json()
     block = body["robustness"]
-    stored = session.get(RobustnessResult, robust["middling"])
+    stored = robustness_result(session, robust["middling"])
     assert block["base_accuracy"] == pytest.approx(1.0) == stored.base_accuracy
     assert block["linf_acc_8"] == pytest.approx(1 / 3) and block["pd_acc_8"] == pytest.approx(2 / 3)
     assert block["linf_acc_16"] == 0.0 and block["pd_acc_16"] == pytest.approx(1 / 3)

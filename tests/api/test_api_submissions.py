@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.main import create_app
-from models import pipeline
+from models import pipeline, shards
 from models.entities import Artifact, Submission
 from models.settings import Settings
 from models.states import SubmissionState as S
@@ -220,7 +220,7 @@ def test_progress_per_test_set(
     for source, target in ((S.SUBMITTED, S.VALIDATING), (S.VALIDATING, S.QUEUED),
                            (S.QUEUED, S.RUNNING)):  # fmt: skip
         pipeline.transition(session, sid, from_states={source}, to_state=target, settings=settings)
-    plan = pipeline.plan_shards(session, sid, settings=settings)
+    plan = shards.plan(session, sid, settings=settings)
     record_shard(session, sid, plan[1], settings=settings)
     progress = client.get(f"{URL}/{sid}/progress", headers=actors.alice).json()
     assert progress == [

@@ -24,7 +24,8 @@ from certbench.records import read_records
 from certbench.smoothing import certify
 from models import storage
 from models.db import session_scope
-from models.entities import Result, Shard, Submission
+from models.entities import StageShard, Submission
+from models.leaderboard import certification_results
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -52,7 +53,9 @@ def test_kill_9_mid_submission_then_a_new_worker_finishes_it(stack, tmp_path):
     first.kill_group()
     assert not first.alive()
     with session_scope(stack.settings) as session:
-        done_at_kill = len(session.scalars(select(Shard).where(Shard.submission_id == sid)).all())
+        done_at_kill = len(
+            session.scalars(select(StageShard).where(StageShard.submission_id == sid)).all()
+        )
     assert 1 <= done_at_kill < before["shards_total"]
 
     second = stack.start_worker()
@@ -62,12 +65,12 @@ def test_kill_9_mid_submission_then_a_new_worker_finishes_it(stack, tmp_path):
     assert moves == ["submitted", "validating", "queued", "running", "finished"]
 
     with session_scope(stack.settings) as session:
-        shards = session.scalars(select(Shard).where(Shard.submission_id == sid)).all()
-        keys = Counter((s.test_set_id, s.shard_index) for s in shards)
+        shards = session.scalars(select(StageShard).where(StageShard.submission_id == sid)).all()
+        keys = Counter((s.unit, s.shard_index) for s in shards)
         assert len(keys) == done["shards_total"] and set(keys.values()) == {1}
         workers = {s.worker.split("@")[0] for s in shards}
         assert workers == {"e2e1", f"e2e{stack.workers_started}"}  # resumed, not redone
-        results = session.scalars(select(Result).where(Result.submission_id == sid)).all()
+        results = certification_results(session, sid)
         assert sorted(r.test_set.name for r in results) == sorted(TEST_SETS)
         assert session.get(Submission, sid).reason == "completed"
 
@@ -111,9 +114,9 @@ def test_kill_9_of_the_pool_process_reruns_its_shard_on_the_same_worker(stack, t
     assert worker.alive() and _children(worker.pid) != [pool]
     assert "WorkerLostError" in worker.log.read_text(errors="replace")
     with session_scope(stack.settings) as session:
-        shards = session.scalars(select(Shard).where(Shard.submission_id == sid)).all()
-        assert len({(s.test_set_id, s.shard_index) for s in shards}) == len(shards) == 4
-        results = session.scalars(select(Result).where(Result.submission_id == sid)).all()
+        shards = session.scalars(select(StageShard).where(StageShard.submission_id == sid)).all()
+        assert len({(s.unit, s.shard_index) for s in shards}) == len(shards) == 4
+        results = certification_results(session, sid)
         assert sorted(r.test_set.name for r in results) == sorted(TEST_SETS)
 
 

@@ -15,12 +15,13 @@ from certbench.attacks import RobustnessRecord, RobustnessReport
 from certbench.loading import save_weights
 from certbench.records import write_records
 from certbench.smoothing import CertifyRecord
-from models import pipeline, storage
+from models import pipeline, shards, storage
 from models.accounts import create_token, create_user
 from models.catalog import parse_definition, upsert_benchmark
 from models.entities import Benchmark, Role, User
 from models.results import complete_submission
 from models.settings import Settings
+from models.stages.base import ShardSpec
 from models.states import SubmissionState
 from models.submissions import Upload, create_submission
 
@@ -162,7 +163,7 @@ def run_pipeline(
     assert pipeline.transition(
         session, submission_id, from_states={S.QUEUED}, to_state=S.RUNNING, settings=settings
     )
-    for spec in pipeline.plan_shards(session, submission_id, settings=settings):
+    for spec in shards.plan(session, submission_id, settings=settings, stage="certification"):
         record_shard(session, submission_id, spec, settings=settings, quality=quality)
     assert complete_submission(session, submission_id, settings=settings)
 
@@ -170,23 +171,20 @@ def run_pipeline(
 def record_shard(
     session: Session,
     submission_id: int,
-    spec: pipeline.ShardSpec,
+    spec: ShardSpec,
     *,
     settings: Settings,
     quality: float = 0.5,
 ) -> bool:
-    relpath = storage.shard_records_relpath(submission_id, spec.test_set, spec.shard_index)
+    relpath = shards.records_relpath(submission_id, spec)
     write_records(
         records_for(spec.start, spec.stop, quality=quality),
         storage.resolve(settings.artifacts_dir, relpath),
     )
-    return pipeline.record_shard(
+    return shards.record(
         session,
         submission_id=submission_id,
-        test_set_id=spec.test_set_id,
-        shard_index=spec.shard_index,
-        start=spec.start,
-        stop=spec.stop,
+        spec=spec,
         count=spec.stop - spec.start,
         seconds=0.5,
         records_path=relpath,
@@ -234,7 +232,7 @@ def robustness_report(
 def record_robustness_shard(
     session: Session,
     submission_id: int,
-    spec: pipeline.ShardSpec,
+    spec: ShardSpec,
     plan: RobustnessPlan,
     *,
     settings: Settings,
@@ -242,17 +240,15 @@ def record_robustness_shard(
     seconds: float = 1.5,
 ) -> bool:
     """Write a robustness shard's records (as a worker does) and record the shard."""
-    relpath = storage.robustness_shard_relpath(submission_id, spec.shard_index)
+    relpath = shards.records_relpath(submission_id, spec)
     robustness_report(spec.start, spec.stop, plan).write(
         storage.resolve(settings.artifacts_dir, relpath),
         metadata={"submission_id": str(submission_id), "anchors_sha256": anchors_sha256},
     )
-    return pipeline.record_robustness_shard(
+    return shards.record(
         session,
         submission_id=submission_id,
-        shard_index=spec.shard_index,
-        start=spec.start,
-        stop=spec.stop,
+        spec=spec,
         count=spec.stop - spec.start,
         seconds=seconds,
         records_path=relpath,

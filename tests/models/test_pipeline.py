@@ -12,14 +12,18 @@ from sqlalchemy.orm import Session
 
 from certbench.records import read_table
 from models import pipeline, storage
+from models import shards as shard_store
 from models.base import utcnow
 from models.db import session_scope
-from models.entities import LeaderboardEntry, Result, Shard, Submission, SubmissionEvent
+from models.entities import LeaderboardEntry, StageResult, StageShard, Submission, SubmissionEvent
 from models.errors import InvalidTransitionError, NotFoundError, StorageError
-from models.results import aggregate_test_set, complete_submission
+from models.leaderboard import certification_results
+from models.results import complete_submission
 from models.settings import Settings
+from models.stages.base import ShardSpec
 from models.states import ACTIVE_STATES, Reason, SubmissionState
 from models.submissions import create_submission
+from models.work import get_work_item
 
 S = SubmissionState
 
@@ -74,11 +78,11 @@ def test_illegal_transition_raises(session: Session, submission_id: int):
 
 def test_unknown_submission(session: Session, settings: Settings):
     with pytest.raises(NotFoundError, match="4242"):
-        pipeline.get_work_item(session, 4242, settings=settings)
+        get_work_item(session, 4242, settings=settings)
 
 
 def test_work_item_describes_the_job(session: Session, settings: Settings, submission_id: int):
-    item = pipeline.get_work_item(session, submission_id, settings=settings)
+    item = get_work_item(session, submission_id, settings=settings)
     assert item.benchmark == "tiny" and item.num_classes == 10
     assert (item.n0, item.n, item.alpha, item.sigma) == (4, 16, 0.001, 0.25)
     assert item.protocol_version == "test-v1"
@@ -96,15 +100,15 @@ def test_work_item_describes_the_job(session: Session, settings: Settings, submi
 
 def test_record_shard_is_idempotent(session: Session, settings: Settings, submission_id: int):
     to_running(session, submission_id, settings)
-    plan = pipeline.plan_shards(session, submission_id, settings=settings)
-    assert [(p.test_set, p.start, p.stop) for p in plan] == [("set0", 0, 3), ("set1", 0, 3)]
+    plan = shard_store.plan(session, submission_id, settings=settings)
+    assert [(p.unit, p.start, p.stop) for p in plan] == [("set0", 0, 3), ("set1", 0, 3)]
     assert record_shard(session, submission_id, plan[0], settings=settings)
     assert not record_shard(session, submission_id, plan[0], settings=settings)
-    shards = pipeline.finished_shards(session, submission_id)
+    shards = shard_store.recorded(session, submission_id)
     assert len(shards) == 1
     submission = pipeline.get_submission(session, submission_id)
     assert (submission.shards_done, submission.shards_total, submission.progress) == (1, 2, 0.5)
-    assert [m.test_set for m in pipeline.missing_shards(session, submission_id, settings=settings)
+    assert [m.unit for m in shard_store.missing(session, submission_id, settings=settings)
             ] == ["set1"]  # fmt: skip
 
 
@@ -112,7 +116,7 @@ def test_concurrent_duplicate_shards_store_one(
     session: Session, settings: Settings, submission_id: int
 ):
     to_running(session, submission_id, settings)
-    spec = pipeline.plan_shards(session, submission_id, settings=settings)[0]
+    spec = shard_store.plan(session, submission_id, settings=settings)[0]
     outcomes: list[bool] = []
 
     def deliver() -> None:
@@ -125,20 +129,17 @@ def test_concurrent_duplicate_shards_store_one(
     for thread in threads:
         thread.join()
     assert sorted(outcomes) == [False, False, False, True]
-    count = session.scalar(select(func.count()).select_from(Shard))
+    count = session.scalar(select(func.count()).select_from(StageShard))
     assert count == 1
 
 
 def test_record_shard_needs_the_file(session: Session, settings: Settings, submission_id: int):
     to_running(session, submission_id, settings)
     with pytest.raises(StorageError, match="write it before"):
-        pipeline.record_shard(
+        shard_store.record(
             session,
             submission_id=submission_id,
-            test_set_id=1,
-            shard_index=0,
-            start=0,
-            stop=3,
+            spec=ShardSpec("certification", "set0", 0, 0, 3),
             count=3,
             seconds=0.1,
             records_path="records/x/none.parquet",
@@ -153,7 +154,7 @@ def test_complete_submission_writes_results(
     submission = pipeline.get_submission(session, submission_id)
     assert submission.state == S.FINISHED and submission.progress == 1.0
     assert submission.finished_at is not None and submission.reason == Reason.COMPLETED
-    results = session.scalars(select(Result).where(Result.submission_id == submission_id)).all()
+    results = certification_results(session, submission_id)
     assert len(results) == 2
     for result in results:
         # positions 0,1,2: correct iff position % 3 < 2 → 2 of 3 images, radius 0.25+0.5·2/3
@@ -172,14 +173,15 @@ def test_complete_submission_writes_results(
     assert entry.band_low == pytest.approx(results[0].acr)
     assert entry.band_mid is None
     assert entry.test_sets == 2 and entry.count == 6
-    # Idempotent: aggregating again returns the stored result, not a second row.
-    again = aggregate_test_set(session, submission_id, results[0].test_set_id, settings=settings)
-    assert again.id == results[0].id
+    # Idempotent: a redelivered aggregate finds the results stored, not a second row.
+    assert not complete_submission(session, submission_id, settings=settings)  # finished already
+    again = certification_results(session, submission_id)
+    assert [r.id for r in again] == [r.id for r in results]
 
 
 def test_aggregate_refuses_missing_shards(session: Session, settings: Settings, submission_id: int):
     to_running(session, submission_id, settings)
-    plan = pipeline.plan_shards(session, submission_id, settings=settings)
+    plan = shard_store.plan(session, submission_id, settings=settings)
     record_shard(session, submission_id, plan[0], settings=settings)
     with pytest.raises(StorageError, match="missing shards"):
         complete_submission(session, submission_id, settings=settings)
@@ -190,7 +192,7 @@ def test_cancel_stops_heartbeat_and_completion(
     session: Session, settings: Settings, submission_id: int
 ):
     to_running(session, submission_id, settings)
-    plan = pipeline.plan_shards(session, submission_id, settings=settings)
+    plan = shard_store.plan(session, submission_id, settings=settings)
     for spec in plan:
         record_shard(session, submission_id, spec, settings=settings)
     assert pipeline.heartbeat(session, submission_id, settings=settings)
@@ -229,7 +231,7 @@ def test_heartbeat_extends_the_lease(session: Session, settings: Settings, submi
 
 
 def test_reject_deletes_the_weights(session: Session, settings: Settings, submission_id: int):
-    path = pipeline.get_work_item(session, submission_id, settings=settings).weights_path
+    path = get_work_item(session, submission_id, settings=settings).weights_path
     assert path is not None and path.is_file()
     assert pipeline.transition(
         session, submission_id, from_states={S.SUBMITTED}, to_state=S.VALIDATING, settings=settings
@@ -255,15 +257,15 @@ def test_rerun_resumes_or_starts_fresh(session: Session, settings: Settings, sub
     submission = pipeline.get_submission(session, submission_id)
     assert submission.state == S.SUBMITTED and submission.attempt == 1
     assert session.get(LeaderboardEntry, submission_id) is None
-    assert len(pipeline.finished_shards(session, submission_id)) == 2
-    assert pipeline.missing_shards(session, submission_id, settings=settings) == []
+    assert len(shard_store.recorded(session, submission_id)) == 2
+    assert shard_store.missing(session, submission_id, settings=settings) == []
     assert pipeline.transition(session, submission_id, from_states={S.SUBMITTED},
                                to_state=S.CANCELLED)  # fmt: skip
     assert pipeline.reset_for_rerun(session, submission_id, fresh=True, settings=settings)
-    assert pipeline.finished_shards(session, submission_id) == []
+    assert shard_store.recorded(session, submission_id) == []
     records = storage.resolve(settings.artifacts_dir, storage.submission_records_dir(submission_id))
     assert not records.exists()
-    assert session.scalar(select(func.count()).select_from(Result)) == 0
+    assert session.scalar(select(func.count()).select_from(StageResult)) == 0
     assert pipeline.get_submission(session, submission_id).attempt == 2
 
 

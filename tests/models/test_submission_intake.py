@@ -21,6 +21,7 @@ from models.submissions import (
     rerun,
     set_moderation,
 )
+from models.work import get_work_item
 
 S = SubmissionState
 
@@ -32,7 +33,7 @@ def test_create_stores_weights_once(session: Session, settings: Settings):
         session, user=user, benchmark=benchmark, upload=upload(), settings=settings
     )
     assert first.state == S.SUBMITTED and first.protocol_version == "test-v1"
-    path = pipeline.get_work_item(session, first.id, settings=settings).weights_path
+    path = get_work_item(session, first.id, settings=settings).weights_path
     assert path is not None and path.read_bytes() == upload().weights
     assert path.name == f"{upload().weights_sha256}.safetensors"
 

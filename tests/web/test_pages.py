@@ -21,8 +21,8 @@ from certbench.metrics import PA_GRID, pa_ecdf
 from certbench.records import read_table
 from models.catalog import get_benchmark, parse_definition, upsert_benchmark
 from models.db import session_scope
-from models.entities import LeaderboardEntry, Result, RobustnessResult, Submission
-from models.leaderboard import SORT_COLUMNS
+from models.entities import LeaderboardEntry, Submission
+from models.leaderboard import SORT_COLUMNS, certification_results, robustness_result
 
 ROW = re.compile(r'<tr data-id="(\d+)"')
 ROBUSTNESS_KEYS = ("base_accuracy", "linf_acc_8", "pd_acc_8", "linf_acc_16", "pd_acc_16")
@@ -119,7 +119,7 @@ def test_model_page_shows_results_versions_and_records(anonymous: TestClient, si
     with session_scope(site.settings) as session:
         results = [
             (r.test_set.name, r.acr, r.pa_median, r.evaluator_version)
-            for r in session.scalars(select(Result).where(Result.submission_id == sid))
+            for r in certification_results(session, sid)
         ]
         protocol = session.get(Submission, sid).protocol_version
     assert len(results) == 6
@@ -144,7 +144,7 @@ def test_pa_curve_on_the_page_is_the_records_ecdf(anonymous: TestClient, site: S
     assert first.group(1).startswith("Bravo")
     points = np.array(json.loads(unescape(first.group(2))))
     with session_scope(site.settings) as session:
-        result = session.scalar(select(Result).where(Result.submission_id == sid))
+        result = certification_results(session, sid)[0]
         path = site.settings.artifacts_dir / result.records_path
     expected = pa_ecdf(read_table(path))
     drawn = np.interp(PA_GRID, points[:, 0], points[:, 1])
@@ -161,7 +161,7 @@ def test_fourier_heatmap_cells_are_mean_acr_over_severities(
     html = anonymous.get(f"/models/{sid}").text
     values = [float(v) for v in re.findall(r'<g class="cell" data-value="([0-9.]+)"', html)]
     with session_scope(site.settings) as session:
-        acrs = [r.acr for r in session.scalars(select(Result).where(Result.submission_id == sid))]
+        acrs = [r.acr for r in certification_results(session, sid)]
     assert sorted(values) == pytest.approx(sorted(acrs), abs=1e-4)  # one severity per cell
 
 
@@ -387,7 +387,7 @@ def test_model_page_shows_robustness_table_chart_and_protocol(
     sid = site.seeded.entries["webclean"]["Echo"]
     html = anonymous.get(f"/models/{sid}").text
     with session_scope(site.settings) as session:
-        stored = session.get(RobustnessResult, sid)
+        stored = robustness_result(session, sid)
         figures, records_path = dict(stored.figures), stored.records_path
     section = html[html.index('id="robustness"') : html.index('aria-labelledby="sets-h"')]
     assert "Robustness of the base classifier (seed 004)" in section

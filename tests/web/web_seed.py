@@ -24,12 +24,13 @@ from sqlalchemy.orm import Session
 from certbench.records import write_records
 from certbench.smoothing import ABSTAIN, CertifyRecord, certified_radius, lower_confidence_bound
 from generators import hub
-from models import pipeline, storage
+from models import pipeline, shards, storage
 from models.accounts import create_token, create_user
 from models.catalog import parse_definition, upsert_benchmark
 from models.entities import Benchmark, Role, User
 from models.results import complete_submission
 from models.settings import Settings
+from models.stages.base import ShardSpec
 from models.states import SubmissionState
 from models.submissions import Upload, create_submission, set_moderation
 
@@ -228,22 +229,19 @@ def _start(session: Session, sid: int, settings: Settings) -> None:
     )
 
 
-def _record(
-    session: Session, sid: int, spec: pipeline.ShardSpec, *, settings: Settings, **kw: Any
-) -> None:
-    relpath = storage.shard_records_relpath(sid, spec.test_set, spec.shard_index)
-    seed = kw.pop("seed") * 1000 + spec.test_set_id  # each test set draws its own records
+def _record(session: Session, sid: int, spec: ShardSpec, *, settings: Settings, **kw: Any) -> None:
+    relpath = shards.records_relpath(sid, spec)
+    test_sets = pipeline.get_submission(session, sid).benchmark.test_sets
+    test_set_id = next(ts.id for ts in test_sets if ts.name == spec.unit)
+    seed = kw.pop("seed") * 1000 + test_set_id  # each test set draws its own records
     write_records(
         make_records(spec.start, spec.stop, seed=seed, **kw),
         storage.resolve(settings.artifacts_dir, relpath),
     )
-    pipeline.record_shard(
+    shards.record(
         session,
         submission_id=sid,
-        test_set_id=spec.test_set_id,
-        shard_index=spec.shard_index,
-        start=spec.start,
-        stop=spec.stop,
+        spec=spec,
         count=spec.stop - spec.start,
         seconds=0.2,
         records_path=relpath,
@@ -302,9 +300,9 @@ def finish(
 ) -> None:
     """Certify (and, on a benchmark with the stage, attack with ``robustness``) and aggregate."""
     _start(session, sid, settings)
-    for spec in pipeline.plan_shards(session, sid, settings=settings):
+    for spec in shards.plan(session, sid, settings=settings, stage="certification"):
         _record(session, sid, spec, settings=settings, quality=quality, sigma=sigma, seed=sid)
-    for spec in pipeline.plan_robustness_shards(session, sid, settings=settings):
+    for spec in shards.plan(session, sid, settings=settings, stage="pd_robustness"):
         assert robustness is not None, f"submission {sid} needs a robustness plan"
         assert record_robustness_shard(
             session,
@@ -386,7 +384,7 @@ def seed_database(session: Session, settings: Settings, dataset_folder: Path) ->
         session, user=users["alice"], benchmark=bench, settings=settings, name="Running", seed=901
     )
     _start(session, seeded.running_id, settings)
-    specs = pipeline.plan_shards(session, seeded.running_id, settings=settings)
+    specs = shards.plan(session, seeded.running_id, settings=settings, stage="certification")
     _record(
         session, seeded.running_id, specs[0], settings=settings, quality=0.5, sigma=0.25, seed=901
     )

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from certbench.cli import app as cli_app
 from certbench.cli import register_plugins
 from models.settings import Settings
-from workers.config import WorkerSettings, celery_config, check_timing
+from models.stages import registry
+from workers.config import WorkerSettings, batch_size_for, celery_config, check_timing
 from workers.errors import WorkerConfigError
 from workers.names import AGGREGATE, CONTROL_QUEUE, QUEUE, VALIDATE
 
@@ -75,7 +76,16 @@ def test_worker_settings_read_the_environment(monkeypatch):
     monkeypatch.setenv("CERTBENCH_CERTIFY_BATCH_SIZE", "256")
     monkeypatch.setenv("CERTBENCH_CANCEL_CHECK_SECONDS", "0.5")
     knobs = WorkerSettings()
-    assert (knobs.certify_batch_size, knobs.cancel_check_seconds) == (256, 0.5)
+    certify_batch_size = batch_size_for(registry.get("certification"))
+    assert (certify_batch_size, knobs.cancel_check_seconds) == (256, 0.5)
+
+
+def test_a_bad_batch_size_is_refused(monkeypatch):
+    monkeypatch.setenv("CERTBENCH_ROBUSTNESS_BATCH_SIZE", "many")
+    with pytest.raises(WorkerConfigError, match="CERTBENCH_ROBUSTNESS_BATCH_SIZE='many'"):
+        batch_size_for(registry.get("pd_robustness"))
+    monkeypatch.delenv("CERTBENCH_ROBUSTNESS_BATCH_SIZE")
+    assert batch_size_for(registry.get("pd_robustness")) == 256
 
 
 @pytest.fixture

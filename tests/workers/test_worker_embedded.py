@@ -29,7 +29,7 @@ from support import (
 import migrations
 from models import storage
 from models.db import dispose_engines, session_scope
-from models.entities import LeaderboardEntry, Result, Shard, Submission
+from models.entities import LeaderboardEntry, StageResult, StageShard, Submission
 from models.queue import TASK_VALIDATE, celery_config
 from models.settings import Settings
 from models.states import Reason, SubmissionState
@@ -107,12 +107,12 @@ def test_embedded_worker_finishes_a_submission(embedded, tmp_path):
         and submission.worker.startswith(f"certbench-cpu@{socket.gethostname()}/")
     )
     with session_scope(settings) as session:
-        shards = session.scalars(select(Shard).where(Shard.submission_id == sid)).all()
-        assert sorted((s.test_set_id, s.shard_index) for s in shards) == sorted(
-            {(s.test_set_id, s.shard_index) for s in shards}
+        shards = session.scalars(select(StageShard).where(StageShard.submission_id == sid)).all()
+        assert sorted((s.unit, s.shard_index) for s in shards) == sorted(
+            {(s.unit, s.shard_index) for s in shards}
         )
         assert len(shards) == 4
-        assert session.scalar(select(func.count()).select_from(Result)) == len(TEST_SETS)
+        assert session.scalar(select(func.count()).select_from(StageResult)) == len(TEST_SETS)
         assert session.get(LeaderboardEntry, sid).test_sets == len(TEST_SETS)
     for name in TEST_SETS:
         merged = storage.test_set_records_relpath(sid, name)
@@ -136,5 +136,5 @@ def test_a_shard_over_the_soft_time_limit_fails_the_run(embedded, tmp_path):
     assert failed.reason == Reason.TIME_LIMIT
     assert "exceeded the soft time limit of 5 s" in failed.message
     with session_scope(settings) as session:
-        assert session.scalar(select(func.count()).select_from(Shard)) == 0
+        assert session.scalar(select(func.count()).select_from(StageShard)) == 0
     assert worker.alive()

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import update
 from support import create_submission, manifest, tiny_model, weights_bytes
 
-from models import pipeline
+from models import pipeline, shards
 from models.base import utcnow
 from models.entities import Submission
 from models.states import Reason, SubmissionState
@@ -32,7 +32,7 @@ def running(settings, session, benchmark, tmp_path) -> int:
         assert pipeline.transition(
             session, sid, from_states={source}, to_state=target, settings=settings
         )
-    pipeline.plan_shards(session, sid, settings=settings)
+    shards.plan(session, sid, settings=settings)
     return sid
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -31,21 +32,30 @@ from certbench.attacks import RobustnessReport, robust_accuracy
 from certbench.data import Subset, load_images
 from certbench.pd_threat import AnchorBank, PDThreat, build_anchor_bank
 from certbench.smoothing import derive_seed
-from models import pipeline, storage
-from models.entities import LeaderboardEntry, RobustnessResult, RobustnessShard, Submission
+from models import pipeline, shards, storage
+from models.entities import LeaderboardEntry, StageShard, Submission
 from models.errors import StorageError
-from models.robustness import aggregate_robustness
+from models.leaderboard import robustness_result
+from models.results import merge_stage
 from models.settings import Settings, get_settings
+from models.stages import registry
 from models.states import Reason, SubmissionState
+from models.work import get_work_item
 from workers.app import app
-from workers.names import (
-    AGGREGATE,
-    CERTIFY_SHARD,
-    QUEUE,
-    ROBUSTNESS_QUEUE,
-    ROBUSTNESS_SHARD,
-    VALIDATE,
-)
+from workers.names import AGGREGATE, QUEUE, ROBUSTNESS_QUEUE, RUN_SHARD, VALIDATE
+
+CERTIFY_SHARD = ROBUSTNESS_SHARD = RUN_SHARD  # one task runs every stage's shards
+
+
+def _attack(message: Any, sid: int | None = None, index: int | None = None) -> bool:
+    """Whether a message runs a PD-robustness shard (of ``sid``, shard ``index``)."""
+    return (
+        message.name == RUN_SHARD
+        and message.args[1] == "pd_robustness"
+        and (sid is None or message.args[0] == sid)
+        and (index is None or message.args[3] == index)
+    )
+
 
 S = SubmissionState
 MODEL_SEED = 3
@@ -121,7 +131,7 @@ def test_robustness_shards_run_on_their_queue_and_fill_the_leaderboard(
 
     bank = AnchorBank.load(bank_path)  # built once by the first robustness shard
     assert (bank.k, bank.seed, bank.images.shape[0], bank.split) == (2, 0, 20, "train")
-    result = session.get(RobustnessResult, sid)
+    result = robustness_result(session, sid)
     assert result.protocol["anchors_sha256"] == hashlib.sha256(bank_path.read_bytes()).hexdigest()
     assert "folder" not in result.protocol and result.protocol["num_images"] == 2
     assert result.count == 2 and result.base_accuracy == 1.0
@@ -148,16 +158,16 @@ def test_a_redelivered_robustness_shard_is_recorded_once(
     for message in worker.pending():
         worker.take()
         worker.execute(message)
-        if message.name == ROBUSTNESS_SHARD and message.args == [sid, 0]:
+        if _attack(message, sid, 0):
             worker.execute(message)  # delivered twice, e.g. after a lost acknowledgement
     worker.run_all()
     assert _submission(session, sid).state == S.FINISHED
-    outcomes = [out for m, out in worker.ran if m.name == ROBUSTNESS_SHARD and m.args == [sid, 0]]
+    outcomes = [out for m, out in worker.ran if _attack(m, sid, 0)]
     assert outcomes == ["recorded: 1 image(s) attacked", "already recorded"]
     rows = session.scalar(
         select(func.count())
-        .select_from(RobustnessShard)
-        .where(RobustnessShard.submission_id == sid)
+        .select_from(StageShard)
+        .where(StageShard.submission_id == sid, StageShard.stage == "pd_robustness")
     )
     assert rows == 2
 
@@ -179,7 +189,7 @@ def test_a_bank_that_contradicts_the_protocol_fails_the_run(
         submission.message
     )
     assert session.get(LeaderboardEntry, sid) is None
-    assert session.get(RobustnessResult, sid) is None
+    assert robustness_result(session, sid) is None
 
 
 def test_a_missing_training_split_fails_with_dataset_unavailable(
@@ -204,15 +214,18 @@ def test_aggregation_refuses_shards_attacked_with_different_banks(
         if message.name != AGGREGATE:
             worker.execute(message)
     shard = session.scalars(
-        select(RobustnessShard).where(RobustnessShard.submission_id == sid)
+        select(StageShard).where(
+            StageShard.submission_id == sid, StageShard.stage == "pd_robustness"
+        )
     ).first()
     path = storage.resolve(settings.artifacts_dir, shard.records_path)
     table = pq.read_table(path)
     meta = {k.decode(): v.decode() for k, v in table.schema.metadata.items()}
     pq.write_table(table.replace_schema_metadata({**meta, "anchors_sha256": "0" * 64}), path)
     with pytest.raises(StorageError, match="different anchor banks"):
-        aggregate_robustness(session, sid, evaluator_version="test", settings=settings)
-    assert session.get(RobustnessResult, sid) is None
+        item = get_work_item(session, sid, settings=settings)
+        merge_stage(session, item, registry.get("pd_robustness"), settings=settings)
+    assert robustness_result(session, sid) is None
 
 
 def test_a_cancelled_submission_stops_its_robustness_shard(
@@ -225,7 +238,12 @@ def test_a_cancelled_submission_stops_its_robustness_shard(
     )
     outcomes = [worker.execute(m) for m in iter(worker.take, None)]
     assert all(o.startswith("skipped") for o in outcomes)
-    assert session.scalar(select(func.count()).select_from(RobustnessShard)) == 0
+    assert (
+        session.scalar(
+            select(func.count()).select_from(StageShard).where(StageShard.stage == "pd_robustness")
+        )
+        == 0
+    )
 
 
 def test_a_fresh_rerun_drops_robustness_shards_and_result(
@@ -233,18 +251,21 @@ def test_a_fresh_rerun_drops_robustness_shards_and_result(
 ):
     sid = _submit(session, settings, tmp_path)
     worker.run_all()
-    records = storage.resolve(
-        settings.artifacts_dir, session.get(RobustnessResult, sid).records_path
-    )
+    records = storage.resolve(settings.artifacts_dir, robustness_result(session, sid).records_path)
     assert records.is_file()
     assert pipeline.reset_for_rerun(session, sid, fresh=True, settings=settings)
-    assert session.get(RobustnessResult, sid) is None
-    assert session.scalar(select(func.count()).select_from(RobustnessShard)) == 0
+    assert robustness_result(session, sid) is None
+    assert (
+        session.scalar(
+            select(func.count()).select_from(StageShard).where(StageShard.stage == "pd_robustness")
+        )
+        == 0
+    )
     assert not records.exists()
     app.send_task(VALIDATE, args=[sid])
     worker.run_all()
     assert _submission(session, sid).state == S.FINISHED
-    assert session.get(RobustnessResult, sid) is not None
+    assert robustness_result(session, sid) is not None
 
 
 def test_benchmarks_without_the_stage_leave_the_columns_empty(
@@ -253,9 +274,9 @@ def test_benchmarks_without_the_stage_leave_the_columns_empty(
     sid = _submit(session, settings, tmp_path)
     worker.run_all()
     entry = session.get(LeaderboardEntry, sid)
-    assert entry is not None and session.get(RobustnessResult, sid) is None
+    assert entry is not None and robustness_result(session, sid) is None
     assert [entry.base_accuracy, entry.linf_acc_8, entry.pd_acc_16] == [None, None, None]
-    assert not any(m.name == ROBUSTNESS_SHARD for m, _ in worker.ran)
+    assert not any(_attack(m) for m, _ in worker.ran)
 
 
 def test_robustness_shards_follow_their_own_size(
@@ -268,8 +289,8 @@ def test_robustness_shards_follow_their_own_size(
     sid = _submit(session, sized, tmp_path)
     assert worker.run_next() == "4 shard(s) enqueued"  # 2 certify (2 images each) + 2 robustness
     assert [
-        s.stop - s.start for s in pipeline.plan_robustness_shards(session, sid, settings=sized)
+        s.stop - s.start for s in shards.plan(session, sid, settings=sized, stage="pd_robustness")
     ] == [1, 1]
     worker.run_all()
     assert _submission(session, sid).state == S.FINISHED
-    assert session.get(RobustnessResult, sid).count == 2
+    assert robustness_result(session, sid).count == 2

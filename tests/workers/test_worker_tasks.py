@@ -25,12 +25,15 @@ from certbench.data import Subset, load_images
 from certbench.records import read_records
 from certbench.smoothing import certify
 from models import pipeline, storage
-from models.entities import Artifact, LeaderboardEntry, Result, Shard, Submission
+from models.entities import Artifact, LeaderboardEntry, StageResult, StageShard, Submission
+from models.leaderboard import certification_results
 from models.settings import Settings
+from models.stages import inputs
 from models.states import Reason, SubmissionState
-from workers import certification
+from workers import device
 from workers.app import app
-from workers.names import AGGREGATE, CERTIFY_SHARD, VALIDATE
+from workers.names import AGGREGATE, VALIDATE
+from workers.names import RUN_SHARD as CERTIFY_SHARD
 from workers.tasks import remove_stale_partials
 
 S = SubmissionState
@@ -49,7 +52,9 @@ def _submission(session: Session, sid: int) -> Submission:
 
 
 def _shard_rows(session: Session, sid: int) -> int:
-    return session.scalar(select(func.count()).select_from(Shard).where(Shard.submission_id == sid))
+    return session.scalar(
+        select(func.count()).select_from(StageShard).where(StageShard.submission_id == sid)
+    )
 
 
 def test_submission_goes_from_submitted_to_finished(settings, session, benchmark, worker, tmp_path):
@@ -63,7 +68,7 @@ def test_submission_goes_from_submitted_to_finished(settings, session, benchmark
     assert submission.state == S.FINISHED, submission.message
     assert submission.progress == 1.0 and submission.shards_done == 4
     assert [m.name for m, _ in worker.ran][-1] == AGGREGATE
-    results = session.scalars(select(Result).where(Result.submission_id == sid)).all()
+    results = certification_results(session, sid)
     assert sorted(r.test_set.name for r in results) == sorted(TEST_SETS)
     assert all(r.count == 2 for r in results)
     entry = session.get(LeaderboardEntry, sid)
@@ -125,7 +130,7 @@ def test_redelivered_shard_returns_quietly_and_duplicates_nothing(
     assert worker.execute(shard_message).startswith("skipped")
     worker.execute(type(shard_message)(AGGREGATE, [sid], "certbench.control"))
     assert _shard_rows(session, sid) == 4
-    assert session.scalar(select(func.count()).select_from(Result)) == 2
+    assert session.scalar(select(func.count()).select_from(StageResult)) == 2
 
 
 def test_lost_messages_resume_from_finished_shards(settings, session, benchmark, worker, tmp_path):
@@ -168,7 +173,7 @@ def test_cancel_stops_further_shards(settings, session, benchmark, worker, tmp_p
     assert all(str(outcome).startswith("skipped") for _, outcome in worker.ran[2:])
     assert _submission(session, sid).state == S.CANCELLED
     assert _shard_rows(session, sid) == 1
-    assert session.scalar(select(func.count()).select_from(Result)) == 0
+    assert session.scalar(select(func.count()).select_from(StageResult)) == 0
 
 
 def test_nan_model_is_rejected_and_its_weights_deleted(
@@ -209,7 +214,7 @@ def test_dataset_smaller_than_definition_fails_the_run(
         [0],
         class_names=CIFAR10_CLASSES,
     )
-    certification.images_for.cache_clear()
+    inputs.images_for.cache_clear()
     worker.run_all()
     submission = _submission(session, sid)
     assert submission.state == S.FAILED
@@ -218,7 +223,7 @@ def test_dataset_smaller_than_definition_fails_the_run(
 
 
 def test_certify_uses_the_configured_device(settings):
-    assert certification.resolve_device(settings.worker_device) == torch.device("cpu")
+    assert device.resolve_device(settings.worker_device) == torch.device("cpu")
 
 
 def test_stale_partial_files_of_a_killed_attempt_are_removed(tmp_path):
@@ -243,7 +248,7 @@ def test_admin_rerun_resumes_from_recorded_shards(settings, session, benchmark, 
     )
     written = shard_file.stat().st_mtime_ns
     assert pipeline.reset_for_rerun(session, sid, fresh=False, settings=settings)
-    assert session.scalar(select(func.count()).select_from(Result)) == 0
+    assert session.scalar(select(func.count()).select_from(StageResult)) == 0
     app.send_task(VALIDATE, args=[sid])
     assert worker.run_next() == "aggregate enqueued"  # validated again, nothing left to certify
     worker.run_all()
@@ -251,4 +256,4 @@ def test_admin_rerun_resumes_from_recorded_shards(settings, session, benchmark, 
     assert submission.state == S.FINISHED and submission.attempt == 1
     assert shard_file.stat().st_mtime_ns == written
     assert _shard_rows(session, sid) == 4
-    assert session.scalar(select(func.count()).select_from(Result)) == 2
+    assert session.scalar(select(func.count()).select_from(StageResult)) == 2

@@ -1,0 +1,220 @@
+"""Planning and recording shards, for every stage alike.
+
+The plan is deterministic (every worker computes the same one from the database and the shard
+sizes), so a shard is named by (stage, unit, shard index) alone. Recording is exactly-once: the
+unique key on ``stage_shards`` decides, so redelivered tasks and resumed submissions neither
+duplicate nor lose work. Progress (per stage and per unit) is computed from the same rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from models import pipeline, storage
+from models.entities import StageShard
+from models.errors import StorageError
+from models.settings import Settings
+from models.stages import registry
+from models.stages.base import ShardSpec, Stage
+from models.work import WorkItem, get_submission, get_work_item
+
+
+def stages_of(item: WorkItem) -> list[Stage]:
+    """The registered stages this submission's benchmark runs, in registry order."""
+    return [stage for stage in registry.all_stages() if stage.enabled(item)]
+
+
+def plan_item(item: WorkItem, settings: Settings, *, stage: str | None = None) -> list[ShardSpec]:
+    """Every shard of the submission (or of one stage): each unit tiled by its stage's size."""
+    plan = []
+    for current in stages_of(item):
+        if stage is not None and current.name != stage:
+            continue
+        size = current.shard_size(settings)
+        for unit in current.units(item, settings):
+            plan += [
+                ShardSpec(current.name, unit.name, index, start, min(start + size, unit.num_images))
+                for index, start in enumerate(range(0, unit.num_images, size))
+            ]
+    return plan
+
+
+def plan(
+    session: Session, submission_id: int, *, settings: Settings, stage: str | None = None
+) -> list[ShardSpec]:
+    """The submission's shards (optionally of one stage); stores ``shards_total`` (all stages)."""
+    item = get_work_item(session, submission_id, settings=settings)
+    full = plan_item(item, settings)
+    submission = get_submission(session, submission_id)
+    if submission.shards_total != len(full):
+        submission.shards_total = len(full)
+        session.commit()
+    return [spec for spec in full if stage is None or spec.stage == stage]
+
+
+def find(session: Session, submission_id: int, key: tuple[str, str, int], *, settings: Settings
+         ) -> ShardSpec | None:  # fmt: skip
+    """The planned shard named ``key`` = (stage, unit, shard index), or None."""
+    return next((s for s in plan(session, submission_id, settings=settings) if s.key == key), None)
+
+
+def recorded(session: Session, submission_id: int, *, stage: str | None = None) -> list[StageShard]:
+    """Shards already recorded (optionally of one stage), by stage, unit and index."""
+    query = select(StageShard).where(StageShard.submission_id == submission_id)
+    if stage is not None:
+        query = query.where(StageShard.stage == stage)
+    return list(
+        session.scalars(query.order_by(StageShard.stage, StageShard.unit, StageShard.shard_index))
+    )
+
+
+def missing(
+    session: Session, submission_id: int, *, settings: Settings, stage: str | None = None
+) -> list[ShardSpec]:
+    """The planned shards not yet recorded (what a resumed submission still has to run)."""
+    done = {(s.stage, s.unit, s.shard_index) for s in recorded(session, submission_id)}
+    return [
+        spec
+        for spec in plan(session, submission_id, settings=settings, stage=stage)
+        if spec.key not in done
+    ]
+
+
+def records_relpath(submission_id: int, spec: ShardSpec) -> str:
+    """Where a shard's per-image records are written (relative to the artifacts dir)."""
+    folder = registry.get(spec.stage).folder(spec.unit)
+    return storage.shard_records_relpath(submission_id, folder, spec.shard_index)
+
+
+def record(
+    session: Session,
+    *,
+    submission_id: int,
+    spec: ShardSpec,
+    count: int,
+    seconds: float,
+    records_path: str,
+    worker: str | None = None,
+    settings: Settings,
+) -> bool:
+    """Record a finished shard whose records file is already written (atomically).
+
+    Returns True when newly recorded, False when it was recorded already (redelivery); the unique
+    constraint decides, so concurrent duplicates are safe. Updates the submission's progress and
+    renews its lease. Raises StorageError if the records file is missing.
+    """
+    if not storage.resolve(settings.artifacts_dir, records_path).is_file():
+        raise StorageError(
+            f"records file {records_path!r} for submission {submission_id} shard "
+            f"{spec.key} does not exist: write it before recording the shard"
+        )
+    row = StageShard(
+        submission_id=submission_id,
+        stage=spec.stage,
+        unit=spec.unit,
+        shard_index=spec.shard_index,
+        start=spec.start,
+        stop=spec.stop,
+        count=count,
+        seconds=seconds,
+        records_path=records_path,
+        worker=worker,
+    )
+    session.add(row)
+    try:
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        return False
+    refresh_progress(session, submission_id)
+    pipeline.heartbeat(session, submission_id, settings=settings, worker=worker)
+    return True
+
+
+def done_count(session: Session, submission_id: int) -> int:
+    """How many shards of the submission are recorded (every stage)."""
+    return int(
+        session.scalar(
+            select(func.count())
+            .select_from(StageShard)
+            .where(StageShard.submission_id == submission_id)
+        )
+        or 0
+    )
+
+
+def refresh_progress(session: Session, submission_id: int) -> None:
+    """Write ``shards_done`` and the fraction done from the recorded rows (the one source)."""
+    submission = get_submission(session, submission_id)
+    submission.shards_done = done_count(session, submission_id)
+    total = submission.shards_total
+    submission.progress = min(1.0, submission.shards_done / total) if total else 0.0
+    session.commit()
+
+
+def all_recorded(session: Session, submission_id: int) -> bool:
+    """Whether every planned shard (every stage) is recorded."""
+    submission = get_submission(session, submission_id)
+    return bool(submission.shards_total) and done_count(session, submission_id) >= (
+        submission.shards_total
+    )
+
+
+@dataclass(frozen=True)
+class UnitProgress:
+    """Shards and images recorded for one unit of one stage."""
+
+    stage: str
+    unit: str
+    shards_done: int
+    shards_total: int
+    images_done: int
+    images_total: int
+
+
+def progress(session: Session, submission_id: int, *, settings: Settings) -> list[UnitProgress]:
+    """Progress per stage and unit, from the plan and the recorded rows."""
+    done: dict[tuple[str, str], list[StageShard]] = {}
+    for row in recorded(session, submission_id):
+        done.setdefault((row.stage, row.unit), []).append(row)
+    totals: dict[tuple[str, str], list[ShardSpec]] = {}
+    for spec in plan(session, submission_id, settings=settings):
+        totals.setdefault((spec.stage, spec.unit), []).append(spec)
+    return [
+        UnitProgress(
+            stage=stage,
+            unit=unit,
+            shards_done=len(done.get((stage, unit), [])),
+            shards_total=len(specs),
+            images_done=sum(r.stop - r.start for r in done.get((stage, unit), [])),
+            images_total=sum(s.size for s in specs),
+        )
+        for (stage, unit), specs in totals.items()
+    ]
+
+
+def check_complete(
+    shards: Sequence[StageShard], num_images: int, *, what: str, settings: Settings
+) -> None:
+    """Refuse to merge unless the shards tile ``[0, num_images)`` and their files exist.
+
+    Raises StorageError naming the first gap or the missing file.
+    """
+    position = 0
+    for start, stop in sorted((s.start, s.stop) for s in shards):
+        if start != position:
+            break
+        position = stop
+    if position != num_images:
+        raise StorageError(
+            f"{what} has shards covering images [0, {position}) of {num_images}; run the "
+            "missing shards before aggregating"
+        )
+    for shard in shards:
+        if not storage.resolve(settings.artifacts_dir, shard.records_path).is_file():
+            raise StorageError(f"records file {shard.records_path!r} of a recorded shard is gone")

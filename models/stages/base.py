@@ -1,0 +1,225 @@
+"""The stage contract: what one evaluation stage declares so the pipeline can run it.
+
+A stage turns a submission into leaderboard figures in three steps the pipeline drives:
+
+1. ``units(item)``: the independent pieces of its work (a certification test set, the clean subset
+   a PD attack runs on, ...), each a range of images; the pipeline tiles every unit into shards of
+   ``shard_size(settings)`` images and records each shard once under the key
+   (submission, stage, unit, shard index).
+2. ``run(item, shard, context)``: compute one shard with the ``certbench`` core and write its
+   per-image records to ``context.target`` (atomically); return a ``ShardOutput``. Runs on a
+   worker under a lease; ``context.on_progress`` reports images done and raises to stop.
+3. ``merge(item, shards, context)``: merge every recorded shard into per-unit results and the
+   stage's leaderboard metrics (a ``StageOutcome``); idempotent (it only reads shard files and
+   writes merged files atomically), the pipeline stores the outcome in one transaction.
+
+Plus what the service shows: ``metric_specs(benchmark)`` (leaderboard keys, labels, direction,
+units) and, optionally, a web section (``api/web/stages/<name>.py`` + a template partial).
+A stage's protocol block in benchmark definitions (``stages: {<name>: {...}}``) is the pydantic
+model ``protocol_model``, validated when the definition loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    import torch
+
+    from models.catalog import BenchmarkDefinition
+    from models.settings import Settings
+    from models.work import WorkItem
+
+MetricKind = Literal["percent", "radius", "probability", "number"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One leaderboard figure a stage contributes (stored as a metric value, sortable).
+
+    ``key`` is the REST field and sort key; ``label`` the column header; ``help`` says what it
+    measures; ``kind`` how it is formatted (and its unit); ``group`` which table section it sits in.
+    """
+
+    key: str
+    label: str
+    help: str
+    kind: MetricKind = "percent"
+    higher_is_better: bool = True
+    group: str = "certified"
+    column: bool = True
+    """False for a figure served by REST and sortable but not shown as a leaderboard column."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """An independent piece of a stage's work: ``num_images`` images, sharded by the pipeline."""
+
+    name: str
+    num_images: int
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """Images ``[start, stop)`` of one unit of one stage: the unit of work a worker leases."""
+
+    stage: str
+    unit: str
+    shard_index: int
+    start: int
+    stop: int
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.stage, self.unit, self.shard_index)
+
+
+@dataclass(frozen=True)
+class RecordedShard:
+    """A recorded shard as ``merge`` sees it: its range, its records file (absolute), its cost."""
+
+    unit: str
+    shard_index: int
+    start: int
+    stop: int
+    count: int
+    seconds: float
+    path: Path
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the worker hands ``Stage.run``: where to write, on which device, how big a batch,
+    and the lease's progress callback (images done in this shard; raises to stop)."""
+
+    target: Path
+    device: torch.device
+    batch_size: int
+    on_progress: Callable[[int], None]
+    settings: Settings
+
+
+@dataclass(frozen=True)
+class ShardOutput:
+    """``run``'s result: images computed and the metadata the records file carries."""
+
+    count: int
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    noun: str = "image(s)"
+    """How the task's outcome names what was done ("image(s) attacked")."""
+
+
+@dataclass(frozen=True)
+class MergeContext:
+    """What ``merge`` may use: the evaluator version and where merged records go."""
+
+    evaluator_version: str
+    target_for: Callable[[str], tuple[str, Path]]
+    """unit name → (relative path stored in the database, absolute path to write)."""
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    """A stored per-unit result: a JSON summary, the merged records file and provenance."""
+
+    unit: str
+    summary: dict[str, Any]
+    records_path: str
+    count: int
+    seconds: float
+    protocol: dict[str, Any] = field(default_factory=dict)
+    seeds: dict[str, Any] = field(default_factory=dict)
+    data_hashes: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StageOutcome:
+    """``merge``'s result: per-unit results, the leaderboard metrics (None = not measured) and
+    the sentence the finished submission's message carries."""
+
+    results: Sequence[UnitResult]
+    metrics: Mapping[str, float | None]
+    message: str
+    entry: Mapping[str, float | int] = field(default_factory=dict)
+    """Figures of the leaderboard entry row itself (certification: test_sets, count, seconds)."""
+
+
+class Stage:
+    """Base class of an evaluation stage; see the module docstring for the contract."""
+
+    name: ClassVar[str]
+    """Registry key, ``stage`` column value and the key of the definition's ``stages`` block."""
+    title: ClassVar[str]
+    queue: ClassVar[str]
+    """Celery queue its shards go to (a deployment routes stages to workers by queue)."""
+    protocol_model: ClassVar[type[BaseModel] | None] = None
+    """The definition block's schema; None for a stage every benchmark runs (certification)."""
+    shard_size_setting: ClassVar[str] = "CERTBENCH_SHARD_SIZE"
+    """The setting to name when a shard overruns its time limit."""
+    default_batch_size: ClassVar[int] = 256
+    batch_size_env: ClassVar[str | None] = None
+    """Environment variable a worker reads its batch size from; default
+    ``CERTBENCH_<NAME>_BATCH_SIZE``."""
+    records_prefix: ClassVar[str | None] = None
+    """Folder of its records under ``records/<submission>/``; default ``_<name>``."""
+
+    # ---- definitions ----------------------------------------------------------------------------
+
+    def protocol_row(self, block: BaseModel, definition: BenchmarkDefinition) -> dict[str, Any]:
+        """The stored protocol (JSON) of a definition's block; stages add derived fields here."""
+        return block.model_dump(mode="json")
+
+    def enabled(self, item: WorkItem) -> bool:
+        """Whether this submission's benchmark runs the stage (default: it has the block)."""
+        return self.name in item.stages
+
+    # ---- work -----------------------------------------------------------------------------------
+
+    def units(self, item: WorkItem, settings: Settings) -> list[Unit]:
+        raise NotImplementedError
+
+    def shard_size(self, settings: Settings) -> int:
+        """Images per shard. Every worker must use the same value (the plan depends on it)."""
+        return settings.shard_size
+
+    def run(self, item: WorkItem, shard: ShardSpec, context: RunContext) -> ShardOutput:
+        raise NotImplementedError
+
+    def merge(
+        self,
+        item: WorkItem,
+        shards: Mapping[str, Sequence[RecordedShard]],
+        context: MergeContext,
+        settings: Settings,
+    ) -> StageOutcome:
+        raise NotImplementedError
+
+    # ---- presentation ---------------------------------------------------------------------------
+
+    def all_metric_specs(self) -> list[MetricSpec]:
+        """Every metric the stage can store (sort keys, REST fields)."""
+        return []
+
+    def metric_specs(
+        self, protocol: Mapping[str, Any] | None, *, test_sets: int, bands: Sequence[str]
+    ) -> list[MetricSpec]:
+        """The leaderboard columns of one benchmark: ``protocol`` is the stage's stored block
+        (None for a stage without one), ``test_sets`` and ``bands`` the benchmark's."""
+        return self.all_metric_specs()
+
+    def batch_size_variable(self) -> str:
+        return self.batch_size_env or f"CERTBENCH_{self.name.upper()}_BATCH_SIZE"
+
+    def folder(self, unit: str) -> str:
+        """Records folder of a unit, relative to ``records/<submission>/``."""
+        prefix = self.records_prefix or f"_{self.name}"
+        return f"{prefix}/{unit}" if unit else prefix

@@ -1,0 +1,322 @@
+"""Certification stage: randomized smoothing (Cohen et al. 2019) on every test set.
+
+Units are the benchmark's test sets; a shard certifies images ``[start, stop)`` of one test set's
+protocol subset with ``certbench.smoothing.certify``, whose per-image random streams derive from
+(benchmark seed, test set, image index), so any sharding gives the records of one unsharded run.
+Merging computes each test set's metrics from its per-image records (``certbench.metrics``) and the
+leaderboard figures: mACR, certified accuracy on the radius grid, the p̂_A distribution (seed 001),
+band means (seed 000 Table 1). The stage's protocol is the benchmark's own (``protocol`` and
+``test_sets`` in the definition), so it takes no ``stages`` block and every benchmark runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from models.entities import StageResult, TestSet
+from models.queue import DEFAULT_QUEUE
+from models.settings import Settings
+from models.stages.base import (
+    MergeContext,
+    MetricSpec,
+    RecordedShard,
+    RunContext,
+    ShardOutput,
+    ShardSpec,
+    Stage,
+    StageOutcome,
+    Unit,
+    UnitResult,
+)
+from models.stages.registry import register
+from models.work import TestSetSpec, WorkItem
+
+#: Certified-accuracy radii of the leaderboard → metric keys.
+RADIUS_KEYS = {0.0: "cert_acc_000", 0.25: "cert_acc_025", 0.5: "cert_acc_050",
+               0.75: "cert_acc_075", 1.0: "cert_acc_100"}  # fmt: skip
+BANDS = ("low", "mid", "high")
+PA_QUANTILES = {"pa_q10": "0.1", "pa_q25": "0.25", "pa_q75": "0.75", "pa_q90": "0.9"}
+
+
+@register
+class Certification(Stage):
+    name = "certification"
+    title = "Randomized-smoothing certification"
+    queue = DEFAULT_QUEUE
+    default_batch_size = 1000
+    batch_size_env = "CERTBENCH_CERTIFY_BATCH_SIZE"
+
+    def enabled(self, item: WorkItem) -> bool:
+        return True
+
+    def folder(self, unit: str) -> str:
+        """Certification keeps the layout ``records/<submission>/<test set>/``."""
+        return unit
+
+    def units(self, item: WorkItem, settings: Settings) -> list[Unit]:
+        return [Unit(ts.name, ts.num_images) for ts in item.test_sets]
+
+    def run(self, item: WorkItem, shard: ShardSpec, context: RunContext) -> ShardOutput:
+        """CERTIFY the shard's images with the benchmark protocol; write the records."""
+        import torch
+
+        from certbench.records import write_records
+        from certbench.smoothing import certify
+        from models.stages.inputs import images_for, model_for
+
+        test_set = _test_set(item, shard.unit)
+        images = images_for(test_set)
+        window = slice(shard.start, shard.stop)
+        done = 0
+
+        def on_record(_record: object) -> None:
+            nonlocal done
+            done += 1
+            context.on_progress(done)
+
+        records = certify(
+            model_for(item, context.device),
+            images.images[window].to(torch.float32).div_(255.0),
+            images.labels[window],
+            sigma=item.sigma,
+            n0=item.n0,
+            n=item.n,
+            alpha=item.alpha,
+            batch_size=context.batch_size,
+            seed=item.seed,
+            device=context.device,
+            indices=images.indices[window],
+            test_set=test_set.name,
+            on_record=on_record,
+        )
+        write_records(records, context.target, metadata=records_metadata(item, test_set, shard))
+        return ShardOutput(count=len(records))
+
+    def merge(
+        self,
+        item: WorkItem,
+        shards: Mapping[str, Sequence[RecordedShard]],
+        context: MergeContext,
+        settings: Settings,
+    ) -> StageOutcome:
+        """Merge each test set's shard records, compute its metrics and the leaderboard's."""
+        results = [
+            self._merge_test_set(item, ts, shards[ts.name], context) for ts in item.test_sets
+        ]
+        return StageOutcome(
+            results=results,
+            metrics=leaderboard_metrics(item, results),
+            message=f"certified on {len(results)} test set(s)",
+            entry={
+                "test_sets": len(results),
+                "count": sum(r.count for r in results),
+                "seconds": float(sum(r.seconds for r in results)),
+            },
+        )
+
+    def _merge_test_set(
+        self,
+        item: WorkItem,
+        test_set: TestSetSpec,
+        shards: Sequence[RecordedShard],
+        context: MergeContext,
+    ) -> UnitResult:
+        import pyarrow as pa
+
+        from certbench.metrics import summarize
+        from certbench.records import read_table, table_to_records, write_records
+
+        tables = [read_table(s.path) for s in sorted(shards, key=lambda s: s.start)]
+        records = table_to_records(
+            pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+        )
+        relpath, target = context.target_for(test_set.name)
+        write_records(
+            records,
+            target,
+            metadata={
+                "submission_id": item.submission_id,
+                "test_set": test_set.name,
+                "protocol_version": item.protocol_version,
+                "evaluator_version": context.evaluator_version,
+            },
+        )
+        summary = summarize(records)
+        return UnitResult(
+            unit=test_set.name,
+            summary={
+                "acr": summary.acr,
+                "certified_accuracy": {f"{r:g}": v for r, v in summary.certified_accuracy.items()},
+                "clean_accuracy": summary.clean_accuracy,
+                "abstain_rate": summary.abstain_rate,
+                "pa_median": summary.pa_median,
+                "pa_quantiles": {f"{q:g}": v for q, v in summary.pa_quantiles.items()},
+                "protocol_version": item.protocol_version,
+            },
+            records_path=relpath,
+            count=summary.count,
+            seconds=float(sum(s.seconds for s in shards)),
+            protocol={"n0": item.n0, "n": item.n, "alpha": item.alpha, "sigma": item.sigma},
+            seeds={"seed": item.seed},
+        )
+
+    def all_metric_specs(self) -> list[MetricSpec]:
+        hidden = [
+            MetricSpec("clean_accuracy", "clean", "accuracy of the smoothed model's PREDICT",
+                       column=False),
+            *(
+                MetricSpec(key, f"p_A q{quantile}", f"{quantile} quantile of p̂_A = n_y/n over "
+                           "images (seed 001)", "probability", column=False)
+                for key, quantile in PA_QUANTILES.items()
+            ),
+        ]  # fmt: skip
+        return self.metric_specs(None, test_sets=2, bands=BANDS) + hidden
+
+    def metric_specs(
+        self, protocol: Mapping[str, Any] | None, *, test_sets: int, bands: Sequence[str]
+    ) -> list[MetricSpec]:
+        """ACR with the p_A summary beside it (seed 001), certified accuracy on the radius grid,
+        abstain rate, band means when the benchmark has bands; quantiles are REST-only."""
+        many = test_sets > 1
+        specs = [
+            MetricSpec(
+                "macr",
+                "mACR" if many else "ACR",
+                "average certified radius (ℓ2, [0,1] pixels)"
+                + (", mean over test sets" if many else ""),
+                "radius",
+            ),
+            MetricSpec(
+                "pa_median",
+                "p_A median",
+                "median over images of p̂_A = n_y/n, the base model's accuracy under noise "
+                "(seed 001)",
+                "probability",
+            ),
+            MetricSpec("cert_acc_000", "r = 0", "certified accuracy at radius 0 (clean, smoothed)"),
+            MetricSpec("cert_acc_025", "r = 0.25", "certified accuracy at ℓ2 radius 0.25"),
+            MetricSpec("cert_acc_050", "r = 0.5", "certified accuracy at ℓ2 radius 0.5"),
+            MetricSpec("cert_acc_075", "r = 0.75", "certified accuracy at ℓ2 radius 0.75"),
+            MetricSpec("cert_acc_100", "r = 1.0", "certified accuracy at ℓ2 radius 1.0"),
+            MetricSpec(
+                "abstain_rate",
+                "abstain",
+                "fraction of images the smoothed model abstains on",
+                higher_is_better=False,
+            ),
+        ]
+        specs += [
+            MetricSpec(
+                f"band_{band}",
+                f"{band} band",
+                f"mean ACR over the {band}-frequency corruptions (seed 000 bands)",
+                "radius",
+            )
+            for band in BANDS
+            if band in bands
+        ]
+        return specs
+
+
+def _test_set(item: WorkItem, name: str) -> TestSetSpec:
+    for test_set in item.test_sets:
+        if test_set.name == name:
+            return test_set
+    raise KeyError(f"benchmark {item.benchmark!r} has no test set {name!r}")
+
+
+def leaderboard_metrics(item: WorkItem, results: Sequence[UnitResult]) -> dict[str, float | None]:
+    """Means over test sets (mACR = mean ACR) and band means; None where the benchmark has no
+    test set in a band."""
+    from certbench.metrics import macr
+
+    if not results:
+        raise ValueError(f"submission {item.submission_id} has no certification results")
+    band_of = {ts.name: ts.band for ts in item.test_sets}
+
+    def mean(values: Sequence[float]) -> float:
+        return float(np.mean(values))
+
+    summaries = [r.summary for r in results]
+    metrics: dict[str, float | None] = {
+        "macr": macr({r.unit: r.summary["acr"] for r in results}),
+        "clean_accuracy": mean([s["clean_accuracy"] for s in summaries]),
+        "abstain_rate": mean([s["abstain_rate"] for s in summaries]),
+        "pa_median": mean([s["pa_median"] for s in summaries]),
+    }
+    for radius, key in RADIUS_KEYS.items():
+        metrics[key] = mean([s["certified_accuracy"][f"{radius:g}"] for s in summaries])
+    for key, quantile in PA_QUANTILES.items():
+        metrics[key] = mean([s["pa_quantiles"][quantile] for s in summaries])
+    for band in BANDS:
+        acrs = [r.summary["acr"] for r in results if band_of.get(r.unit) == band]
+        metrics[f"band_{band}"] = mean(acrs) if acrs else None
+    return metrics
+
+
+def records_metadata(item: WorkItem, test_set: TestSetSpec, shard: ShardSpec) -> dict[str, object]:
+    """What rides with a shard's parquet file, so it can be traced without the database."""
+    return {
+        "submission_id": item.submission_id,
+        "benchmark": item.benchmark,
+        "test_set": test_set.name,
+        "shard_index": shard.shard_index,
+        "start": shard.start,
+        "stop": shard.stop,
+        "protocol_version": item.protocol_version,
+        "seed": item.seed,
+        "n0": item.n0,
+        "n": item.n,
+        "alpha": item.alpha,
+        "sigma": item.sigma,
+    }
+
+
+@dataclass(frozen=True)
+class TestSetResult:
+    """A stored certification result of one test set, read as typed fields."""
+
+    __test__ = False
+
+    id: int
+    submission_id: int
+    test_set: TestSet
+    acr: float
+    certified_accuracy: dict[str, float]
+    clean_accuracy: float
+    abstain_rate: float
+    pa_median: float
+    pa_quantiles: dict[str, float]
+    count: int
+    seconds: float
+    protocol_version: str
+    evaluator_version: str
+    records_path: str
+
+    @property
+    def test_set_id(self) -> int:
+        return self.test_set.id
+
+    @classmethod
+    def of(cls, row: StageResult, test_set: TestSet) -> TestSetResult:
+        summary = row.summary
+        return cls(
+            id=row.id,
+            submission_id=row.submission_id,
+            test_set=test_set,
+            acr=summary["acr"],
+            certified_accuracy=dict(summary["certified_accuracy"]),
+            clean_accuracy=summary["clean_accuracy"],
+            abstain_rate=summary["abstain_rate"],
+            pa_median=summary["pa_median"],
+            pa_quantiles=dict(summary["pa_quantiles"]),
+            count=row.count,
+            seconds=row.seconds,
+            protocol_version=summary["protocol_version"],
+            evaluator_version=row.evaluator_version,
+            records_path=row.records_path,
+        )

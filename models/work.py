@@ -1,0 +1,130 @@
+"""What a worker needs to evaluate one submission: a snapshot read from the database.
+
+Workers pass submission ids, never ORM objects; each task re-reads a ``WorkItem`` and hands it to
+the stages (``models.stages``), which need nothing else from the database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from models import storage
+from models.entities import Submission, TestSet
+from models.errors import NotFoundError
+from models.settings import Settings
+from models.states import SubmissionState
+
+
+@dataclass(frozen=True)
+class TestSetSpec:
+    """How to load one set of images (arguments of ``certbench.data.load_images``)."""
+
+    __test__ = False
+
+    id: int
+    name: str
+    source: str
+    config: str | None
+    revision: str | None
+    split: str
+    subset_skip: int
+    subset_limit: int | None
+    num_images: int
+    band: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """Everything a worker needs to validate and evaluate one submission.
+
+    ``stages`` holds the stored protocol of every stage beyond certification the benchmark runs
+    (stage name → JSON row); each stage resolves its own block.
+    """
+
+    submission_id: int
+    state: SubmissionState
+    attempt: int
+    benchmark: str
+    num_classes: int
+    sigma: float
+    n0: int
+    n: int
+    alpha: float
+    seed: int
+    protocol_version: str
+    manifest: dict[str, Any]
+    weights_path: Path | None
+    test_sets: tuple[TestSetSpec, ...]
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def get_submission(session: Session, submission_id: int) -> Submission:
+    """The submission row. Raises NotFoundError."""
+    submission = session.get(Submission, submission_id)
+    if submission is None:
+        raise NotFoundError(f"submission {submission_id} does not exist")
+    return submission
+
+
+def resolve_source(folder: str | None, repo: str, settings: Settings) -> str:
+    """A local folder when the definition names one (relative ones under datasets_dir), else the
+    Hub repo id."""
+    if folder:
+        path = Path(folder)
+        if not path.is_absolute() and settings.datasets_dir is not None:
+            path = settings.datasets_dir / path
+        return str(path)
+    return repo
+
+
+def dataset_source(test_set: TestSet, settings: Settings) -> str:
+    """Where a test set's images are read from on this deployment."""
+    return resolve_source(test_set.dataset_folder, test_set.dataset_repo, settings)
+
+
+def get_work_item(session: Session, submission_id: int, *, settings: Settings) -> WorkItem:
+    """Snapshot of a submission for a worker. Raises NotFoundError."""
+    submission = get_submission(session, submission_id)
+    benchmark = submission.benchmark
+    artifact = submission.artifact
+    weights = (
+        storage.resolve(settings.artifacts_dir, artifact.weights_path)
+        if artifact.weights_path
+        else None
+    )
+    specs = tuple(
+        TestSetSpec(
+            id=ts.id,
+            name=ts.name,
+            source=dataset_source(ts, settings),
+            config=ts.config,
+            revision=ts.revision,
+            split=ts.split,
+            subset_skip=ts.subset_skip,
+            subset_limit=ts.subset_limit,
+            num_images=ts.num_images,
+            band=ts.band,
+        )
+        for ts in benchmark.test_sets
+    )
+    return WorkItem(
+        submission_id=submission.id,
+        state=submission.state,
+        attempt=submission.attempt,
+        benchmark=benchmark.name,
+        num_classes=benchmark.num_classes,
+        sigma=submission.sigma,
+        n0=benchmark.n0,
+        n=benchmark.n,
+        alpha=benchmark.alpha,
+        seed=benchmark.seed,
+        protocol_version=submission.protocol_version,
+        manifest=dict(artifact.manifest),
+        weights_path=weights,
+        test_sets=specs,
+        stages={name: dict(row) for name, row in (benchmark.stages or {}).items()},
+    )
