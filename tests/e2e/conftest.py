@@ -60,6 +60,9 @@ SERVICE_ENV = {
     "CERTBENCH_QUOTA_CONCURRENT": "20",
     "CERTBENCH_QUOTA_FAILED_PER_DAY": "50",
     "CERTBENCH_QUOTA_SUBMISSIONS_PER_DAY": "50",
+    # A plug-in evaluation stage (test_e2e_stage_plugin), importable by the API and the workers.
+    "CERTBENCH_STAGE_PLUGINS": "toy_stage",
+    "PYTHONPATH": str(Path(__file__).resolve().parent),
 }
 
 

@@ -32,13 +32,21 @@ TERMINAL = {"finished", "failed", "rejected", "cancelled", "duplicate"}
 
 
 def put_benchmark(
-    admin: httpx.Client, folder: Path, *, robustness: bool = False, **protocol: Any
+    admin: httpx.Client,
+    folder: Path,
+    *,
+    robustness: bool = False,
+    stages: dict[str, Any] | None = None,
+    **protocol: Any,
 ) -> dict[str, Any]:
     """Write the tiny dataset under ``folder`` and load its definition through the admin API
-    (``robustness``: with a training split and the tiny robustness stage)."""
+    (``robustness``: with a training split and the tiny robustness stage; ``stages``: further
+    stage blocks)."""
     dataset = write_tiny_dataset(folder)
     stage = tiny_robustness(write_tiny_train_split(dataset)) if robustness else None
     definition = tiny_definition(dataset, robustness=stage, **protocol)
+    if stages:
+        definition["stages"] = {**definition.get("stages", {}), **stages}
     response = admin.put("/api/v1/admin/benchmarks", json=definition)
     assert response.status_code == 200, response.text
     return definition
