@@ -214,6 +214,16 @@ def _create_old_tables() -> None:
     )  # fmt: skip
 
 
+def _drop_column(table: str, column: str) -> None:
+    """Drop a plain column in place. On SQLite a batch (copy-and-rename) would have to drop
+    ``benchmarks``, which rows of other tables reference: with foreign keys enforced that fails
+    once data exists, so use SQLite's own DROP COLUMN (3.35+) there."""
+    if op.get_bind().dialect.name == "sqlite":
+        op.execute(sa.text(f'ALTER TABLE "{table}" DROP COLUMN "{column}"'))
+    else:
+        op.drop_column(table, column)
+
+
 def _rows(query: Any) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in op.get_bind().execute(query)]
 
@@ -259,16 +269,14 @@ def upgrade() -> None:
                            "value": entry[key]})  # fmt: skip
     _insert(metric_values, values)
 
-    with op.batch_alter_table("benchmarks", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("stages", sa.JSON(), nullable=True))
+    op.add_column("benchmarks", sa.Column("stages", sa.JSON(), nullable=True))
     benchmarks = _t("benchmarks", "id", json=("robustness", "stages"))
     for row in _rows(sa.select(benchmarks.c.id, benchmarks.c.robustness)):
         stages = {PD: row["robustness"]} if row["robustness"] is not None else {}
         op.get_bind().execute(
             benchmarks.update().where(benchmarks.c.id == row["id"]).values(stages=stages)
         )
-    with op.batch_alter_table("benchmarks", schema=None) as batch_op:
-        batch_op.drop_column("robustness")
+    _drop_column("benchmarks", "robustness")
 
     op.drop_table("robustness_shards")
     op.drop_table("robustness_results")
@@ -278,8 +286,7 @@ def upgrade() -> None:
     op.drop_table("results")
     with op.batch_alter_table("leaderboard_entries", schema=None) as batch_op:
         for key in INDEXED:
-            if key != "finished_at":
-                batch_op.drop_index(f"ix_leaderboard_entries_benchmark_{key}")
+            batch_op.drop_index(f"ix_leaderboard_entries_benchmark_{key}")
         for key in METRICS:
             batch_op.drop_column(key)
 
@@ -332,16 +339,14 @@ def downgrade() -> None:
                 f"ix_leaderboard_entries_benchmark_{key}", ["benchmark_id", key], unique=False
             )
 
-    with op.batch_alter_table("benchmarks", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("robustness", sa.JSON(), nullable=True))
+    op.add_column("benchmarks", sa.Column("robustness", sa.JSON(), nullable=True))
     benchmarks = _t("benchmarks", "id", json=("robustness", "stages"))
     for row in _rows(sa.select(benchmarks.c.id, benchmarks.c.stages)):
         robustness = (row["stages"] or {}).get(PD)
         op.get_bind().execute(
             benchmarks.update().where(benchmarks.c.id == row["id"]).values(robustness=robustness)
         )
-    with op.batch_alter_table("benchmarks", schema=None) as batch_op:
-        batch_op.drop_column("stages")
+    _drop_column("benchmarks", "stages")
 
     _downgrade_rows()
     op.drop_table("stage_shards")
