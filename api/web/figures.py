@@ -20,15 +20,12 @@ import pyarrow as pa
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
-from api.schemas import ResultsPublic, RobustnessPublic, TestSetResultPublic
+from api.schemas import ResultsPublic, TestSetResultPublic
 from api.services import leaderboards as service
 from api.web.plots import (
     RADIUS_AXIS_LABEL,
     Axis,
-    Bars,
-    Layout,
     Series,
-    bar_chart,
     heatmap,
     line_chart,
 )
@@ -352,73 +349,6 @@ def corruption_rows(results: Sequence[TestSetResultPublic]) -> list[CorruptionRo
         for (band, name), values in groups.items()
     ]
     return sorted(rows, key=lambda row: (_band_key(row.band), row.corruption))
-
-
-# ---- base-classifier robustness (seed 004) ----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RobustnessRow:
-    """One ε (units of 1/255) of a robustness result: ℓ∞, ℓ∞ ∩ PD (the worse of both PD
-    attacks), each PD attack alone, and the median d_PD of the ℓ∞ adversarial examples."""
-
-    eps: int
-    linf: float | None
-    pd: float | None
-    projected: float | None
-    aware: float | None
-    threat_median: float | None
-
-
-def robustness_eps(robustness: RobustnessPublic) -> list[int]:
-    """The radii attacked, from the protocol (else from the figures' ε tags), ascending."""
-    eps = robustness.protocol.get("eps")
-    if eps:
-        return sorted(int(e) for e in eps)
-    prefix = "linf_robust_accuracy_"
-    return sorted(int(k[len(prefix) :]) for k in robustness.figures if k.startswith(prefix))
-
-
-def robustness_rows(robustness: RobustnessPublic) -> list[RobustnessRow]:
-    figures = robustness.figures
-    return [
-        RobustnessRow(
-            eps=eps,
-            linf=figures.get(f"linf_robust_accuracy_{eps}"),
-            pd=figures.get(f"pd_robust_accuracy_{eps}"),
-            projected=figures.get(f"pd_projected_accuracy_{eps}"),
-            aware=figures.get(f"pd_aware_accuracy_{eps}"),
-            threat_median=figures.get(f"linf_pd_threat_median_{eps}"),
-        )
-        for eps in robustness_eps(robustness)
-    ]
-
-
-def robustness_chart(robustness: RobustnessPublic, *, chart_id: str = "robustness-bars") -> Markup:
-    """Clean vs ℓ∞ vs ℓ∞ ∩ PD accuracy of the base classifier, one group of bars per ε."""
-    rows = robustness_rows(robustness)
-    groups = [f"ε = {row.eps}/255" for row in rows]
-    series = [
-        Bars("clean", [robustness.base_accuracy] * len(rows)),
-        Bars("ℓ∞ (APGD)", [row.linf for row in rows]),
-        Bars("ℓ∞ ∩ PD (seed 004)", [row.pd for row in rows]),
-    ]
-    values = "; ".join(
-        f"ε = {row.eps}/255: ℓ∞ {_pct(row.linf)}, ℓ∞ ∩ PD {_pct(row.pd)}" for row in rows
-    )
-    return bar_chart(
-        groups,
-        series,
-        chart_id=chart_id,
-        title="Base classifier: clean vs ℓ∞ vs ℓ∞ ∩ PD accuracy",
-        description=(
-            f"Accuracy of the base classifier (not smoothed) on {robustness.count} clean images: "
-            f"clean {_pct(robustness.base_accuracy)}; {values}."
-        ),
-        x_label="ℓ∞ radius ε (units of 1/255)",
-        y=Axis("accuracy (base classifier)", 0.0, 1.0, percent=True),
-        layout=Layout(width=560, height=300, legend_columns=3),
-    )
 
 
 def _pct(value: float | None) -> str:

@@ -25,6 +25,7 @@ from api.schemas import BenchmarkPublic, ResultsPublic
 from api.services import leaderboards as lb_service
 from api.services import submissions as sub_service
 from api.web import figures
+from api.web import stages as stage_web
 from api.web.auth import (
     WebViewer,
     check_same_origin,
@@ -269,9 +270,7 @@ def model_page(
         "charts": {},
         "active": results.state in ACTIVE_STATES,
     }
-    if results.robustness is not None:
-        context["robustness_rows"] = figures.robustness_rows(results.robustness)
-        context["charts"]["robustness"] = figures.robustness_chart(results.robustness)
+    context["stage_sections"] = stage_web.sections(results, bench)
     if results.results:
         curves = figures.set_curves(session, results, viewer=viewer, settings=settings)
         context["charts"]["certified"] = figures.certified_accuracy_chart(results, curves)

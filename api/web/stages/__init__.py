@@ -1,0 +1,46 @@
+"""Web sections of evaluation stages on the model page, one module per stage.
+
+Each module names its ``STAGE``, its template partial (``TEMPLATE``, under ``templates/``) and a
+``context(results)`` function; ``sections`` returns those of the stages a submission's benchmark
+runs, so adding a stage's section touches only its own module and partial.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from api.schemas import BenchmarkPublic, ResultsPublic
+from models.stages import registry
+
+
+@dataclass(frozen=True)
+class Section:
+    """One stage's section: the partial to include and its variables."""
+
+    stage: str
+    template: str
+    context: dict[str, Any]
+
+
+def _modules() -> list[ModuleType]:
+    return [
+        importlib.import_module(f"{__name__}.{info.name}")
+        for info in pkgutil.iter_modules(__path__)
+    ]
+
+
+def sections(results: ResultsPublic, benchmark: BenchmarkPublic) -> list[Section]:
+    """The sections of the stages this benchmark runs (or that left a result), in stage order."""
+    by_stage = {module.STAGE: module for module in _modules()}
+    stored = {s.stage for s in results.stages}
+    out = []
+    for stage in registry.all_stages():
+        module = by_stage.get(stage.name)
+        if module is None or (stage.name not in benchmark.stages and stage.name not in stored):
+            continue
+        out.append(Section(stage.name, module.TEMPLATE, module.context(results)))
+    return out
