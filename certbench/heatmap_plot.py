@@ -91,7 +91,7 @@ def difference_figure(
 
 
 def figure_svg(fig: Figure) -> str:
-    """The figure as a self-contained SVG string (text kept as text, stable element ids)."""
+    """The figure as a self-contained SVG string (text kept as text, seeded element ids)."""
     buffer = io.StringIO()
     with mpl.rc_context({"svg.fonttype": "none", "svg.hashsalt": "certbench"}):
         fig.savefig(buffer, format="svg", metadata={"Date": None})
