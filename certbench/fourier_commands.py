@@ -165,6 +165,7 @@ def _figures(heatmap: Heatmap, out: Path, name: str, protocol: SensitivityProtoc
             label="accuracy (no smoothing)",
             vmin=0.0,
             vmax=1.0,
+            size=heatmap.size,
         ),
         out / "base_accuracy_heatmap",
     )
@@ -175,6 +176,7 @@ def _figures(heatmap: Heatmap, out: Path, name: str, protocol: SensitivityProtoc
                 heatmap.frequencies,
                 title=f"{name}\nsmoothed classifier ACR, {eps}",
                 label="ACR (ℓ2 radius)",
+                size=heatmap.size,
             ),
             out / "acr_heatmap",
         )

@@ -4,7 +4,7 @@ Conventions, shared by the CLI and the web pages: the lowest frequency (DC) sits
 the highest at the edges, as in seed 000 Fig. 3 and Yin et al. 2019; axes are the centred
 offsets (i vertical, j horizontal) in cycles per image; the colour scale is ColorBrewer's RdBu
 (diverging and colour-blind safe: red is low, blue high) with a labelled colour bar; cells that
-were not computed are grey; dashed circles mark the band edges (``certbench.spectral``).
+were not computed are hatched; dashed circles mark the band edges (``certbench.spectral``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from certbench.spectral import BAND_EDGES, NYQUIST
 
 DIVERGING_CMAP = "RdBu"
 """ColorBrewer RdBu: diverging, safe for the common colour-vision deficiencies."""
-MISSING_COLOUR = "#d9d9d9"
+MISSING_HATCH = "////"
+"""Cells without records show the hatched background: no colour of the scale can mimic it."""
 
 
 def heatmap_figure(
@@ -36,8 +37,10 @@ def heatmap_figure(
     vmin: float | None = None,
     vmax: float | None = None,
     center: float | None = None,
+    size: int = 32,
 ) -> Figure:
-    """A square heatmap of ``values`` (K, K) on the centred grid ``frequencies`` (K,).
+    """A square heatmap of ``values`` (K, K) on the centred grid ``frequencies`` (K,) of
+    ``size``×``size`` images (the band circles scale with its Nyquist frequency ``size/2``).
 
     Colour limits default to [min(0, data), max(data)] with the diverging centre half-way;
     pass ``center=0`` with symmetric limits for a difference map (:func:`difference_figure`).
@@ -53,7 +56,10 @@ def heatmap_figure(
     lo, hi = float(freqs[0]) - step / 2, float(freqs[-1]) + step / 2
     fig = Figure(figsize=(4.6, 3.9), layout="constrained")
     ax = fig.add_subplot()
-    cmap = mpl.colormaps[DIVERGING_CMAP].with_extremes(bad=MISSING_COLOUR)
+    cmap = mpl.colormaps[DIVERGING_CMAP].with_extremes(bad=(0.0, 0.0, 0.0, 0.0))
+    ax.patch.set_facecolor("white")
+    ax.patch.set_hatch(MISSING_HATCH)
+    ax.patch.set_edgecolor("0.6")
     image = ax.imshow(
         np.ma.masked_invalid(data),
         cmap=cmap,
@@ -62,7 +68,7 @@ def heatmap_figure(
         extent=(lo, hi, lo, hi),
         interpolation="nearest",
     )
-    scale = (len(freqs) * step / 2) / NYQUIST
+    scale = (size / 2) / NYQUIST
     for edge in BAND_EDGES:
         ax.add_patch(
             Circle((0, 0), edge * scale, fill=False, linestyle="--", linewidth=0.7, color="0.25")
@@ -71,7 +77,8 @@ def heatmap_figure(
     ax.set_ylabel("vertical frequency i (cycles/image)")
     ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
-    ax.set_title(title, fontsize=9)
+    missing = "\nhatched cells: not computed" if np.isnan(data).any() else ""
+    ax.set_title(title + missing, fontsize=9)
     bar = fig.colorbar(image, ax=ax, shrink=0.9)
     bar.set_label(label)
     return fig
