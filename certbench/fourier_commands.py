@@ -17,7 +17,8 @@ from certbench import __version__
 from certbench.cli import Dataset, ManifestPath, Weights, console, user_errors
 
 if TYPE_CHECKING:
-    from certbench.fourier_sensitivity import Heatmap, SensitivityProtocol
+    from certbench.fourier_heatmap import Heatmap
+    from certbench.fourier_sensitivity import SensitivityProtocol
 
 
 @user_errors
@@ -57,13 +58,9 @@ def fourier_heatmap_command(
 
     from certbench.data import Subset, load_images
     from certbench.errors import SensitivityError
+    from certbench.fourier_heatmap import assemble_heatmap, summarize_heatmap
     from certbench.fourier_records import write_sensitivity_records
-    from certbench.fourier_sensitivity import (
-        assemble_heatmap,
-        get_protocol,
-        sensitivity_records,
-        summarize_heatmap,
-    )
+    from certbench.fourier_sensitivity import get_protocol, sensitivity_records
     from certbench.loading import load_manifest, load_model
 
     chosen = get_protocol(protocol, n=n, n0=n0, images=images, skip=skip, stride=stride)

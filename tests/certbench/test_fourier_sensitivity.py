@@ -22,17 +22,14 @@ from certbench.fourier_basis import (
     perturbation_signs,
     spectrum_support,
 )
+from certbench.fourier_heatmap import Heatmap, assemble_heatmap, band_means, summarize_heatmap
 from certbench.fourier_records import read_sensitivity_records, write_sensitivity_records
 from certbench.fourier_sensitivity import (
     PROTOCOLS,
-    Heatmap,
     SensitivityRecord,
-    assemble_heatmap,
-    band_means,
     get_protocol,
     protocol_from_dict,
     sensitivity_records,
-    summarize_heatmap,
 )
 from certbench.heatmap_plot import difference_figure, figure_svg, heatmap_figure, save_figure
 from certbench.smoothing import certify
@@ -363,3 +360,17 @@ def test_heatmap_figures_are_written_as_png_and_svg(tmp_path) -> None:
     assert bar.vcenter == 0 and bar.vmin == -bar.vmax
     with pytest.raises(SensitivityError, match="do not match"):
         heatmap_figure(values[:3], freqs, title="t", label="l")
+
+
+def test_bad_inputs_are_clear_errors() -> None:
+    model, protocol = small_cnn(), PROTOCOLS["quick"]
+    x = torch.rand(2, 3, SIZE, SIZE)
+    run = {"protocol": protocol, "sigma": None}
+    with pytest.raises(SensitivityError, match=r"in \[0, 1\]"):
+        sensitivity_records(model, x * 255, [0, 1], [0, 1], [(0, 2)], **run)
+    with pytest.raises(SensitivityError, match="label 7 is out of range for a model with 4"):
+        sensitivity_records(model, x, [0, 7], [0, 1], [(0, 2)], **run)
+    with pytest.raises(SensitivityError, match="given twice"):
+        sensitivity_records(model, x, [0, 1], [0, 1], [(0, 2), (0, -2)], **run)
+    with pytest.raises(SensitivityError, match="distinct"):
+        sensitivity_records(model, x, [0, 1], [3, 3], [(0, 2)], **run)
