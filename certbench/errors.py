@@ -49,6 +49,10 @@ class CertificationError(CertbenchError):
     """Arguments to certify/predict are inconsistent (shapes, labels, n, alpha, sigma)."""
 
 
+class SensitivityError(CertbenchError):
+    """Fourier-sensitivity arguments are invalid (grid point, stride, protocol, records)."""
+
+
 class RecordsError(CertbenchError):
     """A records file is missing columns or cannot be used for the requested metric."""
 

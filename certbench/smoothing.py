@@ -163,6 +163,7 @@ def certify(
     early_abstain: bool = False,
     progress: bool = False,
     on_record: Callable[[CertifyRecord], None] | None = None,
+    check_range: bool = True,
 ) -> list[CertifyRecord]:
     """Cohen et al.'s CERTIFY for each image: one record per image, in input order.
 
@@ -176,6 +177,9 @@ def certify(
         early_abstain: stop drawing estimation samples once the bound provably stays below 1/2;
             such records hold the samples actually drawn in `n` and are flagged.
         on_record: called as each record is final (progress, heartbeats, cancellation).
+        check_range: refuse images outside [0, 1] (a dataset-scaling mistake). Callers that
+            certify deliberately perturbed inputs pass False: Fourier-basis perturbations
+            (``certbench.fourier_sensitivity``) leave the box, unclipped as in the papers' code.
 
     Raises:
         CertificationError: inconsistent shapes, labels, or protocol parameters.
@@ -184,7 +188,7 @@ def certify(
     settings = _settings(
         model, sigma, batch_size, seed, test_set, device, amp, channels_last, compile
     )
-    x, y, idx = _check_inputs(images, labels, indices)
+    x, y, idx = _check_inputs(images, labels, indices, check_range=check_range)
     forward = _prepare_model(model, settings, compile)
     phases = ((SELECT, n0), (ESTIMATE, n))
     threshold = min_count_to_certify(n, alpha) if early_abstain else None
@@ -320,6 +324,8 @@ def _check_inputs(
     images: torch.Tensor,
     labels: torch.Tensor | Sequence[int],
     indices: torch.Tensor | Sequence[int] | None,
+    *,
+    check_range: bool = True,
 ) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
     if not isinstance(images, torch.Tensor) or images.dim() != 4:
         raise CertificationError("images must be a float tensor of shape (N, C, H, W)")
@@ -327,7 +333,9 @@ def _check_inputs(
         raise CertificationError(
             f"images must be float in [0, 1], got dtype {images.dtype}; divide uint8 images by 255"
         )
-    if images.numel():
+    if not bool(torch.isfinite(images).all()):
+        raise CertificationError("images contain NaN or inf values")
+    if check_range and images.numel():
         lo, hi = float(images.min()), float(images.max())
         if lo < 0.0 or hi > 1.0:
             raise CertificationError(

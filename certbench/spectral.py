@@ -12,6 +12,20 @@ import torch
 
 _DIMS = (-2, -1)
 
+BANDS = ("low", "mid", "high")
+"""Spectral bands of seed 000 (Sec. 2, Table 1): low-, mid- and high-frequency perturbations."""
+
+NYQUIST = 16.0
+"""Largest frequency along one axis of a 32×32 image, in cycles per image."""
+
+BAND_EDGES = (NYQUIST / 3, 2 * NYQUIST / 3)
+"""Radial frequencies (cycles per image) splitting low | mid | high: thirds of the Nyquist radius.
+
+One rule for every band in the project: corruption sets are banded by the energy-weighted
+centroid of their perturbation spectrum (``generators.bands``), Fourier-sensitivity heatmaps by
+the radial frequency of each basis image (``certbench.fourier_sensitivity``).
+"""
+
 
 def fft2c(x: torch.Tensor) -> torch.Tensor:
     """Centred 2-D spectrum over the last two axes: ``fftshift(fft2(x))``, DC at (H//2, W//2)."""
@@ -87,6 +101,19 @@ def hermitian_symmetrise(spectrum: torch.Tensor) -> torch.Tensor:
     mirrored = torch.conj(point_reflect(spectrum))
     out = torch.where(keep, spectrum, mirrored)
     return torch.where(self_conjugate, spectrum.real.to(spectrum.dtype), out)
+
+
+def frequency_band(frequency: float, *, size: int = 32) -> str:
+    """'low', 'mid' or 'high' for a radial frequency in cycles per image (:data:`BAND_EDGES`).
+
+    For images of another ``size`` the edges scale with its Nyquist frequency ``size / 2``.
+    """
+    scale = (size / 2) / NYQUIST
+    if frequency < BAND_EDGES[0] * scale:
+        return BANDS[0]
+    if frequency < BAND_EDGES[1] * scale:
+        return BANDS[1]
+    return BANDS[2]
 
 
 def radial_profile(values: torch.Tensor, *, max_radius: int | None = None) -> torch.Tensor:

@@ -9,7 +9,8 @@ any corruption set:
    ``A = mean over images and channels of |fftshift(fft2(delta_i))|`` (32x32, DC at (16, 16)).
 2. The band statistic is the energy-weighted mean radial frequency of that spectrum,
    ``centroid = sum(f * A^2) / sum(A^2)`` with ``f = sqrt(u^2 + v^2)`` in cycles per image.
-3. The centroid is compared with thirds of the Nyquist radius (16 cycles per image):
+3. The centroid is compared with thirds of the Nyquist radius (16 cycles per image), the edges
+   ``certbench.spectral.BAND_EDGES`` shared with the Fourier-sensitivity heatmaps:
    ``low`` if centroid < 16/3, ``mid`` if centroid < 32/3, else ``high``. Spatially white noise
    has a centroid of about 12.3 (high); a global brightness shift has 0 (low).
 
@@ -26,10 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from certbench.errors import GeneratorError
+from certbench.spectral import BANDS, frequency_band
 
-BANDS = ("low", "mid", "high")
-NYQUIST = 16.0
-THRESHOLDS = (NYQUIST / 3, 2 * NYQUIST / 3)
 # seed 000, Sec. 2: the hand grouping of the CIFAR-10-C corruptions
 PAPER_GROUPS: dict[str, str] = {
     **dict.fromkeys(
@@ -86,12 +85,7 @@ def spectral_centroid(spectrum: np.ndarray) -> float:
 
 def assign_band(spectrum: np.ndarray) -> str:
     """'low', 'mid' or 'high' by the documented centroid rule (module docstring)."""
-    centroid = spectral_centroid(spectrum)
-    if centroid < THRESHOLDS[0]:
-        return "low"
-    if centroid < THRESHOLDS[1]:
-        return "mid"
-    return "high"
+    return frequency_band(spectral_centroid(spectrum))
 
 
 def corruption_bands(set_bands: Mapping[tuple[str, int], str]) -> dict[str, str]:
