@@ -117,7 +117,8 @@ def amplitude_path(
     the window are symmetric under k → −k.
     """
     f0, f1 = _spectra(z0, z1)
-    mask = low_frequency_mask(*z0.shape[-2:], fraction)
+    height, width = z0.shape[-2:]
+    mask = low_frequency_mask(height, width, fraction)
     amplitude = _mix(f0.abs(), f1.abs(), lambdas, mask)
     phase = torch.angle(f0)[:, None]
     return torch.fft.ifft2(torch.polar(amplitude, phase.expand_as(amplitude))).real
@@ -138,7 +139,8 @@ def phase_path(
     real part (as the released code does) shrinks the channel mean through 0 to its new sign.
     """
     f0, f1 = _spectra(z0, z1)
-    mask = low_frequency_mask(*z0.shape[-2:], fraction)
+    height, width = z0.shape[-2:]
+    mask = low_frequency_mask(height, width, fraction)
     phase = _mix(torch.angle(f0), torch.angle(f1), lambdas, mask)
     amplitude = f0.abs()[:, None].expand_as(phase)
     return torch.fft.ifft2(torch.polar(amplitude.contiguous(), phase)).real
@@ -157,7 +159,10 @@ def pixel_path(z0: torch.Tensor, z1: torch.Tensor, step: float = 1.0) -> torch.T
 
     As in Fridovich-Keil et al.'s released ``pixel_interpolation.py``: a fixed ℓ2 step (1.0 in
     normalised units) rather than a fixed number of images, so the path length grows with the
-    distance (≈ 40–80 images for CIFAR-10) and x₁ itself is not on the path.
+    distance (≈ 40–80 images for CIFAR-10) and x₁ itself is not on the path. Because the step
+    is measured in the entry's normalised units, the number of images per path scales with
+    1/std: entries with unusual preprocessing get differently sampled pixel paths (the Fourier
+    paths do not depend on std at all, and on the mean only through the DC bin).
     """
     if step <= 0:
         raise LensError(f"pixel_step must be > 0, got {step!r}")
