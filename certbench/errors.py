@@ -67,3 +67,11 @@ class GeneratorError(CertbenchError):
 
 class PublishError(CertbenchError):
     """Publishing a dataset folder to the Hugging Face Hub failed (network, auth, bad layout)."""
+
+
+class LensError(CertbenchError):
+    """Fourier-lens arguments (protocol, path ranges, preprocessing, records) are inconsistent."""
+
+
+class EffectiveRobustnessError(CertbenchError):
+    """Effective-robustness inputs cannot be fitted (too few entries, mixed σ, bad counts)."""

@@ -1,0 +1,457 @@
+"""The Fourier lens of Fridovich-Keil et al. 2022 (seed 003 §3): per-path records of a model.
+
+A model is probed along interpolating image paths (:mod:`certbench.interpolation`): Fourier
+amplitude and phase paths between random test pairs (5,000 pairs on CIFAR-10, 100 images each)
+and pixel-space paths within and between classes (Fridovich-Keil et al. 2021). From the
+probability vectors along a path come two numbers:
+
+* **HFF**, the high-frequency fraction (:func:`high_frequency_fraction`): how much of the path's
+  prediction signal sits at high "function frequency" — lower is smoother;
+* **CD**, the consistent distance (:func:`consistent_distance`): how far the top-1 prediction
+  stays that of the path's first image — higher is more stable.
+
+Plus the **Jacobian norm** of the logits w.r.t. the normalised input (Hoffman, Roberts & Yaida
+2019, seed 003 ref. [24]), per image.
+
+Sharding: a :class:`LensPlan` lays every unit of work (one path, or one Jacobian image) on one
+flat index 0 … ``plan.size``−1, kinds in the order of :data:`KINDS`. ``lens_records(…, units=
+range(a, b))`` computes any range alone; the records of a unit depend only on (model, test set,
+protocol, seed, unit), never on the range, the batch size or the device batching (up to the
+float round-off of the forward pass, which GEMM blocking may change with the batch shape).
+``summarize`` turns the merged records into means with 95 % intervals.
+
+Seed 003 defers "further computational details" to its Appendix A.3–A.4, which the seed file
+does not contain; every constant here is checked against the released code instead
+(github.com/sarafridov/RobustNets: ``fourier_interpolation.py``, ``pixel_interpolation.py``,
+``jacobian_norm.py``) and each docstring says where paper and code differ.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field, fields
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from certbench.errors import LensError
+from certbench.interpolation import (
+    LOW_FREQUENCY_FRACTION,
+    amplitude_path,
+    between_class_pairs,
+    denormalise,
+    fourier_pairs,
+    normalise,
+    path_lambdas,
+    phase_path,
+    pixel_path,
+    pixel_path_length,
+    within_class_pairs,
+)
+from certbench.lens_metrics import (
+    HFF_THRESHOLD,
+    KINDS,
+    LensRecord,
+    LensSummary,
+    consistent_distance,
+    high_frequency_fraction,
+    read_lens_metadata,
+    read_lens_records,
+    summarize,
+    write_lens_records,
+)
+from certbench.smoothing import derive_seed
+
+__all__ = [
+    "KINDS",
+    "LensPlan",
+    "LensProtocol",
+    "LensRecord",
+    "LensSummary",
+    "consistent_distance",
+    "high_frequency_fraction",
+    "jacobian_sq_norms",
+    "lens_plan",
+    "lens_records",
+    "read_lens_metadata",
+    "read_lens_records",
+    "summarize",
+    "write_lens_records",
+]
+
+PROTOCOL_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LensProtocol:
+    """What to measure; the defaults are the paper's CIFAR-10 protocol.
+
+    ``paths``: Fourier pairs (each gives one amplitude and one phase path), 5,000 in §3.
+    ``steps``: images per Fourier path (100 evenly spaced λ). ``low_frequency_fraction``: 0.4,
+    see :func:`certbench.interpolation.low_frequency_half_width`. ``hff_threshold``: 0.1.
+    ``pixel_pairs``: within-class pairs per class and between-class pairs per class pair (200
+    in the released ``pixel_interpolation.py``); ``pixel_step``: ℓ2 step in normalised units.
+    ``jacobian_images``: the first N test images (400 in ``jacobian_norm.py``);
+    ``jacobian_projections``: 0 = exact (one backward pass per class, what the released code
+    runs, ``JacobianReg(n=-1)``), k > 0 = k random unit projections per image (Hoffman et al.'s
+    unbiased estimator, cheaper for many classes). ``sigma``/``noise_samples``: when ``sigma``
+    is set, paths are scored with the *smoothed* classifier's vote fractions instead of the base
+    classifier's softmax (see :func:`lens_records`); the Jacobian stays the base classifier's.
+    """
+
+    paths: int = 5000
+    steps: int = 100
+    low_frequency_fraction: float = LOW_FREQUENCY_FRACTION
+    hff_threshold: float = HFF_THRESHOLD
+    pixel_pairs: int = 200
+    pixel_step: float = 1.0
+    jacobian_images: int = 400
+    jacobian_projections: int = 0
+    kinds: tuple[str, ...] = KINDS
+    sigma: float | None = None
+    noise_samples: int = 16
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kinds", tuple(self.kinds))
+        unknown = [k for k in self.kinds if k not in KINDS]
+        if unknown or not self.kinds or len(set(self.kinds)) != len(self.kinds):
+            raise LensError(f"kinds {list(self.kinds)}: give distinct names among {list(KINDS)}")
+        for name in ("paths", "steps", "pixel_pairs", "jacobian_images", "noise_samples"):
+            if getattr(self, name) < 1:
+                raise LensError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.steps < 2:
+            raise LensError(f"steps must be >= 2, got {self.steps}")
+        if not 0 < self.hff_threshold < 1:
+            raise LensError(f"hff_threshold must be in (0, 1), got {self.hff_threshold!r}")
+        if self.jacobian_projections < 0:
+            raise LensError(
+                f"jacobian_projections must be 0 (exact) or >= 1, got {self.jacobian_projections}"
+            )
+        if self.sigma is not None and not self.sigma > 0:
+            raise LensError(f"sigma must be > 0 or None (base classifier), got {self.sigma!r}")
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form, with the protocol version, for records metadata and dedup keys."""
+        return {"version": PROTOCOL_VERSION, **asdict(self), "kinds": list(self.kinds)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> LensProtocol:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class LensPlan:
+    """Every unit of work on one flat index: ``pairs[kind]`` holds (count, 2) test-set positions
+    (x₀, x₁) of each path, or (count, 1) image positions for ``jacobian``."""
+
+    kinds: tuple[str, ...]
+    pairs: dict[str, np.ndarray]
+    offsets: tuple[int, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        starts = np.cumsum([0] + [len(self.pairs[k]) for k in self.kinds]).tolist()
+        object.__setattr__(self, "offsets", tuple(int(s) for s in starts))
+
+    @property
+    def size(self) -> int:
+        return self.offsets[-1]
+
+    def locate(self, unit: int) -> tuple[str, int]:
+        """(kind, index within the kind) of a flat unit index."""
+        if not 0 <= unit < self.size:
+            raise LensError(f"unit {unit} is outside the plan's 0 … {self.size - 1}")
+        slot = int(np.searchsorted(self.offsets, unit, side="right")) - 1
+        return self.kinds[slot], unit - self.offsets[slot]
+
+
+def lens_plan(labels: np.ndarray | torch.Tensor, protocol: LensProtocol, seed: int) -> LensPlan:
+    """The plan for a clean test set with these labels (pairs seeded, see interpolation)."""
+    y = np.asarray(labels.cpu() if isinstance(labels, torch.Tensor) else labels, dtype=np.int64)
+    make = {
+        "amplitude": lambda: fourier_pairs(len(y), protocol.paths, seed),
+        "phase": lambda: fourier_pairs(len(y), protocol.paths, seed),
+        "pixel_within": lambda: within_class_pairs(y, protocol.pixel_pairs, seed),
+        "pixel_between": lambda: between_class_pairs(y, protocol.pixel_pairs, seed),
+        "jacobian": lambda: _jacobian_positions(len(y), protocol.jacobian_images),
+    }
+    kinds = tuple(k for k in KINDS if k in protocol.kinds)
+    return LensPlan(kinds=kinds, pairs={k: make[k]() for k in kinds})
+
+
+def _jacobian_positions(count: int, images: int) -> np.ndarray:
+    if images > count:
+        raise LensError(f"jacobian_images={images} exceeds the test set's {count} images")
+    return np.arange(images, dtype=np.int64)[:, None]
+
+
+# --------------------------------------------------------------------------- records
+
+
+def lens_records(
+    model: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor | np.ndarray,
+    *,
+    mean: Sequence[float],
+    std: Sequence[float],
+    protocol: LensProtocol | None = None,
+    seed: int = 0,
+    units: range | None = None,
+    indices: torch.Tensor | np.ndarray | None = None,
+    batch_size: int = 1000,
+    device: torch.device | str | None = None,
+    channels_last: bool = True,
+    progress: bool = False,
+) -> list[LensRecord]:
+    """Records of the plan's ``units`` (all by default) for a model on a clean test set.
+
+    ``images`` are pixels in [0, 1], (N, C, H, W), the whole clean test set (pairs are drawn
+    from all of it); ``mean``/``std`` are the entry's preprocessing (paths are built in its
+    normalised space, see :mod:`certbench.interpolation`). ``batch_size`` bounds the images per
+    forward pass, but a path is never split: all its images go through one forward.
+
+    Base classifier: the path's probabilities are softmax(logits). Smoothed classifier
+    (``protocol.sigma``): each image's probability vector is the vote fraction of f(x + ε) over
+    ``noise_samples`` Gaussian draws ε (pixel space, as in certification); the same draws are
+    used for every image of a path (common random numbers, seeded by (seed, kind, index)), so
+    HFF measures how g's votes change along the path rather than re-drawn Monte Carlo noise.
+
+    ``channels_last`` converts the model (in place, as ``certify`` does) and its inputs to the
+    channels-last layout, about twice as fast for CIFAR ResNets on CPU.
+    """
+    protocol = protocol or LensProtocol()
+    plan = lens_plan(labels, protocol, seed)
+    units = range(plan.size) if units is None else units
+    if units.step != 1 or units.start < 0 or units.stop > plan.size:
+        raise LensError(f"units {units} must be a contiguous range inside 0 … {plan.size}")
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    model.eval()
+    if channels_last:
+        model.to(memory_format=torch.channels_last)
+    y = np.asarray(labels.cpu() if isinstance(labels, torch.Tensor) else labels, dtype=np.int64)
+    ids = np.arange(len(y)) if indices is None else np.asarray(indices, dtype=np.int64)
+    if len(images) != len(y) or len(ids) != len(y):
+        raise LensError(
+            f"images ({len(images)}), labels ({len(y)}) and indices ({len(ids)}) differ in length"
+        )
+    context = _Context(model, images, y, ids, mean, std, protocol, seed, device, channels_last)
+    out: list[LensRecord] = []
+    bar = tqdm(total=len(units), desc="fourier lens", unit="path", disable=not progress)
+    with bar:
+        for kind, chunk in _kind_chunks(plan, units):
+            for batch in _batches(context, kind, plan.pairs[kind], chunk, batch_size):
+                out += context.run(kind, batch, plan.offsets[plan.kinds.index(kind)])
+                bar.update(len(batch))
+    return out
+
+
+@dataclass
+class _Context:
+    model: nn.Module
+    images: torch.Tensor
+    labels: np.ndarray
+    ids: np.ndarray
+    mean: Sequence[float]
+    std: Sequence[float]
+    protocol: LensProtocol
+    seed: int
+    device: torch.device
+    channels_last: bool
+
+    def z(self, positions: np.ndarray) -> torch.Tensor:
+        x = self.images[torch.as_tensor(positions, dtype=torch.long)].to(self.device)
+        return normalise(x, self.mean, self.std)
+
+    def path_images(self, kind: str, pairs: np.ndarray) -> list[torch.Tensor]:
+        """Normalised float64 images of each path (L, C, H, W)."""
+        z0, z1 = self.z(pairs[:, 0]), self.z(pairs[:, 1])
+        p = self.protocol
+        if kind in ("amplitude", "phase"):
+            build = amplitude_path if kind == "amplitude" else phase_path
+            lam = path_lambdas(p.steps).to(self.device)
+            return list(build(z0, z1, lam, p.low_frequency_fraction).unbind(0))
+        return [pixel_path(a, b, p.pixel_step) for a, b in zip(z0, z1, strict=True)]
+
+    def run(self, kind: str, batch: list[tuple[int, np.ndarray]], offset: int) -> list[LensRecord]:
+        """Records of one batch of units of one kind (``offset``: the kind's first unit)."""
+        index = np.array([i for i, _ in batch])
+        pairs = np.stack([pair for _, pair in batch])
+        if kind == "jacobian":
+            positions = pairs[:, 0]
+            seeds = [derive_seed(self.seed, "fourier-lens", "jacobian", int(p)) for p in positions]
+            x = self.images[torch.as_tensor(positions)].to(self.device)
+            projections = self.protocol.jacobian_projections
+            squares = jacobian_sq_norms(self.model, x, self.mean, self.std, projections, seeds)
+            return [
+                self._record(kind, offset + int(i), int(i), pair, None, float(sq))
+                for i, pair, sq in zip(index, pairs, squares, strict=True)
+            ]
+        probabilities = self.probabilities(kind, index, self.path_images(kind, pairs))
+        return [
+            self._record(kind, offset + int(i), int(i), pair, prob, math.nan)
+            for i, pair, prob in zip(index, pairs, probabilities, strict=True)
+        ]
+
+    def probabilities(
+        self, kind: str, index: np.ndarray, paths: list[torch.Tensor]
+    ) -> list[np.ndarray]:
+        """(L, K) float64 probabilities of every path, all paths in one forward pass."""
+        pixels = [denormalise(z, self.mean, self.std).to(torch.float32) for z in paths]
+        sigma = self.protocol.sigma
+        if sigma is not None:
+            noisy = []
+            for i, x in zip(index, pixels, strict=True):
+                g = torch.Generator(device=self.device)
+                g.manual_seed(derive_seed(self.seed, "fourier-lens", "noise", kind, int(i)))
+                eps = torch.randn(
+                    (self.protocol.noise_samples, *x.shape[1:]), generator=g, device=self.device
+                )
+                noisy.append((x[None] + sigma * eps[:, None]).flatten(0, 1))
+            pixels = noisy
+        batch = torch.cat(pixels)
+        if self.channels_last:
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        with torch.inference_mode():
+            logits = self.model(batch)
+        if logits.ndim != 2 or logits.shape[1] < 2:
+            raise LensError(f"model must return (batch, classes >= 2), got {tuple(logits.shape)}")
+        if sigma is None:
+            chunks = logits.float().softmax(dim=1).split([len(x) for x in pixels])
+            return [c.double().cpu().numpy() for c in chunks]
+        votes = torch.nn.functional.one_hot(logits.argmax(1), logits.shape[1]).double()
+        s = self.protocol.noise_samples
+        return [
+            c.view(s, -1, logits.shape[1]).mean(0).cpu().numpy()
+            for c in votes.split([len(x) for x in pixels])
+        ]
+
+    def _record(
+        self,
+        kind: str,
+        unit: int,
+        index: int,
+        pair: np.ndarray,
+        probabilities: np.ndarray | None,
+        jacobian_sq: float,
+    ) -> LensRecord:
+        source = int(pair[0])
+        target = int(pair[1]) if len(pair) > 1 else None
+        hff = hff_released = math.nan
+        cd, changed, first, length = -1, False, -1, 0
+        if probabilities is not None:
+            hff, hff_released = high_frequency_fraction(probabilities, self.protocol.hff_threshold)
+            top = probabilities.argmax(axis=1)
+            cd, changed = consistent_distance(top)
+            first, length = int(top[0]), len(top)
+        return LensRecord(
+            unit=unit,
+            kind=kind,
+            index=index,
+            source=int(self.ids[source]),
+            target=-1 if target is None else int(self.ids[target]),
+            source_label=int(self.labels[source]),
+            target_label=-1 if target is None else int(self.labels[target]),
+            length=length,
+            first_prediction=first,
+            hff=hff,
+            hff_released=hff_released,
+            cd=cd,
+            changed=changed,
+            jacobian_sq=jacobian_sq,
+        )
+
+
+def _kind_chunks(plan: LensPlan, units: range) -> Iterator[tuple[str, range]]:
+    """The part of ``units`` inside each kind, as indices within that kind."""
+    for slot, kind in enumerate(plan.kinds):
+        start = max(units.start, plan.offsets[slot])
+        stop = min(units.stop, plan.offsets[slot + 1])
+        if start < stop:
+            yield kind, range(start - plan.offsets[slot], stop - plan.offsets[slot])
+
+
+def _batches(
+    context: _Context, kind: str, pairs: np.ndarray, chunk: range, batch_size: int
+) -> Iterator[list[tuple[int, np.ndarray]]]:
+    """Whole paths per batch, at most ``batch_size`` images (a longer path goes alone)."""
+    if batch_size < 1:
+        raise LensError(f"batch_size must be >= 1, got {batch_size}")
+    p = context.protocol
+    noise = p.noise_samples if p.sigma is not None and kind != "jacobian" else 1
+    batch: list[tuple[int, np.ndarray]] = []
+    filled = 0
+    for i in chunk:
+        cost = noise * _path_length(context, kind, pairs[i])
+        if batch and filled + cost > batch_size:
+            yield batch
+            batch, filled = [], 0
+        batch.append((i, pairs[i]))
+        filled += cost
+    if batch:
+        yield batch
+
+
+def _path_length(context: _Context, kind: str, pair: np.ndarray) -> int:
+    if kind == "jacobian":
+        return 1
+    if kind in ("amplitude", "phase"):
+        return context.protocol.steps
+    z = context.z(pair)
+    return pixel_path_length(float((z[1] - z[0]).norm()), context.protocol.pixel_step)
+
+
+# --------------------------------------------------------------------------- Jacobian
+
+
+def jacobian_sq_norms(
+    model: nn.Module,
+    x: torch.Tensor,
+    mean: Sequence[float],
+    std: Sequence[float],
+    projections: int = 0,
+    seeds: Sequence[int] | None = None,
+) -> np.ndarray:
+    """‖J(z)‖²_F per image, J = ∂logits/∂z w.r.t. the *normalised* input z (as the released
+    ``jacobian_norm.py``, whose networks take z), for pixels ``x`` in [0, 1], (B, C, H, W).
+
+    ``projections = 0``: exact, one backward pass per class (Hoffman et al.'s estimator with the
+    K orthonormal basis vectors, ``JacobianReg(n=-1)``, what the released code runs).
+    ``projections = n > 0``: Hoffman et al.'s random projections, K·‖vᵀJ‖² averaged over n unit
+    vectors v uniform on the sphere (one per image and projection, seeded by ``seeds``), an
+    unbiased estimate of ‖J‖²_F. The entry's Jacobian norm is √(mean over images).
+    """
+    z = normalise(x, mean, std).to(torch.float32).requires_grad_(True)
+    with torch.enable_grad():
+        logits = model(denormalise(z, mean, std).to(torch.float32))
+        classes = logits.shape[1]
+        total = torch.zeros(len(z), dtype=torch.float64, device=z.device)
+        count = classes if projections == 0 else projections
+        for r in range(count):
+            if projections == 0:
+                v = torch.zeros_like(logits)
+                v[:, r] = 1.0
+                scale = 1.0
+            else:
+                v = _unit_vectors(seeds, r, classes, len(z)).to(logits.device, logits.dtype)
+                scale = classes / projections
+            (grad,) = torch.autograd.grad(logits, z, v, retain_graph=r + 1 < count)
+            total += scale * grad.double().flatten(1).pow(2).sum(1)
+    return total.cpu().numpy()
+
+
+def _unit_vectors(seeds: Sequence[int] | None, r: int, classes: int, count: int) -> torch.Tensor:
+    if seeds is None or len(seeds) != count:
+        raise LensError("random Jacobian projections need one seed per image")
+    rows = []
+    for s in seeds:
+        g = torch.Generator().manual_seed(derive_seed(int(s), r))
+        v = torch.randn(classes, generator=g, dtype=torch.float64)
+        rows.append(v / v.norm())
+    return torch.stack(rows)
