@@ -24,6 +24,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
@@ -204,6 +205,8 @@ class Submission(Base):
         ForeignKey("submissions.id", ondelete="SET NULL")
     )
     attempt: Mapped[int] = mapped_column(Integer, default=0)
+    # How often the reconciler re-sent this submission's validation after its lease lapsed.
+    recoveries: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     shards_total: Mapped[int] = mapped_column(Integer, default=0)
     shards_done: Mapped[int] = mapped_column(Integer, default=0)
     progress: Mapped[float] = mapped_column(Float, default=0.0)
@@ -265,6 +268,32 @@ class StageShard(Base):
     records_path: Mapped[str] = mapped_column(String(512))
     worker: Mapped[str | None] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ShardDispatch(Base):
+    """What the broker was asked to run, and who runs it now: the database's record of work in
+    flight, so work whose message the broker lost is found and sent again.
+
+    One row per planned shard once it was first sent: ``dispatched_at`` (last time a message was
+    sent) and ``dispatches`` (how many were sent); ``claimed_by``/``claimed_until`` the worker
+    computing it and its lease (renewed by heartbeats); ``expired_claims`` how many workers died
+    on it, with their ``history``. A recorded shard's row is kept for its history.
+    """
+
+    __tablename__ = "shard_dispatches"
+
+    submission_id: Mapped[int] = mapped_column(
+        ForeignKey("submissions.id", ondelete="CASCADE"), primary_key=True
+    )
+    stage: Mapped[str] = mapped_column(String(32), primary_key=True)
+    unit: Mapped[str] = mapped_column(String(64), primary_key=True)
+    shard_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dispatched_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    dispatches: Mapped[int] = mapped_column(Integer, default=1)
+    claimed_by: Mapped[str | None] = mapped_column(String(128))
+    claimed_until: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
+    expired_claims: Mapped[int] = mapped_column(Integer, default=0)
+    history: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
 
 
 class StageResult(Base):

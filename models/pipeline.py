@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from models.entities import (
     Artifact,
     LeaderboardEntry,
     MetricValue,
+    ShardDispatch,
     StageResult,
     StageShard,
     Submission,
@@ -223,71 +224,6 @@ def release_artifact(session: Session, artifact_id: int, *, settings: Settings) 
     return True
 
 
-def expired_leases(session: Session, *, now: datetime | None = None) -> list[int]:
-    """Ids of validating/running submissions whose lease expired (the watchdog's query)."""
-    now = now or utcnow()
-    return list(
-        session.scalars(
-            select(Submission.id)
-            .where(
-                Submission.state.in_(LEASED_STATES),
-                Submission.lease_expires_at.is_not(None),
-                Submission.lease_expires_at < now,
-            )
-            .order_by(Submission.id)
-        )
-    )
-
-
-def fail_expired_leases(session: Session, *, now: datetime | None = None) -> list[int]:
-    """Fail every submission whose lease expired; returns the ids actually failed.
-
-    The lease is re-checked inside the guarded update, so a heartbeat that lands in between wins.
-    """
-    now = now or utcnow()
-    failed = []
-    for submission_id in expired_leases(session, now=now):
-        submission = get_submission(session, submission_id)
-        state, heartbeat_at = submission.state, submission.heartbeat_at
-        message = (
-            f"no heartbeat from worker {submission.worker or '(unknown)'} since "
-            f"{heartbeat_at.isoformat() if heartbeat_at else 'start'} while {state}; "
-            "the worker probably died. An admin can re-run it; finished shards are kept."
-        )
-        result = session.execute(
-            update(Submission)
-            .where(
-                Submission.id == submission_id,
-                Submission.state == state,
-                Submission.lease_expires_at < now,
-            )
-            .values(
-                state=S.FAILED,
-                reason=Reason.LEASE_EXPIRED.value,
-                message=message,
-                finished_at=now,
-                updated_at=now,
-                lease_expires_at=None,
-            )
-            .execution_options(synchronize_session=False)
-        )
-        if result.rowcount == 1:
-            session.add(
-                SubmissionEvent(
-                    submission_id=submission_id,
-                    at=now,
-                    from_state=state,
-                    to_state=S.FAILED,
-                    reason=Reason.LEASE_EXPIRED.value,
-                    message=message,
-                )
-            )
-            failed.append(submission_id)
-        session.commit()
-    session.expire_all()
-    return failed
-
-
 def reset_for_rerun(
     session: Session, submission_id: int, *, fresh: bool, settings: Settings, message: str = ""
 ) -> bool:
@@ -313,7 +249,7 @@ def reset_for_rerun(
     )
     if not moved:
         return False
-    for table in (LeaderboardEntry, MetricValue, StageResult):
+    for table in (LeaderboardEntry, MetricValue, StageResult, ShardDispatch):
         session.execute(delete(table).where(table.submission_id == submission_id))
     if fresh:
         session.execute(delete(StageShard).where(StageShard.submission_id == submission_id))

@@ -46,9 +46,14 @@ class Settings(BaseSettings):
     quota_failed_per_day: int = Field(default=20, ge=0)
     quota_concurrent: int = Field(default=2, ge=0)
 
-    # Worker leases: a running submission whose heartbeat is older than lease_seconds is failed by
-    # the watchdog, so shards must heartbeat more often than that.
+    # Worker leases: a shard (or a validation) whose heartbeat is older than lease_seconds is
+    # taken as lost with its worker; the watchdog's reconciler sends it again (at most
+    # max_shard_attempts lost workers per shard, then the submission fails with their history).
     lease_seconds: int = Field(default=900, gt=0)
+    max_shard_attempts: int = Field(default=3, gt=0)
+    # Work the database says exists but nothing ran for this long (a message the broker lost, an
+    # aggregate that never came, an upload never validated) is sent again by the reconciler.
+    reconcile_after_seconds: int = Field(default=600, gt=0)
     heartbeat_seconds: int = Field(default=30, gt=0)
     shard_size: int = Field(default=100, gt=0)
     # Images per robustness shard (attacks cost far more per image than certification on a CPU);

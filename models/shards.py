@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from models import pipeline, storage
-from models.entities import StageShard
+from models.base import utcnow
+from models.entities import ShardDispatch, StageShard
 from models.errors import StorageError
 from models.settings import Settings
 from models.stages import registry
@@ -218,3 +220,141 @@ def check_complete(
     for shard in shards:
         if not storage.resolve(settings.artifacts_dir, shard.records_path).is_file():
             raise StorageError(f"records file {shard.records_path!r} of a recorded shard is gone")
+
+
+# ---- dispatches and claims: what the broker was asked to run, and who runs it -----------------
+
+
+def _dispatch_row(
+    session: Session, submission_id: int, key: tuple[str, str, int]
+) -> ShardDispatch | None:
+    stage, unit, index = key
+    return session.get(ShardDispatch, (submission_id, stage, unit, index), populate_existing=True)
+
+
+def mark_dispatched(
+    session: Session, submission_id: int, specs: Sequence[ShardSpec], *, now: datetime | None = None
+) -> None:
+    """Note that messages for ``specs`` are (about to be) sent: before sending, so a message the
+    broker never got is still found by the reconciler."""
+    now = now or utcnow()
+    for spec in specs:
+        row = _dispatch_row(session, submission_id, spec.key)
+        if row is None:
+            session.add(
+                ShardDispatch(
+                    submission_id=submission_id,
+                    stage=spec.stage,
+                    unit=spec.unit,
+                    shard_index=spec.shard_index,
+                    dispatched_at=now,
+                    dispatches=1,
+                    expired_claims=0,
+                    history=[],
+                )
+            )
+        else:
+            row.dispatched_at = now
+            row.dispatches += 1
+    try:
+        session.commit()
+    except IntegrityError:  # another dispatcher inserted the same rows first: theirs stand
+        session.rollback()
+
+
+def claim(
+    session: Session,
+    submission_id: int,
+    spec: ShardSpec,
+    *,
+    worker: str,
+    settings: Settings,
+    now: datetime | None = None,
+) -> str | None:
+    """Claim a shard for ``worker`` under a lease. Returns None when claimed, else the worker
+    that holds a live claim (a duplicate message must not compute the shard a second time)."""
+    now = now or utcnow()
+    if _dispatch_row(session, submission_id, spec.key) is None:
+        mark_dispatched(session, submission_id, [spec], now=now)
+    stage, unit, index = spec.key
+    where = (
+        (ShardDispatch.submission_id == submission_id)
+        & (ShardDispatch.stage == stage)
+        & (ShardDispatch.unit == unit)
+        & (ShardDispatch.shard_index == index)
+    )
+    taken = session.execute(
+        update(ShardDispatch)
+        .where(
+            where,
+            (ShardDispatch.claimed_until.is_(None))
+            | (ShardDispatch.claimed_until < now)
+            | (ShardDispatch.claimed_by == worker),
+        )
+        .values(claimed_by=worker, claimed_until=now + timedelta(seconds=settings.lease_seconds))
+        .execution_options(synchronize_session=False)
+    )
+    session.commit()
+    if taken.rowcount == 1:
+        return None
+    holder = session.scalar(select(ShardDispatch.claimed_by).where(where))
+    return holder or "another worker"
+
+
+def renew_claim(
+    session: Session, submission_id: int, key: tuple[str, str, int], *, worker: str,
+    settings: Settings,
+) -> bool:  # fmt: skip
+    """Extend ``worker``'s claim (heartbeat). False when the claim was taken from it."""
+    stage, unit, index = key
+    result = session.execute(
+        update(ShardDispatch)
+        .where(
+            ShardDispatch.submission_id == submission_id,
+            ShardDispatch.stage == stage,
+            ShardDispatch.unit == unit,
+            ShardDispatch.shard_index == index,
+            ShardDispatch.claimed_by == worker,
+        )
+        .values(claimed_until=utcnow() + timedelta(seconds=settings.lease_seconds))
+        .execution_options(synchronize_session=False)
+    )
+    session.commit()
+    return result.rowcount == 1
+
+
+def release_claim(
+    session: Session, submission_id: int, key: tuple[str, str, int], *, worker: str
+) -> None:
+    """Drop ``worker``'s claim (the shard was recorded, stopped or failed)."""
+    stage, unit, index = key
+    session.execute(
+        update(ShardDispatch)
+        .where(
+            ShardDispatch.submission_id == submission_id,
+            ShardDispatch.stage == stage,
+            ShardDispatch.unit == unit,
+            ShardDispatch.shard_index == index,
+            ShardDispatch.claimed_by == worker,
+        )
+        .values(claimed_by=None, claimed_until=None)
+        .execution_options(synchronize_session=False)
+    )
+    session.commit()
+
+
+def dispatches(session: Session, submission_id: int) -> dict[tuple[str, str, int], ShardDispatch]:
+    """The dispatch rows of a submission by shard key."""
+    rows = session.scalars(
+        select(ShardDispatch).where(ShardDispatch.submission_id == submission_id)
+    )
+    return {(r.stage, r.unit, r.shard_index): r for r in rows}
+
+
+def recorded_keys(session: Session, submission_ids: set[int]) -> list[StageShard]:
+    """Recorded shards of several submissions (for the reconciler)."""
+    if not submission_ids:
+        return []
+    return list(
+        session.scalars(select(StageShard).where(StageShard.submission_id.in_(submission_ids)))
+    )

@@ -14,9 +14,12 @@ order is what makes a crash recoverable:
 - a shard that overruns gets ``SoftTimeLimitExceeded`` (failed with a clear reason), then SIGKILL;
 - Redis re-delivers an unacknowledged shard only after the visibility timeout, so it exceeds the
   longest possible shard (the hard limit) or a live shard would run twice;
-- the watchdog fails a submission whose lease lapsed. With lease > visibility timeout, a shard
-  lost with a killed worker is re-delivered and resumed before the watchdog gives up on it;
-  with a shorter lease the run is failed (``lease_expired``) and an admin re-run resumes it.
+- a shard's claim lapses ``lease_seconds`` after its worker's last heartbeat; the watchdog's
+  reconciler (``models.reconcile``) then sends the shard again, so a killed worker's run resumes
+  after about the lease (900 s by default), not after the visibility timeout (7,200 s), and fails
+  only after ``max_shard_attempts`` lost workers on one shard. The broker's own redelivery of the
+  dead worker's message, later, finds the shard recorded or claimed and does nothing. So the
+  defaults are consistent: lease < visibility timeout, and neither decides whether a run fails.
 """
 
 from __future__ import annotations
@@ -62,22 +65,19 @@ def batch_size_for(stage: Stage) -> int:
 
 
 def check_timing(settings: Settings) -> None:
-    """Refuse a heartbeat too slow for the lease; note when crashes fail instead of resuming."""
+    """Refuse a heartbeat too slow for the lease, or a lease the reconciler cannot tell apart
+    from a live shard."""
     if settings.heartbeat_seconds * 2 > settings.lease_seconds:
         raise WorkerConfigError(
             f"CERTBENCH_HEARTBEAT_SECONDS={settings.heartbeat_seconds} must be at most half of "
             f"CERTBENCH_LEASE_SECONDS={settings.lease_seconds}, or one late heartbeat would let "
             "the watchdog fail a healthy run"
         )
-    if settings.broker_url is not None and settings.lease_seconds <= (
-        settings.visibility_timeout_seconds
-    ):
-        log.warning(
-            "CERTBENCH_LEASE_SECONDS=%s <= CERTBENCH_VISIBILITY_TIMEOUT_SECONDS=%s: a shard lost "
-            "with a killed worker fails its submission (lease_expired) before the broker "
-            "re-delivers it; raise the lease above the visibility timeout for automatic resume",
-            settings.lease_seconds,
-            settings.visibility_timeout_seconds,
+    if settings.reconcile_after_seconds < settings.heartbeat_seconds * 2:
+        raise WorkerConfigError(
+            f"CERTBENCH_RECONCILE_AFTER_SECONDS={settings.reconcile_after_seconds} must be at "
+            f"least twice CERTBENCH_HEARTBEAT_SECONDS={settings.heartbeat_seconds}, or the "
+            "reconciler would re-send work that is only between two heartbeats"
         )
 
 

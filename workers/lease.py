@@ -17,7 +17,7 @@ from types import TracebackType
 from sqlalchemy import update
 from sqlalchemy.exc import SQLAlchemyError
 
-from models import pipeline
+from models import pipeline, shards
 from models.db import session_scope
 from models.entities import Submission
 from models.settings import Settings
@@ -42,12 +42,14 @@ class ShardLease:
         worker: str,
         shard_images: int,
         cancel_check_seconds: float,
+        shard_key: tuple[str, str, int] | None = None,
     ) -> None:
         self.settings = settings
         self.submission_id = submission_id
         self.worker = worker
         self.shard_images = max(1, shard_images)
         self.cancel_check_seconds = cancel_check_seconds
+        self.shard_key = shard_key
         self.lost = threading.Event()
         self.beats = 0
         self._stop = threading.Event()
@@ -77,6 +79,16 @@ class ShardLease:
                     alive = pipeline.heartbeat(
                         session, self.submission_id, settings=self.settings, worker=self.worker
                     )
+                    if alive and self.shard_key is not None:
+                        # The reconciler gave the shard to another worker after our claim
+                        # lapsed (a stalled process): stop rather than compute it twice.
+                        alive = shards.renew_claim(
+                            session,
+                            self.submission_id,
+                            self.shard_key,
+                            worker=self.worker,
+                            settings=self.settings,
+                        )
             except SQLAlchemyError as err:
                 # A database hiccup must not kill the shard; the lease has slack for a missed beat.
                 log.warning("heartbeat for submission %s failed: %s", self.submission_id, err)

@@ -156,6 +156,7 @@ def dispatch(session: Session, submission_id: int, settings: Settings) -> str:
     """Enqueue every shard not yet recorded, each on its stage's queue; with none left, go
     straight to aggregate."""
     missing = shards.missing(session, submission_id, settings=settings)
+    shards.mark_dispatched(session, submission_id, missing)
     for spec in missing:
         app.send_task(
             RUN_SHARD,
@@ -200,14 +201,17 @@ def run_shard(
             _maybe_aggregate(session, submission_id)
             return "already recorded"
         spec = shards.find(session, submission_id, key, settings=settings)
+        if spec is None:
+            raise WorkerError(
+                f"submission {submission_id} has no shard {shard_index} of {stage_name} unit "
+                f"{unit!r} with this worker's shard sizes ({stage.shard_size_setting}="
+                f"{stage.shard_size(settings)}); every worker must use the same shard sizes"
+            )
+        holder = shards.claim(session, submission_id, spec, worker=worker, settings=settings)
+        if holder is not None:
+            return f"skipped: {stage_name} shard {shard_index} is running on {holder}"
         item = get_work_item(session, submission_id, settings=settings)
         pipeline.heartbeat(session, submission_id, settings=settings, worker=worker)
-    if spec is None:
-        raise WorkerError(
-            f"submission {submission_id} has no shard {shard_index} of {stage_name} unit "
-            f"{unit!r} with this worker's shard sizes ({stage.shard_size_setting}="
-            f"{stage.shard_size(settings)}); every worker must use the same shard sizes"
-        )
     relpath = shards.records_relpath(submission_id, spec)
     target = storage.resolve(settings.artifacts_dir, relpath)
     remove_stale_partials(target, older_than=settings.shard_time_limit_seconds)
@@ -233,6 +237,7 @@ def run_shard(
         ),
     )
     if isinstance(output, str):
+        _release(settings, submission_id, key, worker)
         return output
     with session_scope(settings) as session:
         new = shards.record(
@@ -245,8 +250,15 @@ def run_shard(
             worker=worker,
             settings=settings,
         )
+        shards.release_claim(session, submission_id, key, worker=worker)
         _maybe_aggregate(session, submission_id)
     return f"{'recorded' if new else 'already recorded'}: {output.count} {output.noun}"
+
+
+def _release(settings: Settings, submission_id: int, key: tuple[str, str, int], worker: str
+             ) -> None:  # fmt: skip
+    with session_scope(settings) as session:
+        shards.release_claim(session, submission_id, key, worker=worker)
 
 
 def remove_stale_partials(target: Path, *, older_than: float) -> list[Path]:
@@ -293,6 +305,7 @@ def _run_leased(
         worker=worker,
         shard_images=shard.size,
         cancel_check_seconds=WorkerSettings().cancel_check_seconds,
+        shard_key=shard.key,
     )
     try:
         with lease:
@@ -367,5 +380,6 @@ def aggregate(self: PipelineTask, submission_id: int) -> str:
 
 @app.task(name=WATCHDOG, bind=True, ignore_result=True)
 def watchdog_task(self: Task) -> list[int]:
-    """One watchdog sweep (for ``celery beat``); every worker also sweeps from a thread."""
+    """One watchdog sweep (reconciliation, for ``celery beat``); every worker also sweeps from a
+    thread."""
     return watchdog.sweep(get_settings())

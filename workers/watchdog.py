@@ -1,4 +1,7 @@
-"""The watchdog: fail running submissions whose worker stopped renewing the lease.
+"""The watchdog: reconcile the database with the work in flight (``models.reconcile``).
+
+Shards whose worker stopped heartbeating, and work whose message the broker lost, are sent again;
+a shard that lost ``max_shard_attempts`` workers fails its submission with their history.
 
 Every worker pool process runs a sweep on a daemon thread every ``CERTBENCH_WATCHDOG_SECONDS``
 (no separate beat process to deploy); the ``certbench.watchdog`` task does the same sweep for a
@@ -13,20 +16,45 @@ import threading
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from models import pipeline
 from models.db import session_scope
+from models.reconcile import Actions, reconcile
 from models.settings import Settings
+from models.stages import registry
+from workers.names import AGGREGATE, CONTROL_QUEUE, RUN_SHARD, VALIDATE
 
 log = logging.getLogger(__name__)
 
 
 def sweep(settings: Settings) -> list[int]:
-    """Fail every submission whose lease expired; returns their ids."""
+    """One reconciliation: re-send what the database says nothing runs; returns the ids of the
+    submissions failed (a shard that kept losing its worker)."""
     with session_scope(settings) as session:
-        failed = pipeline.fail_expired_leases(session)
-    for submission_id in failed:
-        log.warning("watchdog: submission %s failed, its lease expired", submission_id)
-    return failed
+        actions = reconcile(session, settings=settings)
+    send(actions)
+    for submission_id in actions.failed:
+        log.warning("watchdog: submission %s failed, a shard kept losing its worker", submission_id)
+    return actions.failed
+
+
+def send(actions: Actions) -> None:
+    """Send the reconciler's messages (the rows say they were sent before this runs, so a broker
+    that is down now only delays them until the next sweep after ``reconcile_after``)."""
+    from workers.app import app
+
+    for submission_id in actions.validate:
+        app.send_task(VALIDATE, args=[submission_id], queue=CONTROL_QUEUE)
+    for submission_id, spec in actions.shards:
+        log.warning(
+            "watchdog: re-sending %s shard %s of %r for submission %s",
+            spec.stage, spec.shard_index, spec.unit, submission_id,
+        )  # fmt: skip
+        app.send_task(
+            RUN_SHARD,
+            args=[submission_id, spec.stage, spec.unit, spec.shard_index],
+            queue=registry.get(spec.stage).queue,
+        )
+    for submission_id in actions.aggregate:
+        app.send_task(AGGREGATE, args=[submission_id], queue=CONTROL_QUEUE)
 
 
 class WatchdogThread(threading.Thread):

@@ -52,6 +52,7 @@ def test_a_plugin_stage_survives_kill_9_and_lands_exactly_once(stack, tmp_path):
         return rows if 1 <= len(rows) < len(UNITS) * IMAGES else None
 
     wait_for(toy_half_done, timeout=400, what="a first toy shard", services=stack.services())
+    killed = f"e2e{stack.workers_started}"
     stack.worker.kill_group()  # mid-shard: every toy shard sleeps 2 s inside Stage.run
     assert not stack.worker.alive()
     second = stack.start_worker()
@@ -62,7 +63,7 @@ def test_a_plugin_stage_survives_kill_9_and_lands_exactly_once(stack, tmp_path):
     keys = Counter((r.unit, r.shard_index) for r in rows)
     assert set(keys) == {(u, i) for u in UNITS for i in range(IMAGES)}
     assert set(keys.values()) == {1}  # exactly once, although a shard was cut off mid-run
-    assert {r.worker.split("@")[0] for r in rows} == {"e2e1", f"e2e{stack.workers_started}"}
+    assert {r.worker.split("@")[0] for r in rows} == {killed, f"e2e{stack.workers_started}"}
     expected = expected_values(SEED, IMAGES)
     with session_scope(stack.settings) as session:
         results = session.scalars(

@@ -207,19 +207,6 @@ def test_cancel_stops_heartbeat_and_completion(
     assert pipeline.get_state(session, submission_id) == S.CANCELLED
 
 
-def test_watchdog_fails_expired_leases(session: Session, settings: Settings, submission_id: int):
-    to_running(session, submission_id, settings)
-    assert pipeline.expired_leases(session) == []
-    later = utcnow() + timedelta(seconds=settings.lease_seconds + 1)
-    assert pipeline.expired_leases(session, now=later) == [submission_id]
-    assert pipeline.fail_expired_leases(session, now=later) == [submission_id]
-    submission = pipeline.get_submission(session, submission_id)
-    assert submission.state == S.FAILED
-    assert submission.reason == Reason.LEASE_EXPIRED
-    assert "no heartbeat" in submission.message
-    assert pipeline.fail_expired_leases(session, now=later) == []
-
-
 def test_heartbeat_extends_the_lease(session: Session, settings: Settings, submission_id: int):
     to_running(session, submission_id, settings)
     before = pipeline.get_submission(session, submission_id).lease_expires_at

@@ -13,7 +13,7 @@ from conftest import Site, screenshot
 from sqlalchemy import select
 
 from models.db import session_scope
-from models.entities import LeaderboardEntry, Submission
+from models.entities import LeaderboardEntry, MetricValue, Submission
 
 pytestmark = pytest.mark.slow
 
@@ -26,8 +26,12 @@ def _db_order(
     ids = site.seeded.entries[benchmark]
     with session_scope(site.settings) as session:
         rows = session.execute(
-            select(Submission.model_name, getattr(LeaderboardEntry, column), Submission.id)
+            select(Submission.model_name, MetricValue.value, Submission.id)
             .join(LeaderboardEntry, LeaderboardEntry.submission_id == Submission.id)
+            .outerjoin(
+                MetricValue,
+                (MetricValue.submission_id == Submission.id) & (MetricValue.key == column),
+            )
             .where(Submission.id.in_(ids.values()))
         ).all()
     if measured_only:

@@ -66,10 +66,18 @@ def test_heartbeat_must_fit_twice_into_the_lease(tmp_path):
         check_timing(_settings(tmp_path, heartbeat_seconds=60, lease_seconds=100))
 
 
-def test_short_lease_with_a_broker_is_reported(tmp_path, caplog):
-    settings = _settings(tmp_path, broker_url="redis://127.0.0.1:6379/0", lease_seconds=900)
+def test_defaults_resume_a_killed_worker_before_the_broker_redelivers(tmp_path, caplog):
+    """Issue 19 §5: with the production defaults a lost shard is re-sent by the reconciler
+    (after the lease), long before Redis re-delivers it, and no warning is needed."""
+    settings = _settings(tmp_path, broker_url="redis://127.0.0.1:6379/0")
     check_timing(settings)
-    assert "fails its submission (lease_expired) before the broker re-delivers it" in caplog.text
+    assert settings.lease_seconds < settings.visibility_timeout_seconds
+    assert caplog.text == ""
+
+
+def test_reconcile_interval_must_exceed_two_heartbeats(tmp_path):
+    with pytest.raises(WorkerConfigError, match="CERTBENCH_RECONCILE_AFTER_SECONDS=30"):
+        check_timing(_settings(tmp_path, heartbeat_seconds=30, reconcile_after_seconds=30))
 
 
 def test_worker_settings_read_the_environment(monkeypatch):

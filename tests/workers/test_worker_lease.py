@@ -12,7 +12,7 @@ from support import create_submission, manifest, tiny_model, weights_bytes
 
 from models import pipeline, shards
 from models.base import utcnow
-from models.entities import Submission
+from models.entities import ShardDispatch, Submission
 from models.states import Reason, SubmissionState
 from workers.errors import ShardCancelled
 from workers.lease import ShardLease
@@ -84,22 +84,32 @@ def test_heartbeat_notices_a_cancelled_run(settings, session, running):
             lease.on_record(None)
 
 
-def test_watchdog_fails_runs_whose_lease_expired(settings, session, running):
+def test_watchdog_resends_a_shard_whose_worker_died_then_fails_with_history(
+    settings, session, running
+):
+    """Issue 19 §5: a lapsed shard claim is re-sent (not the whole run failed at once); after
+    max_shard_attempts lost workers the run fails and names them."""
     assert sweep(settings) == []
-    session.execute(
-        update(Submission)
-        .where(Submission.id == running)
-        .values(lease_expires_at=utcnow() - timedelta(seconds=1))
-    )
-    session.commit()
-    thread = WatchdogThread(settings, interval=0.1)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while _row(session, running).state != S.FAILED and time.monotonic() < deadline:
-        time.sleep(0.1)
-    thread.stop()
+    spec = shards.plan(session, running, settings=settings)[0]
+    for attempt in range(1, settings.max_shard_attempts + 1):
+        assert shards.claim(session, running, spec, worker=f"w{attempt}", settings=settings) is None
+        session.execute(
+            update(ShardDispatch)
+            .where(ShardDispatch.submission_id == running)
+            .values(claimed_until=utcnow() - timedelta(seconds=1))
+        )
+        session.commit()
+        thread = WatchdogThread(settings, interval=0.1)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            row = session.get(ShardDispatch, (running, *spec.key), populate_existing=True)
+            if row.expired_claims == attempt:
+                break
+            time.sleep(0.1)
+        thread.stop()
+        assert thread.sweeps >= 1 and row.expired_claims == attempt
     row = _row(session, running)
     assert row.state == S.FAILED and row.reason == Reason.LEASE_EXPIRED
-    assert "no heartbeat" in row.message
-    assert thread.sweeps >= 1
+    assert "lost its worker" in row.message and "w1" in row.message
     assert sweep(settings) == []  # idempotent
