@@ -112,3 +112,23 @@ def test_errors() -> None:
             torch.zeros(1, 1),
             opacity=1.0,
         )
+
+
+def test_the_simulator_is_certbench_weather_and_keeps_the_published_streams() -> None:
+    """The attack (certbench) and the generator must share one simulator and one stream
+    definition: the random test sets' draws are the attack's first start points."""
+    from certbench import weather as core
+    from generators.corruptions_c import image_rngs
+
+    assert w.render_mask is core.render_mask and w.sprite_bank is core.sprite_bank
+    indices = [0, 7, 9999]
+    for ours, theirs in zip(
+        core.particle_rngs(3, "snow", 2, indices),
+        image_rngs(3, "weather", "snow", 2, indices),
+        strict=True,
+    ):
+        assert np.array_equal(ours.random(5), theirs.random(5))
+    spec = w.weather_level("rain", 4)
+    draw = core.draw_particles(core.particle_rngs(3, "rain", 4, [5])[0], spec)
+    legacy = w.sample_particles(core.particle_rngs(3, "rain", 4, [5])[0], spec)
+    assert np.array_equal(draw.angles, legacy["angles"]) and np.array_equal(draw.ids, legacy["ids"])
