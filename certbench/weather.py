@@ -186,10 +186,10 @@ def render_mask(
     # output pixel centres of the patch, relative to the particle centre (pixels)
     rel_r = (origin[..., 0:1] + local[None, None, :]) - centres[..., 0:1]  # (B, N, P)
     rel_c = (origin[..., 1:2] + local[None, None, :]) - centres[..., 1:2]
-    rel_r = rel_r[..., :, None].expand(b, n, patch, patch)
-    rel_c = rel_c[..., None, :].expand(b, n, patch, patch)
+    rel_r, rel_c = rel_r[..., :, None], rel_c[..., None, :]  # rows (P, 1), columns (1, P)
     cos, sin = torch.cos(angles)[..., None, None], torch.sin(angles)[..., None, None]
-    # inverse rotation: sprite coordinates of each output pixel
+    # inverse rotation: sprite coordinates of each output pixel; the products are taken on the
+    # P-vectors and broadcast only by the sum (the same values as on expanded P x P grids)
     spr_r = cos * rel_r + sin * rel_c
     spr_c = -sin * rel_r + cos * rel_c
     # grid_sample wants (x, y) normalised to [-1, 1] over the sprite (align_corners=True: centres)
