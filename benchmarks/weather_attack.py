@@ -26,11 +26,10 @@ import time
 import torch
 
 from certbench.architectures import build_classifier
-from certbench.weather_attack import (
-    AttackConfig,
+from certbench.weather_attack import AttackConfig, search
+from certbench.weather_objectives import (
     base_objective,
     forward,
-    search,
     smoothed_objective,
     smoothing_noise,
 )

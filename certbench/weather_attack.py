@@ -36,17 +36,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
 from certbench.errors import ThreatModelError
-from certbench.smoothing import certify, derive_seed
+from certbench.smoothing import certify
+from certbench.weather_objectives import (
+    Objective,
+    base_objective,
+    forward,
+    smoothed_objective,
+    smoothing_noise,
+)
 from certbench.weather_records import SmoothedWeatherRecord, WeatherRecord
 from certbench.weather_threat import TRUNCATION, Particles, WeatherSet, all_sets
-
-Objective = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, ...]]
-"""(attacked images, labels, per-image noise or None) -> (loss per image, predicted class)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,21 @@ class AttackConfig:
             raise ThreatModelError(f"seed={self.seed} must be a non-negative integer.")
 
 
+@dataclass(frozen=True)
+class RestartResult:
+    """One PGD restart on a batch: the start's prediction, the first misclassified iterate
+    (``broken_step`` −1 if none) and the highest-loss iterate, each with loss and prediction."""
+
+    start_prediction: torch.Tensor
+    broken_step: torch.Tensor
+    broken: Particles
+    broken_loss: torch.Tensor
+    broken_prediction: torch.Tensor
+    best: Particles
+    best_loss: torch.Tensor
+    best_prediction: torch.Tensor
+
+
 @dataclass
 class _Search:
     """Per-image outcome of the attack on one batch (all restarts)."""
@@ -86,68 +104,6 @@ class _Search:
     attacked_loss: torch.Tensor
     attacked_prediction: torch.Tensor
     restarts_run: torch.Tensor
-
-
-MIN_ROWS = 8
-"""Every model forward is zero-padded to at least this many rows: CPU kernels (oneDNN, MKL) take
-other code paths for batches of one or two, which changes the last float bits and so, through
-sign steps, could change an attack's trajectory. With the padding, records are bitwise identical
-for any batch size and sharding (checked for ResNet-20 and the tests' CNN)."""
-
-
-# --------------------------------------------------------------------------- objectives
-
-
-def forward(model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
-    """``model(inputs)`` with the batch zero-padded to ``MIN_ROWS`` (see there)."""
-    rows = inputs.shape[0]
-    if rows >= MIN_ROWS:
-        return model(inputs)
-    padding = inputs.new_zeros((MIN_ROWS - rows, *inputs.shape[1:]))
-    return model(torch.cat([inputs, padding]))[:rows]
-
-
-def base_objective(model: nn.Module) -> Objective:
-    """Cross-entropy of the base classifier (seed 002 eq. 1) and its prediction."""
-
-    def objective(
-        images: torch.Tensor, labels: torch.Tensor, noise: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = forward(model, images)
-        return F.cross_entropy(logits, labels, reduction="none"), logits.argmax(1)
-
-    return objective
-
-
-def smoothed_objective(model: nn.Module) -> Objective:
-    """SmoothAdv's loss: cross-entropy of the Monte-Carlo soft smoothed classifier over the
-    image's fixed noise vectors ``noise`` (B, m, C, H, W); its prediction is the soft argmax."""
-
-    def objective(
-        images: torch.Tensor, labels: torch.Tensor, noise: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if noise is None:
-            raise ThreatModelError("the smoothed objective needs noise vectors per image.")
-        b, m = noise.shape[:2]
-        noisy = (images[:, None] + noise).flatten(0, 1)
-        probs = F.softmax(forward(model, noisy), dim=1).view(b, m, -1).mean(dim=1)
-        picked = probs.gather(1, labels[:, None])[:, 0]
-        return -torch.log(picked.clamp_min(torch.finfo(probs.dtype).tiny)), probs.argmax(1)
-
-    return objective
-
-
-def smoothing_noise(
-    seed: int, wset: WeatherSet, indices: torch.Tensor, samples: int, sigma: float, shape
-) -> torch.Tensor:
-    """The attack's fixed noise vectors (B, m, *shape) per image, CPU float32, from streams
-    keyed by (seed, weather, severity, index) only."""
-    out = torch.empty(len(indices), samples, *shape)
-    keys = ("weather-smoothadv", wset.weather, wset.severity)
-    for row, index in enumerate(indices.tolist()):
-        gen = torch.Generator().manual_seed(derive_seed(seed, *keys, int(index)))
-        out[row] = torch.randn(samples, *shape, generator=gen) * sigma
-    return out
 
 
 # --------------------------------------------------------------------------- PGD
@@ -171,13 +127,9 @@ def pgd(
     *,
     noise: torch.Tensor | None = None,
     bank: torch.Tensor | None = None,
-) -> dict[str, torch.Tensor | Particles]:
+) -> RestartResult:
     """One restart: ``config.steps`` projected sign-gradient ascent steps from ``start``.
-
-    Every iterate (the start and the final one included) is classified; returns the start's
-    prediction, the first misclassified iterate (``broken_step`` −1 if none), and the
-    highest-loss iterate, each with its loss and prediction.
-    """
+    Every iterate (the start and the final one included) is classified and checked in Δ."""
     sprites = wset.bank(x.device) if bank is None else bank
     p = wset.check(start.to(x.device), "attack start")
     b = x.shape[0]
@@ -217,16 +169,16 @@ def pgd(
             variables[2].detach() + step_off * grads[2].sign(),
         )
         p = wset.check(wset.project(moved), f"PGD step {t + 1}")
-    return {
-        "start_prediction": start_pred,
-        "broken_step": broken_step,
-        "broken": wset.check(broken, "attack output"),
-        "broken_loss": broken_loss,
-        "broken_prediction": broken_pred,
-        "best": wset.check(best, "attack output"),
-        "best_loss": best_loss,
-        "best_prediction": best_pred,
-    }
+    return RestartResult(
+        start_prediction=start_pred,
+        broken_step=broken_step,
+        broken=wset.check(broken, "attack output"),
+        broken_loss=broken_loss,
+        broken_prediction=broken_pred,
+        best=wset.check(best, "attack output"),
+        best_loss=best_loss,
+        best_prediction=best_pred,
+    )
 
 
 def search(
@@ -261,7 +213,9 @@ def search(
         restarts_run=torch.zeros(b, dtype=torch.long, device=dev),
     )
     for restart in range(config.restarts):
-        active = (out.broken_restart < 0) if stop_when_broken else torch.ones_like(y, dtype=bool)
+        active = (
+            (out.broken_restart < 0) if stop_when_broken else torch.ones_like(y, dtype=torch.bool)
+        )
         rows = active.nonzero()[:, 0]
         if rows.numel() == 0:
             break
@@ -276,28 +230,26 @@ def search(
         )  # fmt: skip
         out.restarts_run[rows] += 1
         if restart == 0:
-            out.random_prediction[rows] = found["start_prediction"]
+            out.random_prediction[rows] = found.start_prediction
         _merge(out, rows, found, restart, stop_when_broken)
     return out
 
 
-def _merge(out: _Search, rows: torch.Tensor, found: dict, restart: int, by_break: bool) -> None:
+def _merge(
+    out: _Search, rows: torch.Tensor, found: RestartResult, restart: int, by_break: bool
+) -> None:
     """Fold one restart's result into the per-image outcome."""
-    broke = found["broken_step"] >= 0
+    broke = found.broken_step >= 0
+    take = found.best_loss > out.attacked_loss[rows]
+    chosen, loss, pred = found.best, found.best_loss, found.best_prediction
     if by_break:
         out.broken_restart[rows] = torch.where(broke, restart, out.broken_restart[rows])
-        out.broken_step[rows] = torch.where(broke, found["broken_step"], out.broken_step[rows])
-    take = found["best_loss"] > out.attacked_loss[rows]
-    if by_break:
+        out.broken_step[rows] = torch.where(broke, found.broken_step, out.broken_step[rows])
         take = take | broke
-    chosen: Particles = found["best"]
-    loss, pred = found["best_loss"], found["best_prediction"]
-    if by_break:
-        chosen = found["broken"].where(broke, chosen)
-        loss = torch.where(broke, found["broken_loss"], loss)
-        pred = torch.where(broke, found["broken_prediction"], pred)
-    current = out.attacked.select(rows)
-    updated = chosen.where(take, current)
+        chosen = found.broken.where(broke, chosen)
+        loss = torch.where(broke, found.broken_loss, loss)
+        pred = torch.where(broke, found.broken_prediction, pred)
+    updated = chosen.where(take, out.attacked.select(rows))
     out.attacked.ids[rows] = updated.ids
     out.attacked.centres[rows] = updated.centres
     out.attacked.base[rows] = updated.base

@@ -241,7 +241,7 @@ def _figures(kind: str, rows: list[dict[str, Any]], records: Sequence[AnyRecord]
     prefix = "" if kind == "base" else "attacked_"
     out: dict[str, float] = {"images": float(len({r.index for r in records}))}
     if kind == "base":
-        clean = {r.index: r.clean_correct for r in records}
+        clean = {r.index: r.clean_correct for r in records if isinstance(r, WeatherRecord)}
         out["clean_accuracy"] = float(np.mean(list(clean.values())))
     for name in names:
         public = prefix + name

@@ -199,7 +199,9 @@ class WeatherSet:
             )
         return p
 
-    def random(self, seed: int, indices: Sequence[int] | np.ndarray, restart: int) -> Particles:
+    def random(
+        self, seed: int, indices: Sequence[int] | np.ndarray | torch.Tensor, restart: int
+    ) -> Particles:
         """Random starting points in Δ for images with these global indices (CPU float32).
 
         Restart 0 draws from the published random test set's stream (``certbench generate
@@ -208,13 +210,14 @@ class WeatherSet:
         the stream ``derive_seed(seed, "weather-attack", weather, severity, index, r)``.
         """
         spec = weather_level(self.weather, self.severity)
+        index = np.asarray(indices, dtype=np.int64)
         if restart == 0:
-            rngs = particle_rngs(seed, self.weather, self.severity, indices)
+            rngs = particle_rngs(seed, self.weather, self.severity, index)
         else:
             keys = ("weather-attack", self.weather, self.severity)
             rngs = [
                 np.random.default_rng(derive_seed(seed, *keys, int(i), restart))
-                for i in np.asarray(indices).tolist()
+                for i in index.tolist()
             ]
         draws = [draw_particles(rng, spec) for rng in rngs]
         if not draws:

@@ -20,16 +20,9 @@ from certbench.errors import GeneratorError, RecordsError, ThreatModelError
 from certbench.records import write_records
 from certbench.smoothing import CertifyRecord
 from certbench.weather import LEVELS, draw_particles, particle_rngs
-from certbench.weather_attack import (
-    AttackConfig,
-    attack_base,
-    attack_smoothed,
-    base_objective,
-    pgd,
-    smoothed_objective,
-    smoothing_noise,
-)
+from certbench.weather_attack import AttackConfig, attack_base, attack_smoothed, pgd
 from certbench.weather_examples import weather_examples, write_examples_png
+from certbench.weather_objectives import base_objective, smoothed_objective, smoothing_noise
 from certbench.weather_records import (
     merge_weather_records,
     read_weather_metadata,
@@ -141,7 +134,7 @@ def test_pgd_never_leaves_the_set_even_with_huge_steps(trained, monkeypatch) -> 
     start = wset.random(0, range(6), 1)
     found = pgd(base_objective(trained), x, y, start, wset, config)
     assert len(seen) == 7
-    for p in [*seen, found["best"], found["broken"]]:
+    for p in [*seen, found.best, found.broken]:
         assert bool(in_set(wset, p).all())
         assert torch.equal(p.ids, start.ids)  # sprite choice is not attacked
     # with these steps the unprojected iterates would have left Δ: the projection was active
