@@ -112,3 +112,42 @@ def test_errors() -> None:
             torch.zeros(1, 1),
             opacity=1.0,
         )
+
+
+def test_the_simulator_is_certbench_weather_and_keeps_the_published_streams() -> None:
+    """The attack (certbench) and the generator must share one simulator and one stream
+    definition: the random test sets' draws are the attack's first start points."""
+    from certbench import weather as core
+    from generators.corruptions_c import image_rngs
+
+    assert w.render_mask is core.render_mask and w.sprite_bank is core.sprite_bank
+    indices = [0, 7, 9999]
+    for ours, theirs in zip(
+        core.particle_rngs(3, "snow", 2, indices),
+        image_rngs(3, "weather", "snow", 2, indices),
+        strict=True,
+    ):
+        assert np.array_equal(ours.random(5), theirs.random(5))
+    spec = w.weather_level("rain", 4)
+    draw = core.draw_particles(core.particle_rngs(3, "rain", 4, [5])[0], spec)
+    legacy = w.sample_particles(core.particle_rngs(3, "rain", 4, [5])[0], spec)
+    assert np.array_equal(draw.angles, legacy["angles"]) and np.array_equal(draw.ids, legacy["ids"])
+
+
+def test_the_attacks_first_start_is_the_published_random_image() -> None:
+    """Random-weather accuracy in the attack is measured on the random test set's images."""
+    from certbench.weather import draw_particles, particle_rngs
+    from certbench.weather_threat import WeatherSet
+
+    imgs = _images(24, seed=3)
+    indices = np.arange(500, 524)
+    published = w.simulate(imgs, "rain", 5, seed=2, indices=indices).astype(np.float64)
+    wset = WeatherSet.for_level("rain", 5)
+    x = torch.from_numpy(imgs).permute(0, 3, 1, 2).float() / 255
+    with torch.no_grad():
+        ours = wset.apply(x, wset.random(2, indices, 0)).permute(0, 2, 3, 1).double().numpy()
+    spec = w.weather_level("rain", 5)
+    draws = [draw_particles(r, spec) for r in particle_rngs(2, "rain", 5, indices)]
+    unclipped = np.array([np.abs(d.offsets).max() <= 3 * spec.jitter for d in draws])
+    assert 0 < unclipped.sum() < len(draws)  # both cases occur at 110 particles per image
+    np.testing.assert_allclose(ours[unclipped] * 255, published[unclipped], atol=0.5 + 1e-3)

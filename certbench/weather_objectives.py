@@ -1,0 +1,87 @@
+"""Objectives of the simulation attack (seed 002): what PGD ascends, per image.
+
+- Base classifier: the cross-entropy of f(x') (seed 002 eq. 1), and f's prediction.
+- Smoothed classifier: SmoothAdv's loss (Salman et al. 2019, "Provably Robust Deep Learning via
+  Adversarially Trained Smoothed Classifiers"), the cross-entropy of the Monte-Carlo soft
+  smoothed classifier ``−log (1/m) Σ_j softmax(f(x' + δ_j))_y`` over m noise vectors δ_j that
+  stay fixed for the whole attack (SmoothAdv passes one noise draw to every PGD step), so the
+  objective is a deterministic function of the particles and iterates compare fairly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from certbench.errors import ThreatModelError
+from certbench.smoothing import derive_seed
+from certbench.weather_threat import WeatherSet
+
+Objective = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, ...]]
+"""(attacked images, labels, per-image noise or None) -> (loss per image, predicted class)."""
+
+MIN_ROWS = 8
+"""Every model forward is zero-padded to at least this many rows: CPU kernels (oneDNN, MKL) take
+other code paths for batches of one or two, which changes the last float bits and so, through
+sign steps, could change an attack's trajectory. With the padding, records are bitwise identical
+for any batch size and sharding (checked for ResNet-20 and the tests' CNN)."""
+
+
+def forward(model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+    """``model(inputs)`` with the batch zero-padded to ``MIN_ROWS`` (see there)."""
+    rows = inputs.shape[0]
+    if rows >= MIN_ROWS:
+        return model(inputs)
+    padding = inputs.new_zeros((MIN_ROWS - rows, *inputs.shape[1:]))
+    return model(torch.cat([inputs, padding]))[:rows]
+
+
+def base_objective(model: nn.Module) -> Objective:
+    """Cross-entropy of the base classifier (seed 002 eq. 1) and its prediction."""
+
+    def objective(
+        images: torch.Tensor, labels: torch.Tensor, noise: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = forward(model, images)
+        return F.cross_entropy(logits, labels, reduction="none"), logits.argmax(1)
+
+    return objective
+
+
+def smoothed_objective(model: nn.Module) -> Objective:
+    """SmoothAdv's loss: cross-entropy of the Monte-Carlo soft smoothed classifier over the
+    image's fixed noise vectors ``noise`` (B, m, C, H, W); its prediction is the soft argmax."""
+
+    def objective(
+        images: torch.Tensor, labels: torch.Tensor, noise: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if noise is None:
+            raise ThreatModelError("the smoothed objective needs noise vectors per image.")
+        b, m = noise.shape[:2]
+        noisy = (images[:, None] + noise).flatten(0, 1)
+        probs = F.softmax(forward(model, noisy), dim=1).view(b, m, -1).mean(dim=1)
+        picked = probs.gather(1, labels[:, None])[:, 0]
+        return -torch.log(picked.clamp_min(torch.finfo(probs.dtype).tiny)), probs.argmax(1)
+
+    return objective
+
+
+def smoothing_noise(
+    seed: int,
+    wset: WeatherSet,
+    indices: torch.Tensor,
+    samples: int,
+    sigma: float,
+    shape: Sequence[int],
+) -> torch.Tensor:
+    """The attack's fixed noise vectors (B, m, *shape) per image, CPU float32, from streams
+    keyed by (seed, weather, severity, index) only."""
+    out = torch.empty(len(indices), samples, *shape)
+    keys = ("weather-smoothadv", wset.weather, wset.severity)
+    for row, index in enumerate(indices.tolist()):
+        gen = torch.Generator().manual_seed(derive_seed(seed, *keys, int(index)))
+        out[row] = torch.randn(samples, *shape, generator=gen) * sigma
+    return out
