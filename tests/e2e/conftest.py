@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,9 +67,9 @@ SERVICE_ENV = {
 }
 
 
-@pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """A fresh database on the local PostgreSQL, dropped after the session."""
+@contextmanager
+def postgres_database() -> Iterator[str]:
+    """A fresh database on the local PostgreSQL, dropped afterwards."""
     try:
         admin = psycopg.connect(POSTGRES_ADMIN, autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as err:
@@ -76,16 +77,18 @@ def postgres_url() -> Iterator[str]:
     name = f"certbench_e2e_{uuid.uuid4().hex[:12]}"
     with admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    yield f"postgresql://postgres@127.0.0.1:5432/{name}"
-    dispose_engines()
-    with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
-        admin.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+    try:
+        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+    finally:
+        dispose_engines()
+        with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
 
 
-@pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
+@contextmanager
+def redis_database() -> Iterator[str]:
     """An idle Redis database index on the local server, claimed with a lock key, then flushed."""
     token = uuid.uuid4().hex
     try:
@@ -98,9 +101,23 @@ def redis_url() -> Iterator[str]:
             break
     else:
         pytest.fail("every Redis database 1..15 is in use; flush an unused one", pytrace=False)
-    yield f"redis://{REDIS_HOST}:{REDIS_PORT}/{index}"
-    if client.get(REDIS_LOCK) == token.encode():
-        client.flushdb()
+    try:
+        yield f"redis://{REDIS_HOST}:{REDIS_PORT}/{index}"
+    finally:
+        if client.get(REDIS_LOCK) == token.encode():
+            client.flushdb()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    with postgres_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    with redis_database() as url:
+        yield url
 
 
 @dataclass
@@ -142,15 +159,16 @@ class Stack:
         return tuple(s for s in (self.api, self.worker) if s is not None)
 
 
-@pytest.fixture(scope="session")
-def stack(postgres_url: str, redis_url: str, tmp_path_factory) -> Iterator[Stack]:
-    """Migrated PostgreSQL, Redis, ``certbench serve`` (API only) and one ``certbench worker``."""
-    root = tmp_path_factory.mktemp("e2e")
+@contextmanager
+def running_stack(root: Path, postgres_url: str, redis_url: str, **overrides: str
+                  ) -> Iterator[Stack]:  # fmt: skip
+    """Migrated PostgreSQL, Redis, ``certbench serve`` (API only) and one ``certbench worker``,
+    with SERVICE_ENV (and ``overrides``) as their environment."""
     env = service_env(
         CERTBENCH_DATA_DIR=str(root / "data"),
         CERTBENCH_DATABASE_URL=postgres_url,
         CERTBENCH_BROKER_URL=redis_url,
-        **SERVICE_ENV,
+        **{**SERVICE_ENV, **overrides},
     )
     settings = settings_from_env(env)
     migrations.upgrade(settings)
@@ -179,6 +197,13 @@ def stack(postgres_url: str, redis_url: str, tmp_path_factory) -> Iterator[Stack
         if running.worker is not None:
             running.worker.stop()
         api.stop()
+
+
+@pytest.fixture(scope="session")
+def stack(postgres_url: str, redis_url: str, tmp_path_factory) -> Iterator[Stack]:
+    """The shared service for the end-to-end tests."""
+    with running_stack(tmp_path_factory.mktemp("e2e"), postgres_url, redis_url) as running:
+        yield running
 
 
 def _healthy(base: str) -> bool:
