@@ -59,6 +59,13 @@ Dataset = Annotated[
         help="Hub id (cifar10, org/name), Hub-layout folder, or torchvision CIFAR folder."
     ),
 ]
+Seed = Annotated[
+    str,
+    typer.Option(
+        help="Run seed: a decimal integer or 0x-prefixed hex, any size up to 256 bits "
+        "(e.g. a revealed 128-bit service seed); records reproduce bit for bit per device type."
+    ),
+]
 
 
 @app.command()
@@ -82,7 +89,7 @@ def certify(
     limit: Annotated[int | None, typer.Option(help="Certify at most this many images.")] = None,
     batch_size: int = 1000,
     amp: Annotated[str | None, typer.Option(help="bf16 or fp16 autocast of the forward.")] = None,
-    seed: int = 0,
+    seed: Seed = "0",
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...")] = None,
     compile: Annotated[bool, typer.Option(help="torch.compile the model.")] = False,
     channels_last: bool = True,
@@ -94,9 +101,11 @@ def certify(
     from certbench.data import Subset, load_images
     from certbench.loading import load_manifest, load_model
     from certbench.metrics import summarize
+    from certbench.random_streams import parse_seed
     from certbench.records import write_records
     from certbench.smoothing import certify as run_certify
 
+    run_seed = parse_seed(seed)
     spec = load_manifest(manifest)
     if arch is not None and arch != spec.architecture.name:
         raise ManifestError(
@@ -117,7 +126,7 @@ def certify(
         n=n,
         alpha=alpha,
         batch_size=batch_size,
-        seed=seed,
+        seed=run_seed,
         device=device,
         indices=images.indices,
         test_set=test_set,
@@ -134,7 +143,8 @@ def certify(
         "revision": revision,
         "test_set": test_set,
         "protocol": {"sigma": sigma, "n0": n0, "n": n, "alpha": alpha, "skip": skip},
-        "seed": seed,
+        "seed": str(run_seed),
+        "device_type": _device_type(model),
         "certbench_version": __version__,
         "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
         "manifest": spec.model_dump(mode="json"),
@@ -159,15 +169,17 @@ def predict(
     skip: int = 1,
     limit: int | None = None,
     batch_size: int = 1000,
-    seed: int = 0,
+    seed: Seed = "0",
     device: str | None = None,
 ) -> None:
     """Smoothed prediction (Cohen et al. PREDICT): accuracy and abstain rate."""
     from certbench.data import Subset, load_images
     from certbench.loading import load_manifest, load_model
+    from certbench.random_streams import parse_seed
     from certbench.smoothing import ABSTAIN
     from certbench.smoothing import predict as run_predict
 
+    run_seed = parse_seed(seed)
     spec = load_manifest(manifest)
     model = load_model(weights, spec, device=device)
     images = load_images(
@@ -181,7 +193,7 @@ def predict(
         n=n,
         alpha=alpha,
         batch_size=batch_size,
-        seed=seed,
+        seed=run_seed,
         device=device,
         indices=images.indices,
         test_set=f"{config or 'default'}/{split}",
@@ -238,8 +250,12 @@ def robust_accuracy(
     limit: Annotated[int | None, typer.Option(help="Attack at most this many images.")] = None,
     batch_size: int = 256,
     seed: Annotated[
-        int, typer.Option(help="Benchmark seed; the leaderboard's figure for that seed.")
-    ] = 0,
+        str,
+        typer.Option(
+            help="Run seed (decimal or 0x-hex, up to 256 bits): the benchmark's public seed or "
+            "a run's revealed seed reproduces the leaderboard's figure."
+        ),
+    ] = "0",
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...")] = None,
 ) -> None:
     """Clean, ℓ∞ and ℓ∞ ∩ PD robust accuracy of the base classifier (seed 004), as the
@@ -249,8 +265,9 @@ def robust_accuracy(
     from certbench.errors import ThreatModelError
     from certbench.loading import load_manifest, load_model
     from certbench.pd_threat import AnchorBank, weighted_threat
-    from certbench.smoothing import derive_seed
+    from certbench.random_streams import derive_seed, parse_seed
 
+    run_seed = parse_seed(seed)
     if projection not in ("exact", "lazy"):
         raise ThreatModelError(f"--projection {projection!r}: use exact or lazy")
     spec = load_manifest(manifest)
@@ -270,7 +287,7 @@ def robust_accuracy(
         eps_list=[e / 255 for e in (eps or [8, 16])],
         n_iter=n_iter,
         n_target_classes=n_target_classes,
-        seed=derive_seed(seed, "pd"),
+        seed=derive_seed(run_seed, "pd"),
         batch_size=batch_size,
         device=first.device,
         indices=images.indices,
@@ -285,7 +302,7 @@ def robust_accuracy(
             "split": split,
             "anchors_sha256": hashlib.sha256(anchors.read_bytes()).hexdigest(),
             "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
-            "seed": str(seed),
+            "seed": str(run_seed),
             "certbench_version": __version__,
         },
     )
@@ -296,6 +313,13 @@ def robust_accuracy(
         table.add_row(name, "—" if value is None else f"{value:.4f}")
     console.print(table)
     console.print(f"records: {out}")
+
+
+def _device_type(model: Any) -> str:
+    """cpu or cuda: records reproduce per device type (the generators differ, see
+    certbench.random_streams)."""
+    first = next(model.parameters(), None)
+    return first.device.type if first is not None else "cpu"
 
 
 def _print_summary(summary: Any, title: str) -> None:
