@@ -150,7 +150,11 @@ def certify(
         "manifest": spec.model_dump(mode="json"),
     }
     write_records(records, out, metadata)
-    _print_summary(summarize(records), title=f"{test_set}: σ={sigma}, n={n}, α={alpha}")
+    _print_summary(
+        summarize(records),
+        title=f"{test_set}: σ={sigma}, n={n}, α={alpha}",
+        intervals=_intervals(records, 0.95),
+    )
     console.print(f"records: {out}")
 
 
@@ -211,9 +215,11 @@ def metrics(
     alpha: Annotated[
         float | None, typer.Option(help="Recompute bounds and radii at this α from the counts.")
     ] = None,
+    level: Annotated[float, typer.Option(help="Confidence level of the intervals.")] = 0.95,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
-    """Metrics of a records file: ACR, certified accuracy, abstain rate, p_A distribution."""
+    """Metrics of a records file with their intervals over images: ACR (bootstrap), certified
+    accuracy (Clopper-Pearson), abstain rate, p_A distribution and its simultaneous band."""
     from certbench.metrics import recompute_at_alpha, summarize
     from certbench.records import read_records
 
@@ -221,10 +227,26 @@ def metrics(
     if alpha is not None:
         loaded = recompute_at_alpha(loaded, alpha)
     summary = summarize(loaded)
+    intervals = _intervals(loaded, level)
     if as_json:
-        console.print_json(json.dumps(summary.to_dict()))
+        console.print_json(json.dumps({**summary.to_dict(), "intervals": intervals}))
     else:
-        _print_summary(summary, title=str(records))
+        _print_summary(summary, title=str(records), intervals=intervals)
+
+
+def _intervals(records: Any, level: float) -> dict[str, Any]:
+    """JSON-ready intervals of one test set's figures (certbench.intervals)."""
+    from certbench.intervals import acr_interval, certified_accuracy_intervals, pa_band
+
+    band = pa_band(records, level=level)
+    return {
+        "acr": acr_interval(records, level=level).to_dict(),
+        "certified_accuracy": {
+            f"{r:g}": i.to_dict()
+            for r, i in certified_accuracy_intervals(records, level=level).items()
+        },
+        "pa_band": {"half_width": band.half_width, "level": level, "method": band.method},
+    }
 
 
 @app.command("robust-accuracy")
@@ -322,18 +344,36 @@ def _device_type(model: Any) -> str:
     return first.device.type if first is not None else "cpu"
 
 
-def _print_summary(summary: Any, title: str) -> None:
+def _print_summary(summary: Any, title: str, intervals: dict[str, Any] | None = None) -> None:
+    """The summary as a table; with `intervals`, a column of their bounds."""
+    found = intervals or {}
+    rows: list[tuple[str, str, dict[str, Any] | None]] = [
+        ("images", str(summary.count), None),
+        ("ACR", f"{summary.acr:.4f}", found.get("acr")),
+    ]
+    for radius, value in summary.certified_accuracy.items():
+        interval = found.get("certified_accuracy", {}).get(f"{radius:g}")
+        rows.append((f"certified accuracy @ {radius:g}", f"{value:.4f}", interval))
+    rows.append(("abstain rate", f"{summary.abstain_rate:.4f}", None))
+    rows.append(("p_A median (n_y/n)", f"{summary.pa_median:.4f}", None))
+    if "pa_band" in found:
+        rows.append(("p_A curve: band half-width", f"±{found['pa_band']['half_width']:.4f}", None))
+    rows.append(("seconds", f"{summary.seconds:.1f}", None))
     table = Table(title=title, show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    table.add_row("images", str(summary.count))
-    table.add_row("ACR", f"{summary.acr:.4f}")
-    for radius, value in summary.certified_accuracy.items():
-        table.add_row(f"certified accuracy @ {radius:g}", f"{value:.4f}")
-    table.add_row("abstain rate", f"{summary.abstain_rate:.4f}")
-    table.add_row("p_A median (n_y/n)", f"{summary.pa_median:.4f}")
-    table.add_row("seconds", f"{summary.seconds:.1f}")
+    if intervals is not None:
+        table.add_column(f"{found['acr']['level']:.0%} interval over images", justify="right")
+    for name, value, interval in rows:
+        cells = [name, value]
+        if intervals is not None:
+            cells.append("" if interval is None else _bounds(interval))
+        table.add_row(*cells)
     console.print(table)
+
+
+def _bounds(interval: dict[str, Any]) -> str:
+    return f"[{interval['ci_low']:.4f}, {interval['ci_high']:.4f}]"
 
 
 def register_plugins(target: typer.Typer) -> None:
