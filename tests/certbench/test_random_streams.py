@@ -104,6 +104,7 @@ def test_certify_noise_is_the_documented_block_stream():
     assert torch.equal(seen, torch.cat(expected))
 
 
+@pytest.mark.slow  # ~7 s on an idle core (400,000 seeded generator states)
 def test_no_identical_noise_blocks_among_400_000():
     """800 images × 500 estimation blocks of one test set, through the engine's seeds.
 
