@@ -28,6 +28,7 @@ import hashlib
 import re
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -75,8 +76,8 @@ def derive_seeds(seed: int, *keys: int | str, last: np.ndarray) -> np.ndarray:
     """``derive_seed(seed, *keys, k)`` for every k in `last` (< 2**32), vectorised, bit-exact.
 
     SeedSequence hashes its entropy words in order with a data-independent sequence of hash
-    constants, so all words before the last are mixed once in Python integers and only the last
-    word (e.g. the block number) is mixed as an array. Tests compare with ``derive_seed``.
+    constants, so the words before the last are mixed once (as 1-element arrays) and only the
+    last word (e.g. the block number) as a whole array. Tests compare with ``derive_seed``.
     """
     last = np.asarray(last, dtype=np.uint64)
     if last.size and int(last.max()) > _M32:
@@ -86,7 +87,7 @@ def derive_seeds(seed: int, *keys: int | str, last: np.ndarray) -> np.ndarray:
     run = _words(seed)
     run += [0] * max(0, _POOL - len(run))  # the spawn key is never empty here
     prefix = run + [w for key in keys for w in _words(_key_word(key))]
-    pool, hash_const = _mix_prefix(prefix)
+    pool, hash_const = _mix_entropy(prefix)
     x = last.astype(np.uint32)
     mixed = []
     for word in pool:
@@ -112,45 +113,34 @@ def _words(value: int) -> list[int]:
     return words
 
 
-U32 = int | np.ndarray
-"""A uint32 value: a Python int below 2**32, or a numpy uint32 array."""
-
-
-def _hashmix(value: U32, hash_const: int) -> tuple[U32, int]:
-    """SeedSequence's hashmix on a Python int or a uint32 array; returns (hash, next const)."""
-    if isinstance(value, np.ndarray):
-        value = value ^ np.uint32(hash_const)
-        hash_const = hash_const * _MULT_A & _M32
-        value = value * np.uint32(hash_const)
-        return value ^ (value >> np.uint32(16)), hash_const
-    value ^= hash_const
+def _hashmix(value: np.ndarray, hash_const: int) -> tuple[np.ndarray, int]:
+    """SeedSequence's hashmix of uint32 values (arrays wrap mod 2**32); returns the next const."""
+    value = value ^ np.uint32(hash_const)
     hash_const = hash_const * _MULT_A & _M32
-    value = value * hash_const & _M32
-    return value ^ (value >> 16), hash_const
+    value = value * np.uint32(hash_const)
+    return value ^ (value >> np.uint32(16)), hash_const
 
 
-def _mix(x: int, y: U32) -> U32:
-    """SeedSequence's mix of two uint32 values (ints or arrays)."""
-    if isinstance(y, np.ndarray):  # x is a Python int here: array arithmetic wraps silently
-        result = np.uint32(_MIX_L * x & _M32) - np.uint32(_MIX_R) * y
-        return result ^ (result >> np.uint32(16))
-    result = (_MIX_L * x - _MIX_R * y) & _M32
-    return result ^ (result >> 16)
+def _mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """SeedSequence's mix of two uint32 arrays."""
+    result = np.asarray(np.uint32(_MIX_L) * x - np.uint32(_MIX_R) * y, dtype=np.uint32)
+    return result ^ np.right_shift(result, np.uint32(16))
 
 
-def _mix_prefix(entropy: list[int]) -> tuple[list[int], int]:
-    """SeedSequence.mix_entropy on all words but the last: the pool and the next hash const."""
+def _mix_entropy(entropy: list[int]) -> tuple[list[np.ndarray], int]:
+    """SeedSequence.mix_entropy of the given words: the pool and the next hash constant."""
+    words = [np.array([w], dtype=np.uint32) for w in entropy]
     hash_const = _INIT_A
     pool = []
     for i in range(_POOL):
-        h, hash_const = _hashmix(entropy[i] if i < len(entropy) else 0, hash_const)
+        h, hash_const = _hashmix(words[i] if i < len(words) else np.zeros(1, np.uint32), hash_const)
         pool.append(h)
     for src in range(_POOL):
         for dst in range(_POOL):
             if src != dst:
                 h, hash_const = _hashmix(pool[src], hash_const)
                 pool[dst] = _mix(pool[dst], h)
-    for word in entropy[_POOL:]:
+    for word in words[_POOL:]:
         for dst in range(_POOL):
             h, hash_const = _hashmix(word, hash_const)
             pool[dst] = _mix(pool[dst], h)
@@ -306,7 +296,7 @@ def _cpu_layout() -> _Layout:
     """
     probe = torch.Generator().manual_seed(5489)
     template = probe.get_state()
-    key = np.random.RandomState(5489).get_state()[1].astype("<u8").tobytes()
+    key = _legacy_key(5489).astype("<u8").tobytes()
     raw = template.numpy().tobytes()
     offset = raw.find(key)
     if offset < 8 or raw.find(key, offset + 1) != -1:
@@ -315,7 +305,7 @@ def _cpu_layout() -> _Layout:
             "certbench cannot seed it with 64 bits: pin the torch version in uv.lock"
         )
     layout = _Layout(template.numpy().copy(), offset)
-    check = np.random.RandomState(12345).get_state()[1].astype("<u8").view(np.uint8)
+    check = _legacy_key(12345).astype("<u8").view(np.uint8)
     state = template.clone()
     state.numpy()[offset : offset + 8 * _MT_WORDS] = check
     ours = torch.Generator()
@@ -327,3 +317,9 @@ def _cpu_layout() -> _Layout:
             "certbench cannot seed it with 64 bits: pin the torch version in uv.lock"
         )
     return layout
+
+
+def _legacy_key(seed: int) -> np.ndarray:
+    """The 624 MT words ``init_genrand(seed)`` gives (numpy's legacy RandomState seeding)."""
+    state = cast(tuple[Any, ...], np.random.RandomState(seed).get_state(legacy=True))
+    return np.asarray(state[1], dtype=np.uint32)
