@@ -263,8 +263,8 @@ def _cpu_state(seed: int) -> torch.Tensor:
 def _cpu_states(seeds: Sequence[int]) -> list[np.ndarray]:
     """Serialized torch CPU generator states, one per 64-bit seed (initial seed = the seed).
 
-    Separate arrays, not rows of one: torch's ``set_state`` ignores a tensor's storage offset
-    (a row view of a larger buffer crashes it).
+    Rows of one numpy buffer: ``torch.from_numpy(row)`` starts a storage at the row. A row of a
+    *torch* tensor instead (storage offset > 0) crashed ``set_state`` in torch 2.15.
     """
     for seed in seeds:
         if not 0 <= seed < 1 << 64:
