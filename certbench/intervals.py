@@ -12,9 +12,10 @@ that sampling error at level 95 % (seed 001 shows ACR is fragile; no interval ne
   samples; but every test set of a benchmark corrupts the same source images (record ``index``
   = position in the source test split), so their errors are positively correlated and the
   stratified interval is too narrow (simulated coverage 0.59 instead of 0.95 for 8 such sets
-  of 500 images, ``benchmarks/interval_coverage.py``). Resampling image indices jointly across sets (a cluster
-  bootstrap) is the bootstrap of the mean over images of each image's mean over sets. Sets that
-  do not share their image indices fall back to the stratified bootstrap (``method`` says so);
+  of 500 images, ``benchmarks/interval_coverage.py``). Resampling image indices jointly across
+  sets (a cluster bootstrap) is the bootstrap of the mean over images of each image's mean over
+  sets. Sets that do not share their image indices fall back to the stratified bootstrap
+  (``method`` says so);
 - p_A complementary ECDF: simultaneous band curve ± ε, ε the exact two-sided Kolmogorov
   quantile (scipy.stats.kstwo; at most the DKW-Massart ε = sqrt(ln(2/(1−level))/(2n)));
 - paired comparison of two entries on the same images: bootstrap test on the ACR/mACR
@@ -407,9 +408,7 @@ def compare_certified_accuracy(
     metric = f"certified_accuracy@{radius:g}"
     if len(ta) > 1:
         differences = [x - y for x, y in zip(ta, tb, strict=True)]
-        estimate, replicates, method = benchmark_replicates(
-            differences, ma.shared, resamples, seed
-        )
+        estimate, replicates, method = benchmark_replicates(differences, ma.shared, resamples, seed)
         low, high = percentile_bounds(replicates, level)
         return PairedTest(
             metric=metric,
