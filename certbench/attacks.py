@@ -11,7 +11,8 @@ Robust accuracy under (ℓ∞ ∩ PD, ε) (seed 004 §6) takes the worse of two 
 run found (all are inside the ℓ∞ ball), so it is never above the ℓ∞ ∩ PD figure.
 
 Randomness: each image's random start derives from (seed, global image index, ε, run) only, so
-shards by image range and different batch sizes run the same attack on each image.
+shards by image range and different batch sizes run the same attack on each image; the 64-bit
+start seed is used in full (``certbench.random_streams``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from certbench.pd_threat import (
     project_exact,
     project_lazy,
 )
+from certbench.random_streams import derive_seed, seeded_generator
 from certbench.records import write_table_atomic
 
 Bound = Callable[[torch.Tensor], torch.Tensor]
@@ -172,10 +174,14 @@ def checkpoints(n_iter: int) -> list[int]:
 def random_start(
     shape: tuple[int, ...], eps: float, seeds: Sequence[int], device: torch.device
 ) -> torch.Tensor:
-    """Per-image uniform direction scaled to ℓ∞ norm eps, from that image's own seed."""
+    """Per-image uniform direction scaled to ℓ∞ norm eps, from that image's own 64-bit seed.
+
+    Drawn on the CPU whatever the device (the same start everywhere), with all 64 bits of the
+    seed (``certbench.random_streams``; torch's ``manual_seed`` would keep only 32 on CPU).
+    """
     starts = []
     for s in seeds:
-        g = torch.Generator().manual_seed(int(s))
+        g = seeded_generator(int(s))
         t = 2 * torch.rand(shape, generator=g, dtype=torch.float64) - 1
         starts.append(eps * t / t.abs().max().clamp_min(1e-12))
     return torch.stack(starts).to(device)
@@ -369,11 +375,9 @@ class RobustnessReport:
 
 
 def _image_seeds(seed: int, indices: torch.Tensor, eps: float, run: int) -> list[int]:
-    """Seed of one image's run at one ε: from (seed, index, ε in 1/255000 units, run) only."""
+    """64-bit seed of one image's run at one ε: from (seed, index, ε in 1/255000 units, run)."""
     keys = (round(eps * 255_000), run)
-    return [
-        int(np.random.SeedSequence([seed, int(i), *keys]).generate_state(1)[0]) for i in indices
-    ]
+    return [derive_seed(seed, int(i), *keys) for i in indices]
 
 
 def _targets(clean_logits: torch.Tensor, rank: int) -> torch.Tensor:

@@ -59,6 +59,13 @@ Dataset = Annotated[
         help="Hub id (cifar10, org/name), Hub-layout folder, or torchvision CIFAR folder."
     ),
 ]
+Seed = Annotated[
+    str,
+    typer.Option(
+        help="Run seed: a decimal integer or 0x-prefixed hex, any size up to 256 bits "
+        "(e.g. a revealed 128-bit service seed); records reproduce bit for bit per device type."
+    ),
+]
 
 
 @app.command()
@@ -82,7 +89,7 @@ def certify(
     limit: Annotated[int | None, typer.Option(help="Certify at most this many images.")] = None,
     batch_size: int = 1000,
     amp: Annotated[str | None, typer.Option(help="bf16 or fp16 autocast of the forward.")] = None,
-    seed: int = 0,
+    seed: Seed = "0",
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...")] = None,
     compile: Annotated[bool, typer.Option(help="torch.compile the model.")] = False,
     channels_last: bool = True,
@@ -94,9 +101,11 @@ def certify(
     from certbench.data import Subset, load_images
     from certbench.loading import load_manifest, load_model
     from certbench.metrics import summarize
+    from certbench.random_streams import parse_seed
     from certbench.records import write_records
     from certbench.smoothing import certify as run_certify
 
+    run_seed = parse_seed(seed)
     spec = load_manifest(manifest)
     if arch is not None and arch != spec.architecture.name:
         raise ManifestError(
@@ -117,7 +126,7 @@ def certify(
         n=n,
         alpha=alpha,
         batch_size=batch_size,
-        seed=seed,
+        seed=run_seed,
         device=device,
         indices=images.indices,
         test_set=test_set,
@@ -134,13 +143,18 @@ def certify(
         "revision": revision,
         "test_set": test_set,
         "protocol": {"sigma": sigma, "n0": n0, "n": n, "alpha": alpha, "skip": skip},
-        "seed": seed,
+        "seed": str(run_seed),
+        "device_type": _device_type(model),
         "certbench_version": __version__,
         "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
         "manifest": spec.model_dump(mode="json"),
     }
     write_records(records, out, metadata)
-    _print_summary(summarize(records), title=f"{test_set}: σ={sigma}, n={n}, α={alpha}")
+    _print_summary(
+        summarize(records),
+        title=f"{test_set}: σ={sigma}, n={n}, α={alpha}",
+        intervals=_intervals(records, 0.95),
+    )
     console.print(f"records: {out}")
 
 
@@ -159,15 +173,17 @@ def predict(
     skip: int = 1,
     limit: int | None = None,
     batch_size: int = 1000,
-    seed: int = 0,
+    seed: Seed = "0",
     device: str | None = None,
 ) -> None:
     """Smoothed prediction (Cohen et al. PREDICT): accuracy and abstain rate."""
     from certbench.data import Subset, load_images
     from certbench.loading import load_manifest, load_model
+    from certbench.random_streams import parse_seed
     from certbench.smoothing import ABSTAIN
     from certbench.smoothing import predict as run_predict
 
+    run_seed = parse_seed(seed)
     spec = load_manifest(manifest)
     model = load_model(weights, spec, device=device)
     images = load_images(
@@ -181,7 +197,7 @@ def predict(
         n=n,
         alpha=alpha,
         batch_size=batch_size,
-        seed=seed,
+        seed=run_seed,
         device=device,
         indices=images.indices,
         test_set=f"{config or 'default'}/{split}",
@@ -199,9 +215,11 @@ def metrics(
     alpha: Annotated[
         float | None, typer.Option(help="Recompute bounds and radii at this α from the counts.")
     ] = None,
+    level: Annotated[float, typer.Option(help="Confidence level of the intervals.")] = 0.95,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
-    """Metrics of a records file: ACR, certified accuracy, abstain rate, p_A distribution."""
+    """Metrics of a records file with their intervals over images: ACR (bootstrap), certified
+    accuracy (Clopper-Pearson), abstain rate, p_A distribution and its simultaneous band."""
     from certbench.metrics import recompute_at_alpha, summarize
     from certbench.records import read_records
 
@@ -209,10 +227,26 @@ def metrics(
     if alpha is not None:
         loaded = recompute_at_alpha(loaded, alpha)
     summary = summarize(loaded)
+    intervals = _intervals(loaded, level)
     if as_json:
-        console.print_json(json.dumps(summary.to_dict()))
+        console.print_json(json.dumps({**summary.to_dict(), "intervals": intervals}))
     else:
-        _print_summary(summary, title=str(records))
+        _print_summary(summary, title=str(records), intervals=intervals)
+
+
+def _intervals(records: Any, level: float) -> dict[str, Any]:
+    """JSON-ready intervals of one test set's figures (certbench.intervals)."""
+    from certbench.intervals import acr_interval, certified_accuracy_intervals, pa_band
+
+    band = pa_band(records, level=level)
+    return {
+        "acr": acr_interval(records, level=level).to_dict(),
+        "certified_accuracy": {
+            f"{r:g}": i.to_dict()
+            for r, i in certified_accuracy_intervals(records, level=level).items()
+        },
+        "pa_band": {"half_width": band.half_width, "level": level, "method": band.method},
+    }
 
 
 @app.command("robust-accuracy")
@@ -238,8 +272,12 @@ def robust_accuracy(
     limit: Annotated[int | None, typer.Option(help="Attack at most this many images.")] = None,
     batch_size: int = 256,
     seed: Annotated[
-        int, typer.Option(help="Benchmark seed; the leaderboard's figure for that seed.")
-    ] = 0,
+        str,
+        typer.Option(
+            help="Run seed (decimal or 0x-hex, up to 256 bits): the benchmark's public seed or "
+            "a run's revealed seed reproduces the leaderboard's figure."
+        ),
+    ] = "0",
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...")] = None,
 ) -> None:
     """Clean, ℓ∞ and ℓ∞ ∩ PD robust accuracy of the base classifier (seed 004), as the
@@ -249,8 +287,9 @@ def robust_accuracy(
     from certbench.errors import ThreatModelError
     from certbench.loading import load_manifest, load_model
     from certbench.pd_threat import AnchorBank, weighted_threat
-    from certbench.smoothing import derive_seed
+    from certbench.random_streams import derive_seed, parse_seed
 
+    run_seed = parse_seed(seed)
     if projection not in ("exact", "lazy"):
         raise ThreatModelError(f"--projection {projection!r}: use exact or lazy")
     spec = load_manifest(manifest)
@@ -270,7 +309,7 @@ def robust_accuracy(
         eps_list=[e / 255 for e in (eps or [8, 16])],
         n_iter=n_iter,
         n_target_classes=n_target_classes,
-        seed=derive_seed(seed, "pd"),
+        seed=derive_seed(run_seed, "pd"),
         batch_size=batch_size,
         device=first.device,
         indices=images.indices,
@@ -285,7 +324,7 @@ def robust_accuracy(
             "split": split,
             "anchors_sha256": hashlib.sha256(anchors.read_bytes()).hexdigest(),
             "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
-            "seed": str(seed),
+            "seed": str(run_seed),
             "certbench_version": __version__,
         },
     )
@@ -298,18 +337,43 @@ def robust_accuracy(
     console.print(f"records: {out}")
 
 
-def _print_summary(summary: Any, title: str) -> None:
+def _device_type(model: Any) -> str:
+    """cpu or cuda: records reproduce per device type (the generators differ, see
+    certbench.random_streams)."""
+    first = next(model.parameters(), None)
+    return first.device.type if first is not None else "cpu"
+
+
+def _print_summary(summary: Any, title: str, intervals: dict[str, Any] | None = None) -> None:
+    """The summary as a table; with `intervals`, a column of their bounds."""
+    found = intervals or {}
+    rows: list[tuple[str, str, dict[str, Any] | None]] = [
+        ("images", str(summary.count), None),
+        ("ACR", f"{summary.acr:.4f}", found.get("acr")),
+    ]
+    for radius, value in summary.certified_accuracy.items():
+        interval = found.get("certified_accuracy", {}).get(f"{radius:g}")
+        rows.append((f"certified accuracy @ {radius:g}", f"{value:.4f}", interval))
+    rows.append(("abstain rate", f"{summary.abstain_rate:.4f}", None))
+    rows.append(("p_A median (n_y/n)", f"{summary.pa_median:.4f}", None))
+    if "pa_band" in found:
+        rows.append(("p_A curve: band half-width", f"±{found['pa_band']['half_width']:.4f}", None))
+    rows.append(("seconds", f"{summary.seconds:.1f}", None))
     table = Table(title=title, show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    table.add_row("images", str(summary.count))
-    table.add_row("ACR", f"{summary.acr:.4f}")
-    for radius, value in summary.certified_accuracy.items():
-        table.add_row(f"certified accuracy @ {radius:g}", f"{value:.4f}")
-    table.add_row("abstain rate", f"{summary.abstain_rate:.4f}")
-    table.add_row("p_A median (n_y/n)", f"{summary.pa_median:.4f}")
-    table.add_row("seconds", f"{summary.seconds:.1f}")
+    if intervals is not None:
+        table.add_column(f"{found['acr']['level']:.0%} interval over images", justify="right")
+    for name, value, interval in rows:
+        cells = [name, value]
+        if intervals is not None:
+            cells.append("" if interval is None else _bounds(interval))
+        table.add_row(*cells)
     console.print(table)
+
+
+def _bounds(interval: dict[str, Any]) -> str:
+    return f"[{interval['ci_low']:.4f}, {interval['ci_high']:.4f}]"
 
 
 def register_plugins(target: typer.Typer) -> None:

@@ -234,6 +234,41 @@ def list_configs(source: str | Path, revision: str | None = None) -> list[str]:
     return list(_folder_configs(Path(where)))
 
 
+def source_kind(source: str | Path) -> tuple[str, str]:
+    """("hub", repo id) for a Hub source; ("torchvision", "") or ("folder", "") for local ones.
+
+    The local path itself is never returned, so callers can publish the result.
+
+    Raises:
+        DataSourceError: as :func:`load_images`.
+    """
+    kind, where = _resolve(source)
+    return kind, str(where) if kind == "hub" else ""
+
+
+def config_files(folder: str | Path, config: str | None = None, split: str = "test") -> list[Path]:
+    """The data files (parquet) of one config's split in a local Hub-layout folder, in order.
+
+    Raises:
+        DataSourceError: not a Hub-layout folder, unknown config or split, missing files.
+    """
+    kind, where = _resolve(folder)
+    if kind != "folder":
+        raise DataSourceError(
+            f"{str(folder)!r} is not a local Hub-layout folder (README.md with `configs:` and "
+            "parquet files); content hashes are defined for that layout only"
+        )
+    path = Path(where)
+    configs = _folder_configs(path)
+    chosen = _choose_config(path, configs, config)
+    if split not in configs[chosen]:
+        raise DataSourceError(
+            f"unknown split {split!r} for config {chosen!r} in {str(folder)!r}; available: "
+            f"{sorted(configs[chosen])}"
+        )
+    return _glob_files(path, chosen, split, configs[chosen][split])
+
+
 def _reject_revision(revision: str | None, where: Path | str) -> None:
     if revision is not None:
         raise DataSourceError(

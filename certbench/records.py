@@ -111,3 +111,22 @@ def read_metadata(path: str | Path) -> dict[str, object]:
     """The metadata stored with the records (empty if none)."""
     raw = (read_table(path).schema.metadata or {}).get(METADATA_KEY)
     return json.loads(raw) if raw else {}
+
+
+def read_benchmark_records(folder: str | Path) -> dict[str, list[CertifyRecord]]:
+    """Records of every ``*.parquet`` file under `folder`, grouped by test set.
+
+    A file's test set is its metadata's ``test_set`` (written by ``certbench certify``), else
+    its file name without the suffix; shards of one test set are joined.
+    """
+    root = Path(folder)
+    files = sorted(root.rglob("*.parquet"))
+    if not files:
+        raise RecordsError(f"{str(root)!r} holds no records (*.parquet) files")
+    grouped: dict[str, list[CertifyRecord]] = {}
+    for path in files:
+        table = read_table(path)
+        raw = (table.schema.metadata or {}).get(METADATA_KEY)
+        name = json.loads(raw).get("test_set") if raw else None
+        grouped.setdefault(str(name or path.stem), []).extend(table_to_records(table))
+    return grouped

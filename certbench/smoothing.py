@@ -7,9 +7,12 @@ one-sided Clopper-Pearson bound at level 1−α, and abstains below 1/2. PREDICT
 class only if a two-sided binomial test separates it from the runner-up at level α.
 
 Engine design (statistics identical to the textbook loop, only faster):
-- Noise comes in fixed-size blocks, each drawn from a generator seeded by
-  (seed, test set, image index, phase, block number). Forward batches are cut from the stream of
-  blocks, so the records do not depend on batch size, packing of images, or sharding.
+- Noise comes in fixed-size blocks (NOISE_BLOCK samples), each drawn from a generator seeded
+  with the 64-bit block seed derive_seed(derive_seed(seed, test set), image index, phase, block).
+  Forward batches are cut from the stream of blocks, so the records do not depend on batch size,
+  packing of images, or sharding. All 64 bits seed the generator on every device: Philox on
+  CUDA, a directly written MT19937 state on CPU (certbench.random_streams has the definition);
+  records are reproducible per device type, and CPU and CUDA records differ.
 - Samples of several images share a forward batch; class counts are accumulated on the device
   with one index_add per batch and copied to the host once per wave of images.
 - Noise and x+δ are fp32; only the model's forward runs under optional bf16 autocast.
@@ -17,7 +20,6 @@ Engine design (statistics identical to the textbook loop, only faster):
 
 from __future__ import annotations
 
-import hashlib
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +34,21 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from certbench.errors import CertificationError
+from certbench.random_streams import block_generator, derive_seed, derive_seeds, normal_blocks
+
+__all__ = [
+    "ABSTAIN",
+    "NOISE_BLOCK",
+    "CertifyRecord",
+    "PredictRecord",
+    "certified_radius",
+    "certify",
+    "derive_seed",
+    "lower_confidence_bound",
+    "min_count_to_certify",
+    "noise_block_seeds",
+    "predict",
+]
 
 ABSTAIN = -1
 """Prediction value of an abstention (radius 0)."""
@@ -81,23 +98,6 @@ class PredictRecord:
     seconds: float
     sigma: float
     alpha: float
-
-
-def derive_seed(seed: int, *keys: int | str) -> int:
-    """A 64-bit seed for a sub-stream; strings (e.g. test-set names) are hashed stably."""
-    if seed < 0:
-        raise CertificationError(f"seed must be a non-negative integer, got {seed}")
-    words = [_key_word(key) for key in keys]
-    state = np.random.SeedSequence(entropy=seed, spawn_key=words).generate_state(2, np.uint32)
-    return int(state[0]) << 32 | int(state[1])
-
-
-def _key_word(key: int | str) -> int:
-    if isinstance(key, str):
-        return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")
-    if key < 0:
-        raise CertificationError(f"random-stream keys must be non-negative, got {key}")
-    return int(key)
 
 
 def lower_confidence_bound(n_a: int, n: int, alpha: float) -> float:
@@ -474,18 +474,26 @@ def _noise_pieces(
     stopped: np.ndarray,
 ) -> Iterator[_Piece]:
     """Noise blocks image by image, phase by phase; skips images the stop rule has settled."""
-    generator = torch.Generator(device=settings.device)
+    generator = block_generator(settings.device)
     for slot, index in enumerate(indices):
         for phase_slot, (phase, count) in enumerate(phases):
-            for block, start in enumerate(range(0, count, NOISE_BLOCK)):
+            sizes = [min(NOISE_BLOCK, count - start) for start in range(0, count, NOISE_BLOCK)]
+            seeds = noise_block_seeds(settings.base_seed, int(index), phase, count)
+            blocks = normal_blocks(seeds, sizes, shape, settings.device, generator)
+            for _ in sizes:
                 if stopped[slot] and phase == ESTIMATE:
-                    break
-                generator.manual_seed(derive_seed(settings.base_seed, int(index), phase, block))
-                size = min(NOISE_BLOCK, count - start)
-                noise = torch.randn(
-                    (size, *shape), generator=generator, device=settings.device, dtype=torch.float32
-                )
-                yield _Piece(slot, slot * len(phases) + phase_slot, noise)
+                    break  # checked before the next block is drawn
+                yield _Piece(slot, slot * len(phases) + phase_slot, next(blocks))
+
+
+def noise_block_seeds(base_seed: int, index: int, phase: int, count: int) -> list[int]:
+    """64-bit seeds of the noise blocks of `count` samples of one image in one phase.
+
+    `base_seed` is ``derive_seed(seed, test_set)``; block b holds samples
+    [b·NOISE_BLOCK, (b+1)·NOISE_BLOCK) and is ``normal_blocks`` of its seed.
+    """
+    blocks = np.arange(-(-count // NOISE_BLOCK), dtype=np.uint64)
+    return derive_seeds(base_seed, index, phase, last=blocks).tolist()
 
 
 def _batches(pieces: Iterator[_Piece], batch_size: int) -> Iterator[list[_Piece]]:

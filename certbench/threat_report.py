@@ -32,6 +32,7 @@ from certbench.pd_threat import (
     AnchorBank,
     PDThreat,
 )
+from certbench.provenance import public_name
 
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 REPORT_FILE = "pd_threat.json"
@@ -203,8 +204,12 @@ def threat_report(
         corrupted = load_images(dataset_dir, config=config, subset=subset)
         sets.append(set_threat(threat, clean, corrupted, config=config, batch_size=batch_size))
     return ThreatReport(
-        dataset=str(dataset_dir),
-        anchors={**anchors.metadata(), "count": str(anchors.images.shape[0])},
+        dataset=Path(dataset_dir).name,  # the report sits next to the card: no local path
+        anchors={
+            **anchors.metadata(),
+            "dataset": public_name(anchors.dataset),
+            "count": str(anchors.images.shape[0]),
+        },
         beta=threat.beta,
         sets=sets,
         unsafe_pairs=unsafe_pair_threat(

@@ -72,6 +72,7 @@ def cifar_f_command(
     ] = None,
 ) -> None:
     """Generate CIFAR-10-F / CIFAR-100-F: 192 power-law Fourier test sets (Sun et al. 2022)."""
+    from certbench.provenance import public_source
     from generators import cifar_f, cifar_f_build
 
     try:
@@ -92,10 +93,9 @@ def cifar_f_command(
     if batch_size < 1:
         raise GeneratorError(f"--batch-size must be >= 1, got {batch_size}.")
     images = cifar_f_build.load_source(dataset, source, revision=revision, limit=limit)
-    source_info = {
-        "source": str(source if source is not None else dataset),
-        "source_revision": revision or "unpinned",
-    }
+    # Hub id + revision, or the kind of local folder: never a path (cards and checksums are
+    # published); the builder adds the source's content hash (source_sha256)
+    source_info = public_source(source if source is not None else dataset, revision)
     console.print(
         f"{len(specs)} test sets × {len(images)} images from {images.name} → {out} "
         f"(protocol {chosen_protocol.value}, seed {seed})"

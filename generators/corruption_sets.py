@@ -17,7 +17,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,18 +50,40 @@ class CorruptionBenchmark:
     protocol: str  # markdown: the definitions, constants and equivalents
     citation: str
     tags: tuple[str, ...] = ()
+    config_metadata: Callable[[str], dict[str, str]] = lambda name: {}
+    """Extra checksum metadata of one corruption's configs (e.g. which frost textures)."""
 
 
 def config_name(corruption: str, level: int) -> str:
     return hub.validate_config_name(f"{corruption}_s{level}")
 
 
-def benchmark(key: str) -> CorruptionBenchmark:
-    """The registered benchmark ``key`` (cifar-c, cifar-c-bar, weather)."""
+def benchmark(key: str, *, frost_dir: str | Path | None = None) -> CorruptionBenchmark:
+    """The registered benchmark ``key`` (cifar-c, cifar-c-bar, weather).
+
+    ``frost_dir``: the official frost photographs for CIFAR-C's frost (``generators.frost``);
+    without it frost uses the procedural stand-in and the card states how much weaker it is.
+    """
     registry = _benchmarks()
     if key not in registry:
         raise GeneratorError(f"benchmark={key!r} is unknown; use one of {sorted(registry)}.")
-    return registry[key]
+    if frost_dir is None:
+        return registry[key]
+    if key != "cifar-c":
+        raise GeneratorError(f"--frost-dir applies to cifar-c only, not {key}.")
+    from generators import corruptions_c as cc
+    from generators.frost import load_photographs
+
+    bank = load_photographs(frost_dir)
+
+    def apply_c(images, name, level, seed, indices):  # type: ignore[no-untyped-def]
+        return cc.corrupt(images, name, level, seed=seed, indices=indices, frost_bank=bank)
+
+    return replace(
+        registry[key],
+        apply=apply_c,
+        config_metadata=lambda name: bank.metadata() if name == "frost" else {},
+    )
 
 
 CIFAR_C_CITATION = """@inproceedings{hendrycks2019benchmarking,
@@ -84,7 +106,9 @@ def _cifar_c_protocol() -> str:
     rows = "\n".join(
         f"| {name} | {'; '.join(map(str, spec.constants))} |" for name, spec in cc.CIFAR_C.items()
     )
-    equivalents = "\n".join(f"- **{name}**: {text}" for name, text in cc.EQUIVALENTS.items())
+    equivalents = "\n".join(
+        f"- **{name}**: {text}" for name, text in cc.EQUIVALENTS.items() if name != "frost"
+    )
     return f"""The 15 corruptions of Hendrycks & Dietterich (2019) with the CIFAR constants of
 `make_cifar_c.py` (hendrycks/robustness), re-implemented batched (numpy/scipy) operation by
 operation, outputs truncated to uint8 as in the original.
@@ -96,6 +120,7 @@ operation, outputs truncated to uint8 as in the original.
 Documented equivalents where the original software cannot be used:
 
 {equivalents}
+- {FROST_NOTE}
 - skimage/OpenCV primitives are replaced by scipy.ndimage/numpy/torch with the same border
   modes; pixelate (BOX resize) and JPEG use PIL/libjpeg itself, as the original.
 
@@ -258,6 +283,7 @@ def generate_sets(
             "seed": seed,
             "source_sha256": fingerprint,
             "generator_version": GENERATOR_VERSION,
+            **bench.config_metadata(name),
         }
         if (
             hub.config_complete(out, config, metadata=metadata)
@@ -423,6 +449,7 @@ of its severity-3 set.
     else:
         band_text = "Not computed: the clean images were not available (column `band` is empty)."
     title = dataset.upper().replace("CIFAR", "CIFAR-") + bench.suffix
+    protocol = bench.protocol.replace(FROST_NOTE, frost_card_note(out, done))
     body = f"""# {title}
 
 {title}: {len(done)} test sets ({len({n for n, _ in done})} corruptions x severity levels) of
@@ -434,7 +461,7 @@ leaderboard. Config `<corruption>_s<level>` holds one test set (`test` split). C
 
 ## Protocol
 
-{bench.protocol}
+{protocol}
 
 {provenance}
 
@@ -469,11 +496,43 @@ an explicit licence; use them under the same terms as the original dataset. The 
     return hub.write_card(out, card)
 
 
+FROST_NOTE = "{frost}"
+"""Placeholder in the CIFAR-C protocol text, replaced by what the frost configs on disk used."""
+
+
+def frost_card_note(out_dir: Path, done: Sequence[tuple[str, int]]) -> str:
+    """The frost paragraph for the configs on disk: photographs (with their hash) or the
+    procedural stand-in and its measured gap; both when the severities were made differently."""
+    from generators.frost import card_note
+
+    kinds: dict[tuple[str, str], list[int]] = {}
+    for name, level in done:
+        if name != "frost":
+            continue
+        meta = (hub.read_checksum(out_dir, config_name(name, level)) or {}).get("metadata", {})
+        key = (meta.get("frost_textures", "procedural"), meta.get("frost_sha256", ""))
+        kinds.setdefault(key, []).append(level)
+    if not kinds:
+        return "**frost**: not among these sets."
+    if len(kinds) == 1:
+        return card_note(*next(iter(kinds)))
+    return " ".join(
+        f"Severities {', '.join(map(str, levels))}: {card_note(*key)}"
+        for key, levels in sorted(kinds.items())
+    )
+
+
 def generated_provenance(seed: int, source: dict[str, Any]) -> str:
     """The card paragraph for generated sets: seed and source content."""
     return f"""Seeded: every image's random draws come from its own stream keyed by (seed={seed},
 benchmark, corruption, severity level, source index), so any image can be regenerated alone and
 results do not depend on batch size.
 
-Source: `{source.get("source")}` (revision `{source.get("source_revision", "unpinned")}`,
-content sha256 `{source.get("source_sha256", "")}`)."""
+Source: {_source_text(source)}."""
+
+
+def _source_text(source: dict[str, Any]) -> str:
+    """Hub id and revision, or the kind of local folder; always the content sha256."""
+    revision = source.get("source_revision")
+    where = f"`{source.get('source')}`" + (f" (revision `{revision}`)" if revision else "")
+    return f"{where}, content sha256 `{source.get('source_sha256', '')}`"

@@ -13,7 +13,8 @@ written into the dataset card, see ``EQUIVALENTS``):
   numpy: ``2*ceil(radius)+1`` taps with half-Gaussian weights exp(-i^2/2 sigma^2), tap i sampled at
   offset (ceil(i sin a - 0.5), ceil(i cos a - 0.5)) with edge replication, rounded to uint8.
 - The frost photographs (not redistributable) -> a fixed bank of 5 procedurally generated frost
-  textures (``frost_textures``), cropped at random exactly as the photographs were.
+  textures (``frost_textures``), cropped at random exactly as the photographs were; measurably
+  weaker (``generators.frost``), so the photographs are used when the user supplies them.
 - skimage / OpenCV primitives -> scipy.ndimage / numpy equivalents with the same border modes
   (gaussian: mode 'nearest', truncate 4; cv2 BORDER_REFLECT_101 = numpy 'reflect').
 
@@ -29,7 +30,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -38,6 +39,9 @@ from PIL import Image, ImageDraw
 from scipy import ndimage
 
 from certbench.errors import GeneratorError
+
+if TYPE_CHECKING:
+    from generators.frost import FrostBank
 
 IMAGE_SIZE = 32
 SEVERITIES = (1, 2, 3, 4, 5)
@@ -167,16 +171,21 @@ def corrupt(
     *,
     seed: int = 0,
     indices: Sequence[int] | np.ndarray | None = None,
+    frost_bank: FrostBank | None = None,
 ) -> np.ndarray:
     """Apply CIFAR-C corruption ``name`` at ``severity`` (1..5) to uint8 ``(N, 32, 32, 3)`` images.
 
     ``indices`` are the images' positions in the source split (default ``0..N-1``); together with
     ``seed`` they fix every random draw, so results do not depend on how images are batched.
+    ``frost_bank``: the official photographs (``generators.frost.load_photographs``) for frost;
+    default the procedural stand-in.
 
     Raises:
         GeneratorError: unknown corruption, bad severity, bad image array or indices.
     """
     spec = check_severity(name, severity, CIFAR_C)
+    if name == "frost" and frost_bank is not None and frost_bank.kind != "procedural":
+        spec = photograph_frost(frost_bank)
     if indices is None:
         indices = np.arange(len(images))
     return run_corruption(images, spec, severity, seed=seed, indices=indices, family="cifar-c")
@@ -584,10 +593,33 @@ def _sample_frost(rng: np.random.Generator, image: np.ndarray, c: tuple) -> Para
 @_register("frost", ((1, 0.2), (1, 0.3), (0.9, 0.4), (0.85, 0.4), (0.75, 0.45)), _sample_frost)
 def frost(images: np.ndarray, p: Params, c: tuple[float, float]) -> np.ndarray:
     """c0 * x + c1 * (random 32x32 crop of a frost texture), in 0..255 units."""
-    bank = frost_textures()
+    return _blend_frost(images, frost_textures(), p, c)
+
+
+def photograph_frost(bank: FrostBank) -> Corruption:
+    """Frost on the official photographs: the original's draws (texture, then row and column
+    offsets within that photograph's own size) and blend."""
+    sizes = [texture.shape[:2] for texture in bank.textures]
+
+    def sample(rng: np.random.Generator, image: np.ndarray, c: tuple) -> Params:
+        idx = int(rng.integers(len(sizes)))
+        rows, cols = sizes[idx]
+        top = rng.integers(0, rows - IMAGE_SIZE)
+        left = rng.integers(0, cols - IMAGE_SIZE)
+        return {"texture": np.asarray(idx), "top": np.asarray(top), "left": np.asarray(left)}
+
+    def apply(images: np.ndarray, p: Params, c: tuple[float, float]) -> np.ndarray:
+        return _blend_frost(images, bank.textures, p, c)
+
+    return Corruption("frost", CIFAR_C["frost"].constants, apply, sample)
+
+
+def _blend_frost(
+    images: np.ndarray, textures: Sequence[np.ndarray], p: Params, c: tuple[float, float]
+) -> np.ndarray:
     crops = np.stack(
         [
-            bank[k, top : top + IMAGE_SIZE, left : left + IMAGE_SIZE]
+            textures[k][top : top + IMAGE_SIZE, left : left + IMAGE_SIZE]
             for k, top, left in zip(p["texture"], p["top"], p["left"], strict=True)
         ]
     ).astype(np.float64)

@@ -49,6 +49,7 @@ from huggingface_hub.hf_api import RepoFile
 from PIL import Image
 
 from certbench.errors import GeneratorError, PublishError
+from certbench.provenance import find_local_paths
 
 SPLIT = "test"
 SHARD_NAME = f"{SPLIT}-00000-of-00001.parquet"
@@ -493,8 +494,9 @@ def local_files(folder: str | Path) -> list[LocalFile]:
     """The publishable files: README.md, images/**, data/** (no temp or hidden files).
 
     Raises:
-        PublishError: the folder is not a generated dataset, or a config is incomplete or its
-            checksum does not verify (an interrupted run must be resumed before publishing).
+        PublishError: the folder is not a generated dataset, a config is incomplete or its
+            checksum does not verify (an interrupted run must be resumed before publishing), or
+            a text file (card, checksum) names a local path.
     """
     root = Path(folder)
     if not (root / "README.md").is_file() or not (root / "data").is_dir():
@@ -515,6 +517,7 @@ def local_files(folder: str | Path) -> list[LocalFile]:
             continue
         if rel.parts[0] not in ("data", "images") and rel.as_posix() != "README.md":
             continue
+        _refuse_local_paths(path, rel)
         files.append(
             LocalFile(
                 path_in_repo=rel.as_posix(),
@@ -525,6 +528,22 @@ def local_files(folder: str | Path) -> list[LocalFile]:
             )
         )
     return files
+
+
+TEXT_SUFFIXES = (".md", ".json", ".yaml", ".yml", ".txt", ".csv")
+
+
+def _refuse_local_paths(path: Path, rel: Path) -> None:
+    """Published text must not name local paths (they leak user names and pin nothing)."""
+    if path.suffix.lower() not in TEXT_SUFFIXES:
+        return
+    found = find_local_paths(path.read_text(encoding="utf-8", errors="replace"))
+    if found:
+        raise PublishError(
+            f"{rel.as_posix()} names the local path {found[0]!r}; published files must record "
+            "a source by Hub id + revision or content hash. Re-generate the card with this "
+            "certbench version (or edit the file) before publishing."
+        )
 
 
 def _config_folders(root: Path) -> list[str]:

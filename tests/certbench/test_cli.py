@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 from data_layouts import random_images, random_labels, write_torchvision_cifar
+from torch import nn
 from typer.testing import CliRunner
 
 from certbench.architectures import build_classifier
@@ -141,3 +142,60 @@ def test_robust_accuracy_refuses_pdw_without_superclasses(submission, anchors, t
     assert result.exit_code == 2
     assert "PD-W needs superclass labels" in result.output
     assert not (tmp_path / "r.parquet").exists()
+
+
+def records_without_time(path) -> list[tuple]:
+    """Every column of a records file but the wall-clock seconds."""
+    return [
+        tuple(getattr(r, name) for name in r.__slots__ if name != "seconds")
+        for r in read_records(path)
+    ]
+
+
+@pytest.fixture(scope="module")
+def noise_sensitive_weights(submission):
+    """An untrained ResNet-20 votes one class whatever the noise; centring and scaling its last
+    layer on noisy features makes every vote depend on the noise, so counts show the stream."""
+    torch.manual_seed(1)
+    model = build_classifier("cifar_resnet20", num_classes=10, mean=MEAN, std=STD).eval()
+    net = model[1]
+    fc, net.fc = net.fc, nn.Identity()
+    noisy = torch.from_numpy(random_images(1)).float() / 255 + 0.25 * torch.randn(64, 3, 32, 32)
+    with torch.no_grad():
+        features = model(noisy)
+        fc.weight.mul_(1000)
+        fc.bias.copy_(-fc.weight @ features.mean(0))
+    net.fc = fc
+    save_weights(model, submission / "noise_sensitive.safetensors")
+    return submission / "noise_sensitive.safetensors"
+
+
+def test_128_bit_seed_reproduces_records_and_its_high_bits_matter(
+    submission, noise_sensitive_weights, tmp_path
+):
+    """A revealed service seed (128 bits, hex or decimal) reproduces the records bit for bit
+    (all columns but the wall-clock seconds); seeds sharing their low 64 bits still differ."""
+    low = 0x0123_4567_89AB_CDEF
+    seeds = {
+        "hex": hex((1 << 127) | low),
+        "dec": str((1 << 127) | low),
+        "high": hex((1 << 126) | low),
+    }
+    for name, seed in seeds.items():
+        out = tmp_path / f"{name}.parquet"
+        args = certify_args(submission, "--out", str(out), "--seed", seed, "--limit", "2")
+        args[args.index("--weights") + 1] = str(noise_sensitive_weights)
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+    first = records_without_time(tmp_path / "hex.parquet")
+    assert records_without_time(tmp_path / "dec.parquet") == first
+    assert records_without_time(tmp_path / "high.parquet") != first
+    metadata = read_metadata(tmp_path / "hex.parquet")
+    assert metadata["seed"] == str((1 << 127) | low) and metadata["device_type"] == "cpu"
+
+
+def test_malformed_seed_is_a_clear_error(submission, tmp_path):
+    args = certify_args(submission, "--out", str(tmp_path / "x.parquet"), "--seed", "deadbeef")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "0x-prefixed hex" in result.output
+    assert not (tmp_path / "x.parquet").exists()

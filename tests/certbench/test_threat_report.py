@@ -211,3 +211,22 @@ def test_registering_the_pd_commands_imports_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_report_and_card_name_no_local_path(sources):
+    """A bank built from a local folder records that folder; the published card must not."""
+    from certbench.provenance import find_local_paths
+
+    local = AnchorBank.load(sources["bank"])
+    bank = build_anchor_bank(
+        local.images, local.labels, class_names=CLASSES, dataset=str(sources["root"]), k=3
+    )
+    report = threat_report(
+        sources["dataset"], clean_source=sources["clean"], anchors=bank, configs=["noise_s1"],
+        limit=5, pairs=10,
+    )  # fmt: skip
+    write_threat_report(report, sources["dataset"])
+    for name in ("README.md", REPORT_FILE):
+        text = (sources["dataset"] / name).read_text()
+        assert str(sources["root"]) not in text and find_local_paths(text) == [], name
+    assert "from a local folder" in (sources["dataset"] / "README.md").read_text()
