@@ -63,6 +63,7 @@ from certbench.lens_metrics import (
     summarize,
     write_lens_records,
 )
+from certbench.random_streams import seeded_generator
 from certbench.smoothing import derive_seed
 
 __all__ = [
@@ -308,8 +309,9 @@ class _Context:
         if sigma is not None:
             noisy = []
             for i, x in zip(index, pixels, strict=True):
-                g = torch.Generator(device=self.device)
-                g.manual_seed(derive_seed(self.seed, "fourier-lens", "noise", kind, int(i)))
+                g = seeded_generator(
+                    derive_seed(self.seed, "fourier-lens", "noise", kind, int(i)), self.device
+                )
                 eps = torch.randn(
                     (self.protocol.noise_samples, *x.shape[1:]), generator=g, device=self.device
                 )
@@ -451,7 +453,7 @@ def _unit_vectors(seeds: Sequence[int] | None, r: int, classes: int, count: int)
         raise LensError("random Jacobian projections need one seed per image")
     rows = []
     for s in seeds:
-        g = torch.Generator().manual_seed(derive_seed(int(s), r))
+        g = seeded_generator(derive_seed(int(s), r))
         v = torch.randn(classes, generator=g, dtype=torch.float64)
         rows.append(v / v.norm())
     return torch.stack(rows)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from certbench.errors import ThreatModelError
+from certbench.random_streams import seeded_generator
 from certbench.smoothing import derive_seed
 from certbench.weather_threat import WeatherSet
 
@@ -82,6 +83,6 @@ def smoothing_noise(
     out = torch.empty(len(indices), samples, *shape)
     keys = ("weather-smoothadv", wset.weather, wset.severity)
     for row, index in enumerate(indices.tolist()):
-        gen = torch.Generator().manual_seed(derive_seed(seed, *keys, int(index)))
+        gen = seeded_generator(derive_seed(seed, *keys, int(index)))
         out[row] = torch.randn(samples, *shape, generator=gen) * sigma
     return out

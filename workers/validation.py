@@ -25,6 +25,7 @@ from certbench.errors import (
     WeightsFormatError,
 )
 from certbench.loading import Manifest, load_manifest, load_model
+from certbench.random_streams import derive_seed, seeded_generator
 from models.states import Reason
 from models.work import WorkItem
 
@@ -97,7 +98,7 @@ def _check_noisy_batch(
     model: nn.Module, item: WorkItem, manifest: Manifest, *, device: torch.device
 ) -> Rejection | None:
     """Forward DUMMY_BATCH seeded images plus N(0, sigma²) noise, as CERTIFY does."""
-    generator = torch.Generator().manual_seed(item.seed)
+    generator = seeded_generator(derive_seed(item.seed, "validate"))
     shape = (DUMMY_BATCH, *manifest.input_size)
     clean = torch.rand(shape, generator=generator)
     noisy = clean + item.sigma * torch.randn(shape, generator=generator)
