@@ -63,7 +63,7 @@ class SensitivityProtocol(BaseModel):
 PROTOCOLS: dict[str, SensitivityProtocol] = {
     "paper": SensitivityProtocol(
         name="paper",
-        description="seed 000's protocol: 200 images, n0=100, n=100,000, α=0.001, every bin",
+        description="Sun et al. 2022's protocol: 200 images, n0=100, n=100,000, α=0.001, every bin",
     ),
     "quick": SensitivityProtocol(
         name="quick",

@@ -8,8 +8,8 @@ ColorBrewer's RdBu, a diverging scale that stays distinguishable with the common
 deficiencies (red = low, blue = high, white at ``center``); a labelled colour bar is the legend;
 dashed circles mark the radial band edges shared with the corruption sets (thirds of Nyquist);
 cells without records are hatched grey. Every cell carries its value in a ``<title>`` (tooltips,
-screen readers). ``api.web.plots.heatmap`` prints a number in every cell, which a 32 × 32 grid
-cannot hold; this module is its compact sibling.
+screen readers) unless turned off. ``api.web.plots.heatmap`` prints a number in every cell, which
+a 32 × 32 grid cannot hold; this module is its compact sibling.
 """
 
 from __future__ import annotations
@@ -41,15 +41,15 @@ def frequency_heatmap(
     center: float,
     size: int = 32,
     percent: bool = False,
-    counts: Sequence[Sequence[int]] | None = None,
+    tooltips: bool = True,
     description: str = "",
 ) -> Markup:
     """A K × K map of ``values`` (rows: vertical frequency i ascending, as ``frequencies``;
     columns: horizontal frequency j) for ``size`` × ``size`` images; None/NaN = not computed.
 
-    Colours map [vmin, center] to red…white and [center, vmax] to white…blue. ``counts``
-    (images per cell) go into the tooltips. Raises ValueError for mismatched shapes or a
-    centre outside (vmin, vmax).
+    Colours map [vmin, center] to red…white and [center, vmax] to white…blue. ``tooltips``
+    puts each cell's value in a ``<title>`` (about 45 bytes a cell; pages showing many maps turn
+    it off). Raises ValueError for mismatched shapes or a centre outside (vmin, vmax).
     """
     data = np.array(
         [[math.nan if v is None else float(v) for v in row] for row in values], dtype=float
@@ -66,16 +66,17 @@ def frequency_heatmap(
             f"frequency heatmap {chart_id!r}: centre {center} must lie strictly between "
             f"vmin {vmin} and vmax {vmax}"
         )
-    cell = GRID_PIXELS / k
+    cell = max(4, GRID_PIXELS // k)
+    grid = cell * k
     step = freqs[1] - freqs[0] if k > 1 else 1
     left, top, bottom = 56, 40, 46
-    bar_x = left + GRID_PIXELS + 18
-    width, height = bar_x + 84, top + GRID_PIXELS + bottom
+    bar_x = left + grid + 18
+    width, height = bar_x + 84, top + grid + bottom
     cid = escape(chart_id)
     out = [
         f'<svg class="chart heatmap frequency-map" id="{cid}" '
-        f'xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width:.0f} {height:.0f}" '
-        f'width="{width * 1.25:.0f}" height="{height * 1.25:.0f}" role="img" '
+        f'xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+        f'width="{round(width * 1.25)}" height="{round(height * 1.25)}" role="img" '
         f'aria-labelledby="{cid}-title {cid}-desc">',
         f'<title id="{cid}-title">{escape(title)}</title>',
         f'<desc id="{cid}-desc">{escape(description or title)}</desc>',
@@ -83,32 +84,27 @@ def frequency_heatmap(
         '<rect width="6" height="6" fill="#eee"/><path d="M0,6 L6,0" stroke="#999"/>'
         "</pattern></defs>",
         f'<text x="8" y="18" font-size="13" font-weight="600">{escape(title)}</text>',
-        '<g class="cells">',
+        f'<g class="cells" shape-rendering="crispEdges" data-label="{escape(value_label)}">',
     ]
     for r in range(k):  # top row = highest vertical frequency
         a = k - 1 - r
         for c in range(k):
             value = data[a, c]
-            x, y = left + c * cell, top + r * cell
-            where = f"i = {freqs[a]}, j = {freqs[c]} cycles/image"
-            images = "" if counts is None else f" ({int(counts[a][c])} images)"
-            geometry = f'x="{x:.2f}" y="{y:.2f}" width="{cell:.2f}" height="{cell:.2f}"'
+            geometry = f'x="{left + c * cell}" y="{top + r * cell}" width="{cell}" height="{cell}"'
+            where = f"i {freqs[a]}, j {freqs[c]}"
             if math.isnan(value):
                 out.append(
-                    f'<rect class="cell missing" {geometry} fill="url(#{cid}-na)">'
+                    f'<rect class="missing" {geometry} fill="url(#{cid}-na)">'
                     f"<title>{where}: not computed</title></rect>"
                 )
                 continue
             colour = to_hex(_colour(value, vmin, vmax, center))
-            out.append(
-                f'<rect class="cell" {geometry} fill="{colour}" data-value="{value:.4f}">'
-                f"<title>{where}: {escape(value_label)} {_text(value, percent, 3)}{images}"
-                "</title></rect>"
-            )
+            tip = f"<title>{where}: {_text(value, percent, 3)}</title>" if tooltips else ""
+            out.append(f'<rect {geometry} fill="{colour}">{tip}</rect>')
     out.append("</g>")
     out += _band_circles(freqs, left, top, cell, step, size)
     out += _axes(freqs, left, top, cell, size)
-    out += _colour_bar(bar_x, top, vmin, vmax, center, value_label, percent, cid)
+    out += _colour_bar(bar_x, top, grid, (vmin, center, vmax), value_label, percent, cid)
     out.append("</svg>")
     return Markup("".join(out))
 
@@ -122,10 +118,11 @@ def _colour(value: float, vmin: float, vmax: float, center: float) -> tuple[floa
     return colormaps[DIVERGING_CMAP](min(max(level, 0.0), 1.0))
 
 
-def _text(value: float, percent: bool, digits: int = 2) -> str:
+def _text(value: float, percent: bool, digits: int | None = None) -> str:
+    """Cell values with ``digits`` decimals; scale ticks (``digits`` None) with 3 significant."""
     if percent:
-        return f"{value * 100:.{max(digits - 2, 0)}f}%"
-    return f"{value:.{digits}f}"
+        return f"{value * 100:.{1 if digits else 0}f}%"
+    return f"{value:.{digits}f}" if digits else f"{value:.3g}"
 
 
 def _band_circles(
@@ -137,10 +134,12 @@ def _band_circles(
     k = len(freqs)
     cx = left + (freqs.index(0) + 0.5) * cell
     cy = top + (k - 1 - freqs.index(0) + 0.5) * cell
-    out = ['<g class="band-edges" fill="none" stroke="#222" stroke-dasharray="4 3">']
+    out = ['<g class="band-edges" fill="none">']
     for edge in (size / 6, size / 3):
-        out.append(
-            f'<circle cx="{cx:.2f}" cy="{cy:.2f}" r="{edge / step * cell:.2f}">'
+        circle = f'cx="{cx:.2f}" cy="{cy:.2f}" r="{edge / step * cell:.2f}"'
+        out.append(  # a white halo under the dashes keeps them visible on dark cells
+            f'<circle {circle} stroke="#fff" stroke-width="2.5" stroke-opacity="0.8"/>'
+            f'<circle {circle} stroke="#111" stroke-dasharray="4 3">'
             f"<title>band edge: radial frequency {edge:.3g} cycles/image</title></circle>"
         )
     out.append("</g>")
@@ -173,9 +172,8 @@ def _axes(freqs: list[int], left: float, top: float, cell: float, size: int) -> 
 def _colour_bar(
     x: float,
     top: float,
-    vmin: float,
-    vmax: float,
-    center: float,
+    height: int,
+    scale: tuple[float, float, float],
     label: str,
     percent: bool,
     cid: str,
@@ -186,7 +184,7 @@ def _colour_bar(
         f'<stop offset="{q * 10}%" stop-color="{to_hex(colormaps[DIVERGING_CMAP](1 - q / 10))}"/>'
         for q in range(11)
     )
-    height = GRID_PIXELS
+    vmin, center, vmax = scale
     return [
         f'<defs><linearGradient id="{cid}-bar" x1="0" y1="0" x2="0" y2="1">{stops}'
         "</linearGradient></defs>",

@@ -50,7 +50,6 @@ class FourierMaps:
     frequencies: list[int]
     acr: np.ndarray | None
     base_accuracy: np.ndarray
-    counts: list[list[int]]
     bands: dict[str, Any]
     evaluator_version: str
     seconds: float
@@ -98,7 +97,6 @@ def fourier_maps(results: ResultsPublic) -> FourierMaps | None:
         frequencies=list(heatmap["frequencies"]),
         acr=_array(heatmap["acr"]),
         base_accuracy=base,
-        counts=heatmap["images"],
         bands=summary["bands"],
         evaluator_version=row.evaluator_version,
         seconds=row.seconds,
@@ -116,7 +114,13 @@ def _scale(kind: str, arrays: Sequence[np.ndarray]) -> tuple[float, float, float
 
 
 def _map_chart(
-    maps: FourierMaps, kind: str, *, chart_id: str, name: str, scale: tuple[float, float, float]
+    maps: FourierMaps,
+    kind: str,
+    *,
+    chart_id: str,
+    name: str,
+    scale: tuple[float, float, float],
+    tooltips: bool = True,
 ) -> Markup:
     what, label, percent = MAPS[kind]
     values = maps.values(kind)
@@ -133,10 +137,11 @@ def _map_chart(
         center=centre,
         size=maps.size,
         percent=percent,
-        counts=maps.counts,
+        tooltips=tooltips,
         description=(
             f"Fourier sensitivity heatmap of {name}: {what} under x + r·ε·U_ij, ε = "
-            f"{maps.epsilon:g}, for each Fourier basis image U_ij; centre = lowest frequency."
+            f"{maps.epsilon:g}, for each Fourier basis image U_ij, over {maps.images} images; "
+            "centre = lowest frequency."
         ),
     )
 
@@ -189,9 +194,10 @@ def context(results: ResultsPublic) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class CompareRow:
-    """One map kind across the compared entries: their maps on one scale, then each later
-    entry minus the first (``differences``; empty when the grids differ)."""
+class CompareMaps:
+    """The compared entries' maps of one kind (the smoothed ACR when every entry with a result
+    has it, else the base accuracy) on one colour scale, then each later entry minus the first
+    (``differences``; an entry on another grid gets none)."""
 
     kind: str
     title: str
@@ -200,32 +206,37 @@ class CompareRow:
 
 
 def compare_context(entries: Sequence[ResultsPublic]) -> dict[str, Any]:
-    """Side-by-side maps of every compared entry that has them, and difference maps."""
+    """Side-by-side maps of every compared entry that has them, and difference maps. Cells carry
+    no tooltips here (up to seven maps of 1,024 cells); the model pages have them."""
     named = [(f"{e.model_name} (#{e.submission_id})", fourier_maps(e)) for e in entries]
     present = [(name, maps) for name, maps in named if maps is not None]
     if not present:
         return {}
-    rows = [_compare_row(kind, present) for kind in MAPS]
+    kind = "acr" if all(maps.acr is not None for _, maps in present) else "base_accuracy"
     return {
-        "rows": [row for row in rows if row is not None],
+        "maps": _compare_maps(kind, present),
         "missing": [name for name, maps in named if maps is None],
         "labels": sorted({maps.label for _, maps in present}),
     }
 
 
-def _compare_row(kind: str, present: list[tuple[str, FourierMaps]]) -> CompareRow | None:
-    have = [(name, maps) for name, maps in present if maps.values(kind) is not None]
-    if not have:
-        return None
-    arrays = [maps.values(kind) for _, maps in have]
+def _compare_maps(kind: str, present: list[tuple[str, FourierMaps]]) -> CompareMaps:
+    arrays = [maps.values(kind) for _, maps in present]
     scale = _scale(kind, [a for a in arrays if a is not None])
     panels = [
-        _map_chart(maps, kind, chart_id=f"compare-fourier-{kind}-{k}", name=name, scale=scale)
-        for k, (name, maps) in enumerate(have)
+        _map_chart(
+            maps, kind, chart_id=f"compare-fourier-{k}", name=name, scale=scale, tooltips=False
+        )
+        for k, (name, maps) in enumerate(present)
     ]
-    first_name, first = have[0]
-    same_grid = [(n, m) for n, m in have[1:] if m.frequencies == first.frequencies]
-    diffs = [(name, maps.values(kind) - first.values(kind)) for name, maps in same_grid]
+    first_name, first = present[0]
+    reference = first.values(kind)
+    assert reference is not None
+    diffs = []
+    for name, maps in present[1:]:
+        values = maps.values(kind)
+        if values is not None and maps.frequencies == first.frequencies:
+            diffs.append((name, values - reference))
     finite = [float(np.nanmax(np.abs(d))) for _, d in diffs if np.isfinite(d).any()]
     bound = max([*finite, 0.0]) or 1e-3
     what, label, percent = MAPS[kind]
@@ -233,7 +244,7 @@ def _compare_row(kind: str, present: list[tuple[str, FourierMaps]]) -> CompareRo
         frequency_heatmap(
             diff,
             first.frequencies,
-            chart_id=f"compare-fourier-{kind}-diff-{k}",
+            chart_id=f"compare-fourier-diff-{k}",
             title=f"{name} − {first_name}",
             value_label=f"Δ {label}",
             vmin=-bound,
@@ -241,6 +252,7 @@ def _compare_row(kind: str, present: list[tuple[str, FourierMaps]]) -> CompareRo
             center=0.0,
             size=first.size,
             percent=percent,
+            tooltips=False,
             description=(
                 f"Difference of the {what} maps, {name} minus {first_name}: blue where "
                 f"{name} is higher, red where it is lower."
@@ -248,4 +260,4 @@ def _compare_row(kind: str, present: list[tuple[str, FourierMaps]]) -> CompareRo
         )
         for k, (name, diff) in enumerate(diffs, start=1)
     ]
-    return CompareRow(kind, what, panels, differences)
+    return CompareMaps(kind, what, panels, differences)
