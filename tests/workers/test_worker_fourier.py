@@ -301,6 +301,11 @@ def test_heatmaps_reach_rest_the_leaderboard_and_the_web_pages(
             wanted = session.get(MetricValue, (first, key)).value
             assert rows[first] == pytest.approx(wanted)
 
+        board_html = client.get("/leaderboards/tiny", params={"sort": "fourier_acr_mid"}).text
+        for band in ("low", "mid", "high"):  # smoothed map: ACR columns; base figures REST-only
+            assert f'data-key="fourier_acr_{band}"' in board_html
+            assert f'data-key="fourier_base_{band}"' not in board_html
+
         page = client.get(f"/models/{first}")
         assert page.status_code == 200
         html = page.text
