@@ -47,59 +47,37 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Literal, TypeAlias
 
 import numpy as np
 import torch
 
 from certbench.errors import SensitivityError
+from certbench.fourier_grid import (
+    Point,
+    canonical,
+    distinct_points,
+    grid_offsets,
+    mirror,
+    point_key,
+)
+from certbench.fourier_protocol import CHANNEL_SIGNS, ChannelSigns
 from certbench.smoothing import derive_seed
-from certbench.spectral import hermitian_half
 
-Point: TypeAlias = tuple[int, int]
-"""(i, j): centred frequency offsets in cycles per image, i down the rows, j along the columns."""
-
-ChannelSigns: TypeAlias = Literal["independent", "shared"]
-CHANNEL_SIGNS: tuple[ChannelSigns, ...] = ("independent", "shared")
-
-
-def grid_offsets(size: int, stride: int = 1) -> np.ndarray:
-    """Centred offsets ``−size//2 … size−size//2−1`` that are multiples of ``stride``.
-
-    The set is closed under negation modulo ``size`` (so mirrors of grid points are grid points)
-    and always holds 0, the lowest frequency.
-    """
-    _check_size(size)
-    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
-        raise SensitivityError(f"stride must be an integer >= 1, got {stride!r}")
-    offsets = np.arange(-(size // 2), size - size // 2)
-    return offsets[offsets % stride == 0]
-
-
-def mirror(point: Point, size: int) -> Point:
-    """(−i, −j) wrapped into the centred range: the other cell of the same basis image."""
-    i, j = _check_point(point, size)
-    return _wrap(-i, size), _wrap(-j, size)
-
-
-def canonical(point: Point, size: int) -> Point:
-    """The representative of {p, mirror(p)} that is certified (smaller centred row-major index)."""
-    i, j = _check_point(point, size)
-    other = mirror((i, j), size)
-    return min((i, j), other, key=lambda p: _flat(p, size))
-
-
-def distinct_points(size: int, stride: int = 1) -> list[Point]:
-    """One representative per distinct basis image of the strided grid, in row-major order."""
-    offsets = grid_offsets(size, stride)
-    keep, self_mirrored = hermitian_half(size)
-    half = size // 2
-    return [
-        (int(i), int(j))
-        for i in offsets
-        for j in offsets
-        if bool(keep[i + half, j + half] | self_mirrored[i + half, j + half])
-    ]
+__all__ = [
+    "CHANNEL_SIGNS",
+    "ChannelSigns",
+    "Point",
+    "basis_image",
+    "basis_stack",
+    "canonical",
+    "distinct_points",
+    "grid_offsets",
+    "mirror",
+    "perturb",
+    "perturbation_signs",
+    "point_key",
+    "spectrum_support",
+]
 
 
 def basis_image(point: Point, size: int) -> torch.Tensor:
@@ -139,11 +117,6 @@ def spectrum_support(image: torch.Tensor, *, tol: float = 1e-9) -> set[Point]:
     return {(int(r) - half, int(c) - half) for r, c in zip(rows, cols, strict=True)}
 
 
-def point_key(point: Point) -> str:
-    """Stable text key of a grid point for random streams and file names, e.g. ``"-3,5"``."""
-    return f"{point[0]},{point[1]}"
-
-
 def perturbation_signs(
     point: Point,
     indices: Sequence[int] | np.ndarray,
@@ -172,31 +145,3 @@ def perturb(
     r = torch.as_tensor(signs, dtype=torch.float64, device=images.device)[:, :, None, None]
     delta = epsilon * r * basis.to(images.device)[None, None]
     return (images.to(torch.float64) + delta).to(torch.float32)
-
-
-def _check_size(size: int) -> None:
-    if isinstance(size, bool) or not isinstance(size, int) or size < 2:
-        raise SensitivityError(f"grid size must be an integer >= 2, got {size!r}")
-
-
-def _check_point(point: Point, size: int) -> Point:
-    _check_size(size)
-    lo, hi = -(size // 2), size - size // 2 - 1
-    try:
-        i, j = (int(point[0]), int(point[1]))
-    except (TypeError, ValueError, IndexError) as err:
-        raise SensitivityError(f"grid point must be a pair of integers, got {point!r}") from err
-    if len(point) != 2 or not (lo <= i <= hi and lo <= j <= hi):
-        raise SensitivityError(
-            f"grid point {tuple(point)!r} is outside the centred {size}×{size} grid: "
-            f"both offsets must lie in [{lo}, {hi}]"
-        )
-    return i, j
-
-
-def _wrap(offset: int, size: int) -> int:
-    return (offset + size // 2) % size - size // 2
-
-
-def _flat(point: Point, size: int) -> int:
-    return (point[0] + size // 2) * size + point[1] + size // 2

@@ -18,7 +18,7 @@ from certbench.cli import Dataset, ManifestPath, Weights, console, user_errors
 
 if TYPE_CHECKING:
     from certbench.fourier_heatmap import Heatmap
-    from certbench.fourier_sensitivity import SensitivityProtocol
+    from certbench.fourier_protocol import SensitivityProtocol
 
 
 @user_errors
@@ -59,8 +59,9 @@ def fourier_heatmap_command(
     from certbench.data import Subset, load_images
     from certbench.errors import SensitivityError
     from certbench.fourier_heatmap import assemble_heatmap, summarize_heatmap
+    from certbench.fourier_protocol import get_protocol, stream_key
     from certbench.fourier_records import write_sensitivity_records
-    from certbench.fourier_sensitivity import get_protocol, sensitivity_records
+    from certbench.fourier_sensitivity import sensitivity_records
     from certbench.loading import load_manifest, load_model
 
     chosen = get_protocol(protocol, n=n, n0=n0, images=images, skip=skip, stride=stride)
@@ -81,7 +82,7 @@ def fourier_heatmap_command(
     smoothing = None if base_only else (spec.smoothing.sigma if sigma is None else sigma)
     points = chosen.points(size)
     total = _print_cost(chosen, len(test), size, len(points), smoothed=smoothing is not None)
-    test_set = f"{config or 'default'}/{split}"
+    test_set = stream_key(config, split)
     with tqdm(total=total, unit="pass", unit_scale=True, desc="fourier-heatmap") as bar:
         records = sensitivity_records(
             model,

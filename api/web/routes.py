@@ -373,6 +373,7 @@ def compare_page(
             "corruptions": corruptions,
             "corruption_names": list(corruption_bands),
             "corruption_bands": corruption_bands,
+            "stage_sections": stage_web.compare_sections(entries, bench),
         },
     )
 

@@ -2,13 +2,16 @@
 
 Each module names its ``STAGE``, its template partial (``TEMPLATE``, under ``templates/``) and a
 ``context(results)`` function; ``sections`` returns those of the stages a submission's benchmark
-runs, so adding a stage's section touches only its own module and partial.
+runs, so adding a stage's section touches only its own module and partial. A module may also
+give the compare page a section: ``COMPARE_TEMPLATE`` and ``compare_context(entries)``
+(``compare_sections``).
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -43,4 +46,20 @@ def sections(results: ResultsPublic, benchmark: BenchmarkPublic) -> list[Section
         if module is None or (stage.name not in benchmark.stages and stage.name not in stored):
             continue
         out.append(Section(stage.name, module.TEMPLATE, module.context(results)))
+    return out
+
+
+def compare_sections(entries: Sequence[ResultsPublic], benchmark: BenchmarkPublic) -> list[Section]:
+    """The compare-page sections of the stages that have one, when the benchmark runs the stage
+    or a compared entry has its result (context empty: the partial says what is missing)."""
+    by_stage = {module.STAGE: module for module in _modules()}
+    stored = {s.stage for entry in entries for s in entry.stages}
+    out = []
+    for stage in registry.all_stages():
+        module = by_stage.get(stage.name)
+        if module is None or not hasattr(module, "compare_context"):
+            continue
+        if stage.name not in benchmark.stages and stage.name not in stored:
+            continue
+        out.append(Section(stage.name, module.COMPARE_TEMPLATE, module.compare_context(entries)))
     return out

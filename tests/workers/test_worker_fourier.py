@@ -1,0 +1,321 @@
+"""The Fourier sensitivity stage in the pipeline: shards of grid points on their own queue,
+merged records equal to one direct ``sensitivity_records`` call for any sharding and batch size,
+exactly-once recording, cancellation, fresh re-runs, REST and the web pages."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+from support import (
+    TEST_SETS,
+    create_submission,
+    load_benchmark,
+    manifest,
+    tiny_definition,
+    tiny_model,
+    weights_bytes,
+)
+from torch import nn
+
+from api.main import create_app
+from certbench.data import Subset, load_images
+from certbench.fourier_heatmap import assemble_heatmap, summarize_heatmap
+from certbench.fourier_protocol import get_protocol
+from certbench.fourier_records import read_sensitivity_records
+from certbench.fourier_sensitivity import sensitivity_records
+from models import pipeline, storage
+from models.entities import MetricValue, StageResult, StageShard, Submission
+from models.settings import Settings
+from models.stages import inputs
+from models.states import SubmissionState
+from workers.app import app
+from workers.names import QUEUE, RUN_SHARD, VALIDATE
+
+S = SubmissionState
+STAGE = "fourier_sensitivity"
+FOURIER_QUEUE = "certbench.fourier"
+SEED = 7  # tiny_definition's benchmark seed
+#: stride 8 on the 32 × 32 grid: offsets {−16, −8, 0, 8}, 16 cells, 10 distinct basis images.
+POINTS = 10
+
+
+def tiny_fourier(dataset: Path, **changes: Any) -> dict[str, Any]:
+    """A quick-protocol block over the tiny ``clean`` config: 2 images, n0 = 4, n = 16."""
+    block: dict[str, Any] = {
+        "protocol": "quick",
+        "repo": "local/tiny",
+        "folder": str(dataset),
+        "config": TEST_SETS[0],
+        "source_size": 4,
+        "skip": 2,
+        "n0": 4,
+        "n": 16,
+        "stride": 8,
+        "points_per_shard": 3,
+    }
+    block.update(changes)
+    return block
+
+
+def _benchmark(session: Session, dataset: Path, **changes: Any) -> None:
+    definition = tiny_definition(dataset)
+    definition["stages"] = {STAGE: tiny_fourier(dataset, **changes)}
+    load_benchmark(session, definition)
+
+
+def _submit(session: Session, settings: Settings, tmp_path: Path, *, model_seed: int = 3) -> int:
+    weights = weights_bytes(tiny_model(seed=model_seed), tmp_path / f"upload-{model_seed}")
+    sid = create_submission(session, settings, weights=weights, manifest_doc=manifest())
+    app.send_task(VALIDATE, args=[sid])
+    return sid
+
+
+def _submission(session: Session, sid: int) -> Submission:
+    session.expire_all()
+    return session.get(Submission, sid)
+
+
+def _is_fourier(message: Any) -> bool:
+    return message.name == RUN_SHARD and message.args[1] == STAGE
+
+
+def _result(session: Session, sid: int) -> StageResult | None:
+    session.expire_all()
+    return session.scalar(
+        select(StageResult).where(StageResult.submission_id == sid, StageResult.stage == STAGE)
+    )
+
+
+def _fourier_shards(session: Session, sid: int) -> int:
+    return session.scalar(
+        select(func.count())
+        .select_from(StageShard)
+        .where(StageShard.submission_id == sid, StageShard.stage == STAGE)
+    )
+
+
+def _timeless(records: list[Any]) -> list[Any]:
+    """Records in their order, without CERTIFY's wall-clock seconds (the one timing field)."""
+    return [
+        replace(r, certified=None if r.certified is None else replace(r.certified, seconds=0.0))
+        for r in records
+    ]
+
+
+def _direct(dataset: Path, *, sigma: float | None, model_seed: int = 3) -> list[Any]:
+    """One unsharded call of the core on the same images, points, seed and stream key."""
+    images = load_images(dataset, config=TEST_SETS[0], subset=Subset(skip=2))
+    protocol = get_protocol("quick", n0=4, n=16, stride=8, skip=2, images=2)
+    return sensitivity_records(
+        tiny_model(seed=model_seed),
+        images.as_float(),
+        images.labels,
+        images.indices,
+        protocol.points(32),
+        protocol,
+        SEED,
+        sigma=sigma,
+        test_set=f"{TEST_SETS[0]}/test",
+        batch_size=64,
+    )
+
+
+@pytest.mark.parametrize(
+    ("points_per_shard", "batch_size", "units"), [(3, "7", 4), (None, None, 1)]
+)
+def test_fourier_shards_run_on_their_queue_and_merge_into_one_direct_run(
+    settings, session, dataset, worker, tmp_path, monkeypatch, points_per_shard, batch_size, units
+):
+    if batch_size is not None:
+        monkeypatch.setenv("CERTBENCH_FOURIER_BATCH_SIZE", batch_size)
+    _benchmark(session, dataset, points_per_shard=points_per_shard)
+    sid = _submit(session, settings, tmp_path)
+    assert worker.run_next() == f"{4 + units} shard(s) enqueued"  # 4 certify (1 image each)
+    queued = [(m.queue, m.args[1]) for m in worker.pending()]
+    assert queued == [(QUEUE, "certification")] * 4 + [(FOURIER_QUEUE, STAGE)] * units
+    worker.run_all()
+    submission = _submission(session, sid)
+    assert submission.state == S.FINISHED, submission.message
+    assert "Fourier sensitivity (quick+custom protocol): 10 basis images × 2 images" in (
+        submission.message
+    )
+    fourier_outcomes = [out for m, out in worker.ran if _is_fourier(m)]
+    assert sum(int(o.split()[1]) for o in fourier_outcomes) == POINTS * 2
+
+    result = _result(session, sid)
+    merged = read_sensitivity_records(storage.resolve(settings.artifacts_dir, result.records_path))
+    direct = _direct(dataset, sigma=0.25)
+    # any sharding and batch size: the records of one direct call, in its order
+    assert _timeless(merged) == _timeless(direct)
+    assert all(r.certified is not None and r.certified.n == 16 for r in merged)
+    heatmap = assemble_heatmap(direct, size=32, stride=8)
+    bands = summarize_heatmap(heatmap)
+    assert result.summary["heatmap"] == heatmap.to_dict()
+    assert result.summary["bands"] == bands
+    assert result.summary["label"] == "quick+custom" and result.count == POINTS * 2
+    assert "folder" not in result.protocol and result.seeds == {
+        "seed": SEED,
+        "stream": "clean/test",
+    }
+    metrics = {
+        m.key: m.value
+        for m in session.scalars(
+            select(MetricValue).where(MetricValue.submission_id == sid, MetricValue.stage == STAGE)
+        )
+    }
+    assert metrics == {
+        **{f"fourier_acr_{b}": bands["acr"]["bands"][b] for b in ("low", "mid", "high")},
+        **{f"fourier_base_{b}": bands["base_accuracy"]["bands"][b] for b in ("low", "mid", "high")},
+    }
+
+
+def test_a_redelivered_fourier_shard_is_recorded_once(settings, session, dataset, worker, tmp_path):
+    _benchmark(session, dataset)
+    sid = _submit(session, settings, tmp_path)
+    worker.run_next()
+    twice = None
+    for message in worker.pending():
+        worker.take()
+        worker.execute(message)
+        if _is_fourier(message) and twice is None:
+            twice = message
+            worker.execute(message)  # delivered again, e.g. after a lost acknowledgement
+    worker.run_all()
+    assert _submission(session, sid).state == S.FINISHED
+    outcomes = [out for m, out in worker.ran if m == twice]
+    assert outcomes == ["recorded: 6 perturbed image(s)", "already recorded"]
+    assert _fourier_shards(session, sid) == 4
+    assert _result(session, sid).count == POINTS * 2
+
+
+class CancelOnFirstForward(nn.Module):
+    """The submission's model, which cancels the submission the first time it runs (as a user
+    pressing Cancel while a Fourier shard computes)."""
+
+    def __init__(self, model: nn.Module, settings: Settings, sid: int) -> None:
+        super().__init__()
+        self.model, self.settings, self.sid, self.calls = model, settings, sid, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from models.db import session_scope
+
+        self.calls += 1
+        if self.calls == 1:
+            with session_scope(self.settings) as db:
+                assert pipeline.transition(
+                    db, self.sid, from_states={S.RUNNING}, to_state=S.CANCELLED,
+                    reason="cancelled_by_user",
+                )  # fmt: skip
+        return self.model(x)
+
+
+def test_cancel_stops_a_running_fourier_shard(
+    settings, session, dataset, worker, tmp_path, monkeypatch
+):
+    _benchmark(session, dataset)
+    sid = _submit(session, settings, tmp_path)
+    worker.run_next()
+    while (message := worker.take()) is not None and not _is_fourier(message):
+        worker.execute(message)  # the certification shards: the submission is running
+    assert message is not None and _submission(session, sid).state == S.RUNNING
+    wrapped = CancelOnFirstForward(tiny_model(seed=3), settings, sid)
+    monkeypatch.setattr(inputs, "model_for", lambda item, device: wrapped)
+    outcome = worker.execute(message)
+    assert outcome.startswith("stopped:"), outcome
+    assert wrapped.calls == 1  # stopped at the first progress report, not after the shard
+    assert _fourier_shards(session, sid) == 0
+    assert _submission(session, sid).state == S.CANCELLED
+    folder = storage.resolve(settings.artifacts_dir, f"records/{sid}/_{STAGE}")
+    assert not list(folder.rglob("shard-*.parquet"))
+
+
+def test_a_fresh_rerun_drops_fourier_shards_results_and_files(
+    settings, session, dataset, worker, tmp_path
+):
+    _benchmark(session, dataset)
+    sid = _submit(session, settings, tmp_path)
+    worker.run_all()
+    records = storage.resolve(settings.artifacts_dir, _result(session, sid).records_path)
+    before = read_sensitivity_records(records)
+    assert pipeline.reset_for_rerun(session, sid, fresh=True, settings=settings)
+    assert _result(session, sid) is None and _fourier_shards(session, sid) == 0
+    assert not records.exists()
+    app.send_task(VALIDATE, args=[sid])
+    worker.run_all()
+    assert _submission(session, sid).state == S.FINISHED
+    assert _fourier_shards(session, sid) == 4
+    assert _timeless(read_sensitivity_records(records)) == _timeless(before)
+
+
+def test_a_base_only_map_skips_smoothing_and_leaves_the_acr_columns_empty(
+    settings, session, dataset, worker, tmp_path
+):
+    _benchmark(session, dataset, smoothed=False, points_per_shard=None)
+    sid = _submit(session, settings, tmp_path)
+    assert worker.run_next() == "5 shard(s) enqueued"  # the whole base map is one shard
+    worker.run_all()
+    result = _result(session, sid)
+    merged = read_sensitivity_records(storage.resolve(settings.artifacts_dir, result.records_path))
+    assert merged == _direct(dataset, sigma=None)  # no timing field without CERTIFY
+    assert all(r.certified is None for r in merged)
+    assert result.summary["heatmap"]["acr"] is None and result.summary["sigma"] is None
+    values = {
+        m.key: m.value
+        for m in session.scalars(select(MetricValue).where(MetricValue.stage == STAGE))
+    }
+    assert [values[f"fourier_acr_{b}"] for b in ("low", "mid", "high")] == [None] * 3
+    assert all(values[f"fourier_base_{b}"] is not None for b in ("low", "mid", "high"))
+
+
+def test_heatmaps_reach_rest_the_leaderboard_and_the_web_pages(
+    settings, session, dataset, worker, tmp_path
+):
+    _benchmark(session, dataset)
+    first = _submit(session, settings, tmp_path, model_seed=3)
+    second = _submit(session, settings, tmp_path, model_seed=4)
+    worker.run_all()
+    assert _submission(session, first).state == _submission(session, second).state == S.FINISHED
+    stored = _result(session, first).summary
+    with TestClient(create_app(settings), raise_server_exceptions=True) as client:
+        body = client.get(f"/api/v1/results/{first}").json()
+        fourier = [s for s in body["stages"] if s["stage"] == STAGE]
+        assert len(fourier) == 1 and fourier[0]["unit"] == ""
+        heatmap = fourier[0]["summary"]["heatmap"]
+        assert heatmap["frequencies"] == [-16, -8, 0, 8]
+        assert heatmap["acr"] == stored["heatmap"]["acr"] and len(heatmap["acr"]) == 4
+        assert fourier[0]["summary"]["protocol"]["n"] == 16
+        assert "folder" not in fourier[0]["protocol"]
+
+        for key in ("fourier_acr_low", "fourier_base_mid"):
+            board = client.get("/api/v1/leaderboards/tiny", params={"sort": key}).json()
+            rows = {r["submission_id"]: r["metrics"][key] for r in board["rows"]}
+            values = [r["metrics"][key] for r in board["rows"]]
+            assert values == sorted(values, reverse=True)  # sorted by the stage's figure
+            wanted = session.get(MetricValue, (first, key)).value
+            assert rows[first] == pytest.approx(wanted)
+
+        board_html = client.get("/leaderboards/tiny", params={"sort": "fourier_acr_mid"}).text
+        for band in ("low", "mid", "high"):  # smoothed map: ACR columns; base figures REST-only
+            assert f'data-key="fourier_acr_{band}"' in board_html
+            assert f'data-key="fourier_base_{band}"' not in board_html
+
+        page = client.get(f"/models/{first}")
+        assert page.status_code == 200
+        html = page.text
+        assert 'id="fourier-sensitivity"' in html and "not the paper" in html
+        assert html.count('class="chart heatmap frequency-map"') == 2  # ACR and base maps
+        assert 'id="fourier-bands"' in html and "A Spectral View of Randomized Smoothing" in html
+
+        page = client.get("/compare", params=[("id", first), ("id", second)])
+        assert page.status_code == 200
+        html = page.text
+        assert 'id="compare-fourier"' in html and 'data-kind="acr"' in html
+        for chart in ("compare-fourier-0", "compare-fourier-1", "compare-fourier-diff-1"):
+            assert f'id="{chart}"' in html
