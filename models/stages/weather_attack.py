@@ -266,7 +266,7 @@ class WeatherAttack(Stage):
             ) from err
         return ShardOutput(
             count=count,
-            metadata={k: str(v) for k, v in metadata.items()},
+            metadata={k: str(v) for k, v in metadata.items() if not isinstance(v, dict)},
             noun="image(s) attacked",
         )
 
