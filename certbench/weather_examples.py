@@ -1,19 +1,28 @@
 """Example panels in the style of seed 002's Fig. 1: clean, random weather, simulation attack,
 and the difference between the attacked and the random image, for a few images.
+
+Examples can be kept as parquet (``write_examples`` / ``read_examples``: the float pictures as
+raw float32 bytes, so a panel drawn later is the panel drawn now), which lets the service compute
+them on a worker and draw the PNG when it merges results.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import torch
 from PIL import Image, ImageDraw
 from torch import nn
 
-from certbench.errors import ThreatModelError
+from certbench.errors import RecordsError, ThreatModelError
+from certbench.records import METADATA_KEY, read_table, write_table_atomic
 from certbench.weather_attack import AttackConfig, attacked_images
 from certbench.weather_threat import WeatherSet
 
@@ -113,5 +122,99 @@ def write_examples_png(
         draw.text((len(COLUMNS) * (size + gap), top + r * (size + gap)), note, fill="black")
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    canvas.save(target, format="PNG")
+    handle, temporary = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
+    )
+    os.close(handle)
+    try:  # atomically: a reader (a web server) never sees half a PNG
+        canvas.save(temporary, format="PNG")
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
     return target
+
+
+PICTURES = ("clean", "random", "attacked", "difference")
+_SCALARS = {
+    "index": pa.int64(),
+    "label": pa.int64(),
+    "weather": pa.string(),
+    "severity": pa.int64(),
+    "random_prediction": pa.int64(),
+    "attacked_prediction": pa.int64(),
+    "size": pa.int64(),
+}
+RECORD_TYPE = "weather-examples"
+
+
+def write_examples(
+    examples: Sequence[WeatherExample],
+    path: str | Path,
+    metadata: Mapping[str, object] | None = None,
+) -> Path:
+    """Parquet of example rows, atomically; pictures as raw float32 (H, W, 3) bytes."""
+    schema = pa.schema(
+        [*_SCALARS.items(), *((name, pa.binary()) for name in PICTURES)]
+    ).with_metadata(
+        {
+            METADATA_KEY: json.dumps(
+                {**dict(metadata or {}), "record_type": RECORD_TYPE}, sort_keys=True, default=str
+            )
+        }
+    )
+    rows = [
+        {
+            "index": e.index,
+            "label": e.label,
+            "weather": e.weather,
+            "severity": e.severity,
+            "random_prediction": e.random_prediction,
+            "attacked_prediction": e.attacked_prediction,
+            "size": int(e.clean.shape[0]),
+            **{
+                name: np.ascontiguousarray(getattr(e, name), dtype=np.float32).tobytes()
+                for name in PICTURES
+            },
+        }
+        for e in examples
+    ]
+    return write_table_atomic(pa.Table.from_pylist(rows, schema=schema), path)
+
+
+def read_examples(path: str | Path) -> list[WeatherExample]:
+    """Inverse of :func:`write_examples`.
+
+    Raises:
+        RecordsError: a missing file or one not written by :func:`write_examples`.
+    """
+    table = read_table(path)
+    raw = (table.schema.metadata or {}).get(METADATA_KEY)
+    kind = json.loads(raw).get("record_type") if raw else None
+    missing = [n for n in (*_SCALARS, *PICTURES) if n not in table.column_names]
+    if kind != RECORD_TYPE or missing:
+        raise RecordsError(
+            f"{str(path)!r} is not a weather-examples file (record_type {kind!r}, missing "
+            f"columns {missing}); write it with write_examples."
+        )
+    out = []
+    for row in table.to_pylist():
+        shape = (row["size"], row["size"], 3)
+        clean, random, attacked, difference = (
+            np.frombuffer(row[n], dtype=np.float32).reshape(shape) for n in PICTURES
+        )
+        out.append(
+            WeatherExample(
+                index=row["index"],
+                label=row["label"],
+                weather=row["weather"],
+                severity=row["severity"],
+                clean=clean,
+                random=random,
+                attacked=attacked,
+                difference=difference,
+                random_prediction=row["random_prediction"],
+                attacked_prediction=row["attacked_prediction"],
+            )
+        )
+    return out

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -156,3 +156,47 @@ def records_file(
             f"the records file of submission {submission_id} / {test_set!r} is missing on disk"
         )
     return path
+
+
+#: Media types of the files a stage result may list under ``summary["files"]`` (PNG only: an SVG
+#: or HTML file served from this origin could run script).
+STAGE_FILE_TYPES = {".png": "image/png"}
+
+
+def stage_file(
+    session: Session,
+    submission_id: int,
+    stage: str,
+    name: str,
+    *,
+    viewer: User | None,
+    settings: Settings,
+) -> tuple[Path, str]:
+    """(path, media type) of a figure a stage stored with its results and listed in a unit's
+    ``summary["files"]`` (name → path relative to the artifacts folder, e.g. the weather
+    attack's example panels), for a FINISHED submission the viewer may see.
+
+    Only listed names are served, never a path from the request, and only under the
+    submission's own records folder. Raises NotFoundError otherwise (the same answer for a
+    private submission of someone else, as everywhere).
+    """
+    submission = get_visible(session, submission_id, viewer=viewer)
+    media_type = STAGE_FILE_TYPES.get(PurePosixPath(name).suffix.lower())
+    missing = NotFoundError(f"submission {submission_id} has no {stage} file {name!r}")
+    if submission.state != SubmissionState.FINISHED or media_type is None:
+        raise missing
+    own = storage.resolve(settings.artifacts_dir, storage.submission_records_dir(submission.id))
+    for row in lb.stage_results(session, submission, stage):
+        files = row.summary.get("files")
+        relpath = files.get(name) if isinstance(files, dict) else None
+        if not isinstance(relpath, str):
+            continue
+        path = storage.resolve(settings.artifacts_dir, relpath)
+        if not path.is_relative_to(own):
+            continue
+        if not path.is_file():
+            raise NotFoundError(
+                f"the {stage} file {name!r} of submission {submission_id} is missing on disk"
+            )
+        return path, media_type
+    raise missing

@@ -297,6 +297,27 @@ def model_page(
     return render(request, "model.html", context)
 
 
+@router.get("/models/{submission_id}/files/{stage}/{name}", name="web_stage_file")
+def stage_file(
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: WebViewer,
+    submission_id: int,
+    stage: str,
+    name: str,
+) -> FileResponse:
+    """A figure a stage stored with a finished entry's results (e.g. the weather attack's
+    clean / random / attacked / difference panels); only files its results list are served."""
+    path, media_type = lb_service.stage_file(
+        session, submission_id, stage, name, viewer=viewer, settings=settings
+    )
+    return FileResponse(
+        path,
+        media_type=media_type,
+        headers={"Cache-Control": "private, max-age=3600", "X-Content-Type-Options": "nosniff"},
+    )
+
+
 def _other_entries(
     session: SessionDep, results: ResultsPublic, sigma: float, *, viewer: WebViewer
 ) -> list[ResultsPublic]:

@@ -129,7 +129,12 @@ class MergeContext:
 
 @dataclass(frozen=True)
 class UnitResult:
-    """A stored per-unit result: a JSON summary, the merged records file and provenance."""
+    """A stored per-unit result: a JSON summary, the merged records file and provenance.
+
+    Figures a stage draws when merging (PNG files under the submission's records folder, e.g.
+    the weather attack's example panels) are listed in ``summary["files"]`` as name → path
+    relative to the artifacts folder; the web serves exactly those names for finished
+    submissions the viewer may see (``/models/{id}/files/{stage}/{name}``)."""
 
     unit: str
     summary: dict[str, Any]

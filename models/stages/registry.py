@@ -23,6 +23,7 @@ BUILTIN = (
     "models.stages.certification",
     "models.stages.pd_robustness",
     "models.stages.fourier_sensitivity",
+    "models.stages.weather_attack",
 )
 ENTRY_POINT_GROUP = "certbench.stages"
 PLUGINS_ENV = "CERTBENCH_STAGE_PLUGINS"

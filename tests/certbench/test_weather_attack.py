@@ -21,7 +21,12 @@ from certbench.records import write_records
 from certbench.smoothing import CertifyRecord
 from certbench.weather import LEVELS, draw_particles, particle_rngs
 from certbench.weather_attack import AttackConfig, attack_base, attack_smoothed, pgd
-from certbench.weather_examples import weather_examples, write_examples_png
+from certbench.weather_examples import (
+    read_examples,
+    weather_examples,
+    write_examples,
+    write_examples_png,
+)
 from certbench.weather_objectives import base_objective, smoothed_objective, smoothing_noise
 from certbench.weather_records import (
     merge_weather_records,
@@ -317,3 +322,13 @@ def test_examples_are_the_attacks_images_and_render_as_png(trained, tmp_path) ->
     path = write_examples_png(examples, tmp_path / "fig1.png", scale=2)
     with Image.open(path) as png:
         assert png.size == (4 * (64 + 4) + 150, 16 + 3 * (64 + 4))
+    # kept as parquet (the service draws the panel at merge time): the same panel, bit for bit
+    stored = read_examples(write_examples(examples, tmp_path / "examples.parquet", {"k": 1}))
+    for e, back in zip(examples, stored, strict=True):
+        for field in dataclasses.fields(e):
+            np.testing.assert_array_equal(getattr(back, field.name), getattr(e, field.name))
+    again = write_examples_png(stored, tmp_path / "again.png", scale=2)
+    assert again.read_bytes() == path.read_bytes()
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temporary file
+    with pytest.raises(RecordsError, match="not a weather-examples file"):
+        read_examples(write_records([], tmp_path / "certify.parquet"))

@@ -24,7 +24,7 @@ def test_packaged_definitions():
     assert set(definitions) == {
         f"{base}{suffix}"
         for base in ("cifar10", "cifar100")
-        for suffix in ("", "-c", "-c-bar", "-f")
+        for suffix in ("", "-c", "-c-bar", "-f", "-weather")
     }
     assert len(definitions["cifar10-c"].test_sets) == 75
     assert len(definitions["cifar100-c-bar"].test_sets) == 50

@@ -1,0 +1,609 @@
+"""Worst-case weather stage: the simulation attack of Wang et al. (seed 002) in the pipeline.
+
+Wang, Ba, Zhang, Zhang, Kadambi, Soatto, Wong & Hsieh, "Evaluating Worst Case Adversarial
+Weather Perturbations Robustness", NeurIPS 2022 ML Safety Workshop
+(https://openreview.net/forum?id=Q69Aj3P0PtV): random weather over-estimates robustness; an image
+is safe only if no rain/snow the simulator can produce fools the classifier. The science is
+``certbench.weather_attack`` (PGD with restarts on the particles' T_i and R_i inside the set Δ
+of ``certbench.weather_threat``); this stage runs it on the benchmark's clean test subset.
+
+Units, one per (weather, severity) and classifier, each over the whole image subset:
+``rain-3`` (base classifier: random and worst-case accuracy), ``smoothed-rain-3`` (SmoothAdv-
+style attack on the smoothed classifier, then CERTIFY with the benchmark's n0, n, α and the
+submission's σ) and ``examples`` (the first few images, for the paper's Fig. 1 panels). Why per
+set rather than one unit holding every set: a set is what the results table shows (one stored
+result per row), every shard then costs about the same (a base shard ≈ restarts × (steps + 1)
+forward+backward passes per image, a smoothed one ≈ one CERTIFY per image, the cost of a
+certification shard, so certification's shard size fits both), and the core's random streams
+are keyed by (seed, weather, severity, image index, restart), so splitting by set or by image
+range cannot change a record. Restart 0 is the published random test set's draw (same seed),
+so random-weather accuracy on the same images comes with every base unit.
+
+The attack checks every iterate against Δ; a violation (a bug, never the submitter's fault) is
+re-raised as :class:`WeatherAttackError`, which fails the submission as a worker error naming
+the violated bound.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from models.catalog import BenchmarkDefinition, ImageSource
+from models.errors import StorageError
+from models.settings import Settings
+from models.stages.base import (
+    MergeContext,
+    MetricSpec,
+    RecordedShard,
+    RunContext,
+    ShardOutput,
+    ShardSpec,
+    Stage,
+    StageOutcome,
+    Unit,
+    UnitResult,
+)
+from models.stages.registry import register
+from models.work import TestSetSpec, WorkItem, resolve_source
+
+if TYPE_CHECKING:
+    from certbench.weather_attack import AttackConfig
+    from certbench.weather_records import WeatherSummary
+
+STAGE = "weather_attack"
+EXAMPLES = "examples"
+SMOOTHED = "smoothed-"
+PAPER = (
+    "Wang et al., Evaluating Worst Case Adversarial Weather Perturbations Robustness, NeurIPS "
+    "2022 ML Safety Workshop, https://openreview.net/forum?id=Q69Aj3P0PtV"
+)
+Weather = Literal["rain", "snow"]
+Severity = Annotated[int, Field(ge=1, le=5)]
+_ALL_WEATHERS: list[Weather] = ["rain", "snow"]
+
+
+class WeatherAttackError(RuntimeError):
+    """The simulation attack failed its own checks (an iterate left Δ): a bug, reported as a
+    worker error with the violated bound in the message."""
+
+
+class WeatherAttackProtocol(ImageSource):
+    """Definition block ``stages.weather_attack``.
+
+    The clean images (``repo``/``folder``, every ``skip``-th, the protocol's skip by default)
+    are attacked for every weather in ``weathers`` at every level in ``severities``: PGD with
+    ``steps`` steps (the paper's 10) and ``restarts`` restarts (restart 0 = the random test
+    set's weather), ``position_step`` pixels and ``angle_step`` × each angle bound per step,
+    particle angle offsets bounded at ``truncation`` × the generator's jitter. ``seed`` is the
+    seed of the random weather sets (``certbench generate weather --seed``; default: the
+    benchmark protocol's seed). With ``smoothed`` the smoothed classifier is attacked too
+    (``noise_samples`` fixed noise vectors per image) and the attacked images are certified
+    with the benchmark's CERTIFY protocol. ``examples`` images (the first of the subset) get
+    clean / random / attacked / difference panels at the highest severity.
+    """
+
+    weathers: list[Weather] = Field(default_factory=lambda: _ALL_WEATHERS.copy(), min_length=1)
+    severities: list[Severity] = Field(default_factory=lambda: [1, 2, 3, 4, 5], min_length=1)
+    steps: int = Field(default=10, ge=0)
+    restarts: int = Field(default=5, ge=1)
+    position_step: float = Field(default=1.0, ge=0)
+    angle_step: float = Field(default=0.25, ge=0)
+    truncation: float = Field(default=3.0, gt=0)
+    seed: int | None = Field(default=None, ge=0)
+    smoothed: bool = True
+    noise_samples: int = Field(default=8, ge=1)
+    examples: int = Field(default=4, ge=0, le=16)
+
+    @field_validator("weathers", "severities")
+    @classmethod
+    def _distinct(cls, values: list[Any]) -> list[Any]:
+        if len(set(values)) != len(values):
+            raise ValueError(f"weather_attack lists a value twice: {values}; give each once")
+        return values
+
+
+@dataclass(frozen=True)
+class WeatherSpec:
+    """The stored protocol resolved against this deployment's folders."""
+
+    images: TestSetSpec
+    weathers: tuple[str, ...]
+    severities: tuple[int, ...]
+    seed: int
+    smoothed: bool
+    noise_samples: int
+    examples: int
+    protocol: dict[str, Any]
+
+    @property
+    def example_severity(self) -> int:
+        return max(self.severities)
+
+    def attack_config(self) -> AttackConfig:
+        from certbench.weather_attack import AttackConfig
+
+        p = self.protocol
+        return AttackConfig(
+            steps=p["steps"],
+            restarts=p["restarts"],
+            position_step=p["position_step"],
+            angle_step=p["angle_step"],
+            truncation=p["truncation"],
+            seed=self.seed,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """The settings stored with results: the block without local paths."""
+        return {key: value for key, value in self.protocol.items() if key != "folder"}
+
+
+def weather_spec(protocol: Mapping[str, Any], settings: Settings) -> WeatherSpec:
+    """Resolve a benchmark's stored weather-attack row."""
+    return WeatherSpec(
+        images=TestSetSpec(
+            id=0,
+            name="_weather_attack",
+            source=resolve_source(protocol.get("folder"), protocol["repo"], settings),
+            config=protocol.get("config"),
+            revision=protocol.get("revision"),
+            split=protocol["split"],
+            subset_skip=protocol["subset_skip"],
+            subset_limit=protocol["subset_limit"],
+            num_images=protocol["num_images"],
+        ),
+        weathers=tuple(protocol["weathers"]),
+        severities=tuple(protocol["severities"]),
+        seed=protocol["seed"],
+        smoothed=protocol["smoothed"],
+        noise_samples=protocol["noise_samples"],
+        examples=protocol["examples"],
+        protocol=dict(protocol),
+    )
+
+
+def unit_name(kind: str, weather: str, severity: int) -> str:
+    """``rain-3`` (base classifier) or ``smoothed-rain-3``."""
+    return f"{SMOOTHED if kind == 'smoothed' else ''}{weather}-{severity}"
+
+
+def parse_unit(unit: str) -> tuple[str, str, int]:
+    """(kind, weather, severity) of an attack unit; inverse of :func:`unit_name`."""
+    kind = "smoothed" if unit.startswith(SMOOTHED) else "base"
+    weather, _, severity = unit.removeprefix(SMOOTHED).rpartition("-")
+    return kind, weather, int(severity)
+
+
+def certify_protocol(item: WorkItem) -> dict[str, Any]:
+    """What the smoothed units certify with: the benchmark's CERTIFY protocol, the model's σ."""
+    return {"sigma": item.sigma, "n0": item.n0, "n": item.n, "alpha": item.alpha}
+
+
+def protocol_digest(item: WorkItem, spec: WeatherSpec) -> str:
+    """SHA-256 of everything a shard's records depend on besides the model and the images."""
+    text = json.dumps([spec.describe(), certify_protocol(item)], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@register
+class WeatherAttack(Stage):
+    name = STAGE
+    title = "Worst-case weather (simulation attack)"
+    queue = "certbench.weather"
+    protocol_model = WeatherAttackProtocol
+    default_batch_size = 128
+    batch_size_env = "CERTBENCH_WEATHER_BATCH_SIZE"
+
+    def protocol_row(self, block: BaseModel, definition: BenchmarkDefinition) -> dict[str, Any]:
+        """The block plus the derived subset, the resolved seed and the CERTIFY protocol."""
+        assert isinstance(block, WeatherAttackProtocol)
+        skip, limit, count = block.subset(definition.protocol)
+        row = block.model_dump(mode="json")
+        row.update(
+            subset_skip=skip,
+            subset_limit=limit,
+            num_images=count,
+            seed=definition.protocol.seed if block.seed is None else block.seed,
+            examples=min(block.examples, count),
+            severities=sorted(block.severities),
+            certify={
+                "n0": definition.protocol.n0,
+                "n": definition.protocol.n,
+                "alpha": definition.protocol.alpha,
+            },
+        )
+        return row
+
+    def units(self, item: WorkItem, settings: Settings) -> list[Unit]:
+        row = item.stages[self.name]
+        count = row["num_images"]
+        kinds = ("base", "smoothed") if row["smoothed"] else ("base",)
+        units = [
+            Unit(unit_name(kind, weather, severity), count)
+            for kind in kinds
+            for weather in row["weathers"]
+            for severity in row["severities"]
+        ]
+        if row["examples"]:
+            units.append(Unit(EXAMPLES, row["examples"]))
+        return units
+
+    def run(self, item: WorkItem, shard: ShardSpec, context: RunContext) -> ShardOutput:
+        """Attack the shard's images on its unit's set (or draw its examples); write records."""
+        from certbench.errors import ThreatModelError
+        from models.stages.inputs import images_for, model_for
+
+        spec = weather_spec(item.stages[self.name], context.settings)
+        images = images_for(spec.images)
+        window = slice(shard.start, shard.stop)
+        metadata = {
+            "submission_id": item.submission_id,
+            "benchmark": item.benchmark,
+            "unit": shard.unit,
+            "shard_index": shard.shard_index,
+            "start": shard.start,
+            "stop": shard.stop,
+            "protocol": spec.describe(),
+            "certify": certify_protocol(item),
+            "protocol_sha256": protocol_digest(item, spec),
+        }
+        model = model_for(item, context.device)
+        try:
+            if shard.unit == EXAMPLES:
+                count = _run_examples(model, images, window, spec, context, metadata)
+            else:
+                count = _run_attack(item, model, images, window, spec, shard, context, metadata)
+        except ThreatModelError as err:
+            raise WeatherAttackError(
+                f"weather attack {shard.unit!r} (images {shard.start}..{shard.stop - 1}) of "
+                f"submission {item.submission_id}: {err}"
+            ) from err
+        return ShardOutput(
+            count=count,
+            metadata={k: str(v) for k, v in metadata.items() if not isinstance(v, dict)},
+            noun="image(s) attacked",
+        )
+
+    def merge(
+        self,
+        item: WorkItem,
+        shards: Mapping[str, Sequence[RecordedShard]],
+        context: MergeContext,
+        settings: Settings,
+    ) -> StageOutcome:
+        """Merge each unit's shards (one protocol), summarise per set and over all sets, draw
+        the example panels; the leaderboard figures come from the merged records only."""
+        from certbench.weather_records import summarize_weather
+
+        spec = weather_spec(item.stages[self.name], settings)
+        recorded = {unit: sorted(rows, key=lambda s: s.start) for unit, rows in shards.items()}
+        _check_one_protocol(item, recorded)
+        results: list[UnitResult] = []
+        everything: dict[str, list[Any]] = {"base": [], "smoothed": []}
+        for unit in self.units(item, settings):
+            rows = recorded[unit.name]
+            if unit.name == EXAMPLES:
+                results.append(_merge_examples(item, spec, rows, context))
+                continue
+            result, records = _merge_attack(item, spec, unit, rows, context)
+            everything[parse_unit(unit.name)[0]] += records
+            results.append(result)
+        summaries = {kind: summarize_weather(rs) for kind, rs in everything.items() if rs}
+        metrics = leaderboard_metrics(summaries)
+        attacked = summaries["base"].figures["images"]
+        return StageOutcome(
+            results=results,
+            metrics=metrics,
+            message=f"attacked {attacked:.0f} image(s) with worst-case weather "
+            f"({len(spec.weathers)} weather(s) × {len(spec.severities)} severities)",
+        )
+
+    def all_metric_specs(self) -> list[MetricSpec]:
+        return self.metric_specs({"weathers": ["rain", "snow"], "smoothed": True},
+                                 test_sets=1, bands=())  # fmt: skip
+
+    def metric_specs(
+        self, protocol: Mapping[str, Any] | None, *, test_sets: int, bands: Sequence[str]
+    ) -> list[MetricSpec]:
+        """Worst-case accuracy per weather and random-weather accuracy (base classifier);
+        certified accuracy at r = 0 and 0.25 and ACR under attacked weather (smoothed)."""
+        if protocol is None:
+            return []
+        weathers = protocol.get("weathers", ("rain", "snow"))
+        base = "base classifier (not smoothed)"
+        specs = [
+            MetricSpec(
+                f"weather_worst_{weather}",
+                f"worst-case {weather}",
+                f"accuracy of the {base} under the simulation attack on {weather}: an image "
+                f"counts only if no restart's weather fools it; mean over severities ({PAPER})",
+                group="weather",
+            )
+            for weather in ("rain", "snow")
+            if weather in weathers
+        ]
+        specs.append(
+            MetricSpec(
+                "weather_random",
+                "random weather",
+                f"accuracy of the {base} on the random weather draw of the same images, mean "
+                f"over weathers and severities; its gap to worst-case accuracy is how much "
+                f"random weather over-estimates robustness ({PAPER})",
+                group="weather",
+            )
+        )
+        specs += [
+            MetricSpec(
+                f"weather_random_{weather}",
+                f"random {weather}",
+                f"accuracy of the {base} on random {weather}, mean over severities ({PAPER})",
+                group="weather",
+                column=False,
+            )
+            for weather in ("rain", "snow")
+            if weather in weathers
+        ]
+        specs.append(
+            MetricSpec(
+                "weather_worst",
+                "worst-case weather",
+                f"worst-case accuracy of the {base}, mean over every weather and severity "
+                f"({PAPER})",
+                group="weather",
+                column=False,
+            )
+        )
+        if protocol.get("smoothed", True):
+            smoothed = "of the smoothed classifier on weather attacked by a SmoothAdv-style "
+            smoothed += f"simulation attack, certified with CERTIFY ({PAPER})"
+            specs += [
+                MetricSpec(
+                    "weather_cert_acc_000",
+                    "attacked r = 0",
+                    f"certified accuracy at radius 0 {smoothed}",
+                    group="weather",
+                ),
+                MetricSpec(
+                    "weather_cert_acc_025",
+                    "attacked r = 0.25",
+                    f"certified accuracy at ℓ2 radius 0.25 {smoothed}",
+                    group="weather",
+                ),
+                MetricSpec(
+                    "weather_acr",
+                    "attacked ACR",
+                    f"average certified radius {smoothed}",
+                    "radius",
+                    group="weather",
+                ),
+            ]
+        return specs
+
+
+#: metric key → flat figure of ``certbench.weather_records.summarize_weather`` (kind, name).
+FIGURES = {
+    "weather_worst_rain": ("base", "worst_case_accuracy_rain"),
+    "weather_worst_snow": ("base", "worst_case_accuracy_snow"),
+    "weather_worst": ("base", "worst_case_accuracy"),
+    "weather_random_rain": ("base", "random_accuracy_rain"),
+    "weather_random_snow": ("base", "random_accuracy_snow"),
+    "weather_cert_acc_000": ("smoothed", "attacked_certified_accuracy_0"),
+    "weather_cert_acc_025": ("smoothed", "attacked_certified_accuracy_0.25"),
+    "weather_acr": ("smoothed", "attacked_acr"),
+}
+
+
+def leaderboard_metrics(summaries: Mapping[str, WeatherSummary]) -> dict[str, float | None]:
+    """The stage's leaderboard figures (None where the protocol did not measure them);
+    ``weather_random`` is the mean random-weather accuracy over every set."""
+    out: dict[str, float | None] = {}
+    for key, (kind, figure) in FIGURES.items():
+        summary = summaries.get(kind)
+        out[key] = None if summary is None else summary.figures.get(figure)
+    rows = summaries["base"].rows
+    out["weather_random"] = sum(r["random_accuracy"] for r in rows) / len(rows)
+    return out
+
+
+# ------------------------------------------------------------------------------------ run
+
+
+def _run_attack(
+    item: WorkItem,
+    model: Any,
+    images: Any,
+    window: slice,
+    spec: WeatherSpec,
+    shard: ShardSpec,
+    context: RunContext,
+    metadata: dict[str, Any],
+) -> int:
+    from certbench.weather_attack import attack_base, attack_smoothed
+    from certbench.weather_records import write_weather_records
+
+    kind, weather, severity = parse_unit(shard.unit)
+    common: dict[str, Any] = {
+        "weathers": (weather,),
+        "severities": (severity,),
+        "config": spec.attack_config(),
+        "indices": images.indices[window],
+        "batch_size": context.batch_size,
+        "device": context.device,
+        "on_batch": context.on_progress,
+    }
+    x, y = images.images[window], images.labels[window]
+    if kind == "smoothed":
+        records: list[Any] = attack_smoothed(
+            model, x, y, noise_samples=spec.noise_samples, **certify_protocol(item),
+            certify_batch_size=context.batch_size * spec.noise_samples, **common,
+        )  # fmt: skip
+    else:
+        records = attack_base(model, x, y, **common)
+    write_weather_records(records, context.target, metadata, kind=kind)
+    return len(records)
+
+
+def _run_examples(
+    model: Any,
+    images: Any,
+    window: slice,
+    spec: WeatherSpec,
+    context: RunContext,
+    metadata: dict[str, Any],
+) -> int:
+    """Attack the shard's example images as the base units do (same seeds, same images) and
+    keep their pictures for every weather at the highest severity."""
+    from certbench.weather_examples import weather_examples, write_examples
+
+    count = window.stop - window.start
+    rows = []
+    for k, weather in enumerate(spec.weathers, start=1):
+        rows += weather_examples(
+            model, images.images[window], images.labels[window], weather=weather,
+            severity=spec.example_severity, config=spec.attack_config(),
+            indices=images.indices[window], device=context.device,
+        )  # fmt: skip
+        context.on_progress(count * k // len(spec.weathers))
+    write_examples(rows, context.target, metadata)
+    return count
+
+
+# ------------------------------------------------------------------------------------ merge
+
+
+def _check_one_protocol(item: WorkItem, recorded: Mapping[str, Sequence[RecordedShard]]) -> None:
+    """Refuse to merge shards computed under different protocols (a definition changed while
+    the submission ran): their figures would not describe one evaluation."""
+    from certbench.errors import RecordsError
+    from certbench.weather_records import read_weather_metadata
+
+    digests = set()
+    for rows in recorded.values():
+        for shard in rows:
+            try:
+                digests.add(read_weather_metadata(shard.path).get("protocol_sha256"))
+            except RecordsError as err:
+                raise StorageError(f"weather-attack shard {str(shard.path)!r}: {err}") from err
+    if len(digests) > 1:
+        raise StorageError(
+            f"the weather-attack shards of submission {item.submission_id} were computed under "
+            f"{len(digests)} different protocols; re-run the submission fresh"
+        )
+
+
+def _merge_attack(
+    item: WorkItem,
+    spec: WeatherSpec,
+    unit: Unit,
+    rows: Sequence[RecordedShard],
+    context: MergeContext,
+) -> tuple[UnitResult, list[Any]]:
+    """One set's merged records, its summary row (with the gap for the base classifier)."""
+    from certbench.errors import RecordsError
+    from certbench.weather_records import (
+        merge_weather_records,
+        read_weather_records,
+        summarize_weather,
+        write_weather_records,
+    )
+    from certbench.weather_threat import WeatherSet
+
+    kind, weather, severity = parse_unit(unit.name)
+    try:
+        parts: list[Any] = [read_weather_records(s.path) for s in rows]
+        records: list[Any] = merge_weather_records(parts)
+    except RecordsError as err:
+        raise StorageError(f"weather-attack unit {unit.name!r}: {err}") from err
+    keys = {(r.weather, r.severity) for r in records}
+    if keys != {(weather, severity)} or len(records) != unit.num_images:
+        raise StorageError(
+            f"weather-attack unit {unit.name!r} holds {len(records)} record(s) of {sorted(keys)}"
+            f", expected {unit.num_images} of ({weather!r}, {severity}); re-run it fresh"
+        )
+    wset = WeatherSet.for_level(weather, severity, spec.protocol["truncation"])
+    relpath, target = context.target_for(unit.name)
+    write_weather_records(
+        records,
+        target,
+        {
+            "submission_id": item.submission_id,
+            "benchmark": item.benchmark,
+            "unit": unit.name,
+            "evaluator_version": context.evaluator_version,
+            "protocol": spec.describe(),
+            "certify": certify_protocol(item),
+            "perturbation_set": wset.describe(),
+        },
+        kind=kind,
+    )
+    row = dict(summarize_weather(records).rows[0])
+    if kind == "base":
+        row["gap"] = row["random_accuracy"] - row["worst_case_accuracy"]
+    protocol = {**spec.describe(), "perturbation_set": wset.describe()}
+    if kind == "smoothed":
+        protocol["certify"] = certify_protocol(item)
+    result = UnitResult(
+        unit=unit.name,
+        summary={"kind": kind, **row},
+        records_path=relpath,
+        count=len(records),
+        seconds=float(sum(s.seconds for s in rows)),
+        protocol=protocol,
+        seeds={"seed": spec.seed, "stream": f"{weather}/{severity}"},
+    )
+    return result, records
+
+
+def _merge_examples(
+    item: WorkItem, spec: WeatherSpec, rows: Sequence[RecordedShard], context: MergeContext
+) -> UnitResult:
+    """Merge the example shards and draw one Fig. 1 panel (PNG) per weather next to them; the
+    summary lists each file's path relative to the artifacts folder under ``files``."""
+    from certbench.errors import RecordsError
+    from certbench.weather_examples import read_examples, write_examples, write_examples_png
+
+    try:
+        examples = [e for s in rows for e in read_examples(s.path)]
+    except RecordsError as err:
+        raise StorageError(f"weather-attack examples: {err}") from err
+    relpath, target = context.target_for(EXAMPLES)
+    write_examples(examples, target, {"submission_id": item.submission_id})
+    folder = PurePosixPath(relpath).parent
+    files: dict[str, str] = {}
+    panels = []
+    for weather in spec.weathers:
+        mine = sorted((e for e in examples if e.weather == weather), key=lambda e: e.index)
+        name = f"examples-{weather}-{spec.example_severity}.png"
+        write_examples_png(mine, Path(target).parent / name)
+        files[name] = str(folder / name)
+        panels.append(
+            {
+                "weather": weather,
+                "severity": spec.example_severity,
+                "file": name,
+                "images": [
+                    {
+                        "index": e.index,
+                        "label": e.label,
+                        "random_prediction": e.random_prediction,
+                        "attacked_prediction": e.attacked_prediction,
+                    }
+                    for e in mine
+                ],
+            }
+        )
+    return UnitResult(
+        unit=EXAMPLES,
+        summary={"kind": "examples", "files": files, "panels": panels},
+        records_path=relpath,
+        count=len({e.index for e in examples}),
+        seconds=float(sum(s.seconds for s in rows)),
+        protocol=spec.describe(),
+        seeds={"seed": spec.seed},
+    )

@@ -1,0 +1,389 @@
+"""The worst-case weather stage (Wang et al., seed 002) in the pipeline: shards on their own queue,
+records equal to one direct call of the core, leaderboard metrics over REST, the model-page
+section and its example panels, exactly-once recording, cancel, fresh rerun, and a perturbation
+set violation reported as a failure."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+from support import (
+    CIFAR10_CLASSES,
+    SOURCE_SIZE,
+    TEST_SETS,
+    create_submission,
+    load_benchmark,
+    manifest,
+    tiny_definition,
+    tiny_model,
+    weights_bytes,
+    write_hub_folder,
+)
+
+from api.main import create_app
+from certbench.data import Subset, load_images
+from certbench.weather_attack import AttackConfig, attack_base, attack_smoothed
+from certbench.weather_examples import read_examples
+from certbench.weather_records import read_weather_records, summarize_weather
+from certbench.weather_threat import Particles, WeatherSet
+from models import pipeline, shards, storage
+from models.entities import LeaderboardEntry, StageResult, StageShard, Submission
+from models.leaderboard import stage_results
+from models.settings import Settings, get_settings
+from models.stages.weather_attack import WeatherAttackError
+from models.states import Reason, SubmissionState
+from workers.app import app
+from workers.names import AGGREGATE, QUEUE, RUN_SHARD, VALIDATE
+
+S = SubmissionState
+STAGE = "weather_attack"
+WEATHER_QUEUE = "certbench.weather"
+MODEL_SEED = 3
+BENCH_SEED = 7
+CONFIG = AttackConfig(steps=2, restarts=1, seed=BENCH_SEED)
+
+
+def weather_block(dataset: Path, **changes: Any) -> dict[str, Any]:
+    """The stage over the tiny ``clean`` config: 2 images, rain and snow at severity 1 (the
+    fast protocol: 2 PGD steps, 1 restart, 2 noise vectors), 1 example image."""
+    block: dict[str, Any] = {
+        "repo": "local/tiny",
+        "folder": str(dataset),
+        "config": TEST_SETS[0],
+        "source_size": SOURCE_SIZE,
+        "weathers": ["rain", "snow"],
+        "severities": [1],
+        "steps": 2,
+        "restarts": 1,
+        "smoothed": True,
+        "noise_samples": 2,
+        "examples": 1,
+    }
+    block.update(changes)
+    return block
+
+
+@pytest.fixture
+def weather_dataset(tmp_path: Path) -> Path:
+    """The tiny layout labelled with the model's own clean predictions, so every image starts
+    correct and the attack has something to break."""
+    root = tmp_path / "weather-dataset"
+    rng = np.random.default_rng(11)
+    model = tiny_model(seed=MODEL_SEED).eval()
+    for config in TEST_SETS:
+        images = rng.integers(0, 256, size=(SOURCE_SIZE, 3, 32, 32), dtype=np.uint8)
+        with torch.no_grad():
+            labels = model(torch.from_numpy(images).float() / 255).argmax(1).numpy()
+        write_hub_folder(root, config, images, labels, class_names=CIFAR10_CLASSES)
+    return root
+
+
+def _load(session: Session, dataset: Path, **changes: Any) -> str:
+    definition = tiny_definition(dataset, seed=BENCH_SEED)
+    definition["stages"] = {STAGE: weather_block(dataset, **changes)}
+    load_benchmark(session, definition)
+    return "tiny"
+
+
+def _submit(session: Session, settings: Settings, tmp_path: Path) -> int:
+    weights = weights_bytes(tiny_model(seed=MODEL_SEED), tmp_path / "upload")
+    sid = create_submission(session, settings, weights=weights, manifest_doc=manifest())
+    app.send_task(VALIDATE, args=[sid])
+    return sid
+
+
+def _submission(session: Session, sid: int) -> Submission:
+    session.expire_all()
+    return session.get(Submission, sid)
+
+
+def _weather(message: Any, sid: int | None = None, index: int | None = None) -> bool:
+    return (
+        message.name == RUN_SHARD
+        and message.args[1] == STAGE
+        and (sid is None or message.args[0] == sid)
+        and (index is None or message.args[3] == index)
+    )
+
+
+def _results(session: Session, sid: int) -> dict[str, StageResult]:
+    submission = _submission(session, sid)
+    return {r.unit: r for r in stage_results(session, submission, STAGE)}
+
+
+def _merged(settings: Settings, results: dict[str, StageResult], kind: str) -> list[Any]:
+    """The merged records of every unit of one kind, in (weather, severity, index) order."""
+    units = [u for u, r in results.items() if r.summary["kind"] == kind]
+    records = [
+        r
+        for unit in units
+        for r in read_weather_records(
+            storage.resolve(settings.artifacts_dir, results[unit].records_path)
+        )
+    ]
+    return sorted(records, key=lambda r: (r.weather, r.severity, r.index))
+
+
+def _images(dataset: Path) -> Any:
+    return load_images(dataset, config=TEST_SETS[0], subset=Subset(skip=2))
+
+
+def _direct_base(dataset: Path) -> list[Any]:
+    """One direct call of the core on the stage's 2 images, both weathers at once."""
+    images = _images(dataset)
+    return attack_base(
+        tiny_model(seed=MODEL_SEED), images.images, images.labels, weathers=("rain", "snow"),
+        severities=(1,), config=CONFIG, indices=images.indices, batch_size=64,
+    )  # fmt: skip
+
+
+def _direct_smoothed(dataset: Path) -> list[Any]:
+    images = _images(dataset)
+    return attack_smoothed(
+        tiny_model(seed=MODEL_SEED), images.images, images.labels, sigma=0.25,
+        weathers=("rain", "snow"), severities=(1,), config=CONFIG, noise_samples=2, n0=4,
+        n=16, alpha=0.001, indices=images.indices, batch_size=64,
+    )  # fmt: skip
+
+
+def _timeless(records: list[Any]) -> list[Any]:
+    """CERTIFY records carry wall-clock seconds; everything else must be equal."""
+    return [dataclasses.replace(r, seconds=0.0) for r in records]
+
+
+def test_weather_shards_run_on_their_queue_and_fill_leaderboard_and_page(
+    settings, session, weather_dataset, worker, tmp_path
+):
+    _load(session, weather_dataset)
+    sid = _submit(session, settings, tmp_path)
+    # 4 certify + 2 images × (rain-1, snow-1, smoothed-rain-1, smoothed-snow-1) + 1 example
+    assert worker.run_next() == "13 shard(s) enqueued"
+    queued = [(m.queue, m.args[2]) for m in worker.pending() if m.name == RUN_SHARD]
+    assert [q for q, _ in queued] == [QUEUE] * 4 + [WEATHER_QUEUE] * 9
+    assert [u for q, u in queued if q == WEATHER_QUEUE] == [
+        "rain-1", "rain-1", "snow-1", "snow-1", "smoothed-rain-1", "smoothed-rain-1",
+        "smoothed-snow-1", "smoothed-snow-1", "examples",
+    ]  # fmt: skip
+    worker.run_all()
+    submission = _submission(session, sid)
+    assert submission.state == S.FINISHED, submission.message
+    assert "worst-case weather" in submission.message
+    assert [m.name for m, _ in worker.ran][-1] == AGGREGATE
+
+    # merged records (1-image shards) equal one direct, unsharded call of the core
+    results = _results(session, sid)
+    assert set(results) == {"rain-1", "snow-1", "smoothed-rain-1", "smoothed-snow-1", "examples"}
+    base, smoothed = _merged(settings, results, "base"), _merged(settings, results, "smoothed")
+    assert base == _direct_base(weather_dataset)
+    assert _timeless(smoothed) == _timeless(_direct_smoothed(weather_dataset))
+    rows = summarize_weather(base).rows
+    assert all(r["worst_case_accuracy"] <= r["random_accuracy"] for r in rows)
+    assert not all(r.robust for r in base)  # the attack really broke something
+
+    # leaderboard figures = the core's summary of those records
+    figures = summarize_weather(base).figures
+    attacked = summarize_weather(smoothed).figures
+    entry = session.get(LeaderboardEntry, sid)
+    expected = {
+        "weather_worst_rain": figures["worst_case_accuracy_rain"],
+        "weather_worst_snow": figures["worst_case_accuracy_snow"],
+        "weather_random_rain": figures["random_accuracy_rain"],
+        "weather_random_snow": figures["random_accuracy_snow"],
+        "weather_random": (figures["random_accuracy_rain"] + figures["random_accuracy_snow"]) / 2,
+        "weather_cert_acc_000": attacked["attacked_certified_accuracy_0"],
+        "weather_cert_acc_025": attacked["attacked_certified_accuracy_0.25"],
+        "weather_acr": attacked["attacked_acr"],
+    }
+    assert {k: entry.metrics[k] for k in expected} == pytest.approx(expected)
+    row = results["rain-1"].summary
+    assert row["gap"] == pytest.approx(row["random_accuracy"] - row["worst_case_accuracy"])
+    assert results["rain-1"].protocol["perturbation_set"]["particles"] == 20
+    assert "folder" not in results["rain-1"].protocol
+    assert results["smoothed-snow-1"].protocol["certify"] == {
+        "sigma": 0.25, "n0": 4, "n": 16, "alpha": 0.001,
+    }  # fmt: skip
+
+    # the example panel: the same attack as the records, drawn next to the merged records
+    examples = read_examples(
+        storage.resolve(settings.artifacts_dir, results["examples"].records_path)
+    )
+    by_set = {(r.weather, r.index): r for r in base}
+    assert sorted(e.weather for e in examples) == ["rain", "snow"]
+    for e in examples:
+        assert e.index == 0 and e.attacked_prediction == by_set[e.weather, 0].attacked_prediction
+        assert e.random_prediction == by_set[e.weather, 0].random_prediction
+    files = results["examples"].summary["files"]
+    assert set(files) == {"examples-rain-1.png", "examples-snow-1.png"}
+    png = storage.resolve(settings.artifacts_dir, files["examples-rain-1.png"])
+    assert (
+        png.parent
+        == storage.resolve(settings.artifacts_dir, results["examples"].records_path).parent
+    )
+
+    with TestClient(create_app(settings)) as client:
+        rows = client.get("/api/v1/leaderboards/tiny?sort=weather_worst_rain").json()["rows"]
+        assert [r["submission_id"] for r in rows] == [sid]
+        assert rows[0]["metrics"]["weather_worst_rain"] == pytest.approx(
+            expected["weather_worst_rain"]
+        )
+        assert client.get("/api/v1/leaderboards/tiny?sort=weather_acr&order=asc").status_code == 200
+        stages = client.get(f"/api/v1/results/{sid}").json()["stages"]
+        assert {s["unit"] for s in stages if s["stage"] == STAGE} == set(results)
+        html = client.get(f"/models/{sid}").text
+        section = html[html.index('id="weather-attack"') :]
+        section = section[: section.index("</section>")]
+        assert 'data-weather="rain" data-severity="1"' in section
+        assert 'data-weather="snow" data-severity="1"' in section
+        assert f"{expected['weather_worst_rain'] * 100:.1f}%" in section
+        assert 'id="weather-bars"' in section
+        url = f"/models/{sid}/files/{STAGE}/examples-rain-1.png"
+        assert f'src="{url}"' in section
+        assert str(settings.artifacts_dir) not in html and str(weather_dataset) not in html
+        served = client.get(url)
+        assert served.status_code == 200 and served.headers["content-type"] == "image/png"
+        assert served.content == png.read_bytes() and served.content[:8] == b"\x89PNG\r\n\x1a\n"
+        board = client.get("/leaderboards/tiny").text
+        assert 'data-key="weather_worst_rain"' in board and 'data-key="weather_acr"' in board
+
+
+def test_example_files_are_served_only_for_visible_finished_entries(
+    settings, session, weather_dataset, worker, tmp_path
+):
+    _load(session, weather_dataset, smoothed=False)
+    sid = _submit(session, settings, tmp_path)
+    worker.run_all()
+    assert _submission(session, sid).state == S.FINISHED
+    url = f"/models/{sid}/files/{STAGE}/examples-snow-1.png"
+    with TestClient(create_app(settings)) as client:
+        assert client.get(url).status_code == 200
+        for name in ("examples-snow-9.png", "..%2F..%2Fcertbench.db", "examples.parquet"):
+            assert client.get(f"/models/{sid}/files/{STAGE}/{name}").status_code == 404
+        assert client.get(f"/models/{sid}/files/pd_robustness/examples-snow-1.png").status_code == (
+            404
+        )
+        submission = _submission(session, sid)
+        submission.is_private = True
+        session.commit()
+        assert client.get(url).status_code == 404  # anonymous viewer, private entry
+        submission.is_private = False
+        submission.state = S.RUNNING  # e.g. a rerun in progress
+        session.commit()
+        assert client.get(url).status_code == 404
+
+
+def test_any_sharding_gives_the_records_of_one_direct_call(
+    settings, session, weather_dataset, worker, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("CERTBENCH_SHARD_SIZE", "2")
+    get_settings.cache_clear()
+    sized = get_settings()
+    _load(session, weather_dataset, smoothed=False, examples=0)
+    sid = _submit(session, sized, tmp_path)
+    assert worker.run_next() == "4 shard(s) enqueued"  # 2 certify + rain-1, snow-1 (2 images)
+    worker.run_all()
+    assert _submission(session, sid).state == S.FINISHED
+    results = _results(session, sid)
+    assert set(results) == {"rain-1", "snow-1"}
+    assert _merged(sized, results, "base") == _direct_base(weather_dataset)
+    entry = session.get(LeaderboardEntry, sid)
+    assert entry.metrics["weather_cert_acc_000"] is None  # not smoothed: not measured
+
+
+def test_a_redelivered_weather_shard_is_recorded_once(
+    settings, session, weather_dataset, worker, tmp_path
+):
+    _load(session, weather_dataset, smoothed=False, examples=0)
+    sid = _submit(session, settings, tmp_path)
+    worker.run_next()
+    for message in worker.pending():
+        worker.take()
+        worker.execute(message)
+        if _weather(message, sid, 0) and message.args[2] == "rain-1":
+            worker.execute(message)  # delivered twice, e.g. after a lost acknowledgement
+    worker.run_all()
+    assert _submission(session, sid).state == S.FINISHED
+    outcomes = [out for m, out in worker.ran if _weather(m, sid, 0) and m.args[2] == "rain-1"]
+    assert outcomes == ["recorded: 1 image(s) attacked", "already recorded"]
+    rows = session.scalar(
+        select(func.count())
+        .select_from(StageShard)
+        .where(StageShard.submission_id == sid, StageShard.stage == STAGE)
+    )
+    assert rows == 4  # rain-1 and snow-1, 2 one-image shards each
+
+
+def test_a_cancelled_submission_stops_its_weather_shards(
+    settings, session, weather_dataset, worker, tmp_path
+):
+    _load(session, weather_dataset)
+    sid = _submit(session, settings, tmp_path)
+    worker.run_next()
+    pipeline.transition(
+        session, sid, from_states={S.QUEUED}, to_state=S.CANCELLED, reason="cancelled_by_user"
+    )
+    outcomes = [worker.execute(m) for m in iter(worker.take, None)]
+    assert outcomes and all(o.startswith("skipped") for o in outcomes)
+    count = select(func.count()).select_from(StageShard).where(StageShard.stage == STAGE)
+    assert session.scalar(count) == 0
+
+
+def test_a_fresh_rerun_drops_weather_shards_results_and_files(
+    settings, session, weather_dataset, worker, tmp_path
+):
+    _load(session, weather_dataset, smoothed=False)
+    sid = _submit(session, settings, tmp_path)
+    worker.run_all()
+    results = _results(session, sid)
+    files = [
+        storage.resolve(settings.artifacts_dir, path)
+        for path in (
+            results["rain-1"].records_path,
+            results["examples"].summary["files"]["examples-rain-1.png"],
+        )
+    ]
+    assert all(f.is_file() for f in files)
+    assert pipeline.reset_for_rerun(session, sid, fresh=True, settings=settings)
+    assert _results(session, sid) == {}
+    count = select(func.count()).select_from(StageShard).where(StageShard.stage == STAGE)
+    assert session.scalar(count) == 0
+    assert not any(f.exists() for f in files)
+    app.send_task(VALIDATE, args=[sid])
+    worker.run_all()
+    assert _submission(session, sid).state == S.FINISHED
+    assert set(_results(session, sid)) == {"rain-1", "snow-1", "examples"}
+
+
+def test_leaving_the_perturbation_set_fails_the_submission(
+    settings, session, weather_dataset, worker, tmp_path, monkeypatch
+):
+    """A broken projection (an attack bug) must end the run with the violated bound named,
+    never store figures computed outside Δ."""
+    project = WeatherSet.project
+
+    def escape(self: WeatherSet, p: Particles) -> Particles:
+        inside = project(self, p)
+        return Particles(inside.ids, inside.centres + 100.0, inside.base, inside.offsets)
+
+    monkeypatch.setattr(WeatherSet, "project", escape)
+    _load(session, weather_dataset, smoothed=False, examples=0)
+    sid = _submit(session, settings, tmp_path)
+    worker.run_next()
+    with pytest.raises(WeatherAttackError, match="left the rain-1 perturbation set"):
+        for message in iter(worker.take, None):
+            worker.execute(message)
+    submission = _submission(session, sid)
+    assert submission.state == S.FAILED
+    assert submission.reason == Reason.WORKER_ERROR
+    assert "left the rain-1 perturbation set" in submission.message
+    assert "centres outside [-3, 35] px" in submission.message
+    assert session.get(LeaderboardEntry, sid) is None and _results(session, sid) == {}
+    planned = shards.plan(session, sid, settings=settings, stage=STAGE)
+    assert [s.unit for s in planned] == ["rain-1", "rain-1", "snow-1", "snow-1"]
