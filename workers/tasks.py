@@ -22,7 +22,6 @@ from kombu.exceptions import OperationalError as BrokerError
 from sqlalchemy.exc import OperationalError as DatabaseError
 from sqlalchemy.orm import Session
 
-from certbench.errors import DataSourceError, ThreatModelError
 from models import pipeline, results, shards, storage
 from models.db import session_scope
 from models.entities import Submission
@@ -321,10 +320,11 @@ def _run_leased(
             f"{settings.shard_soft_time_limit_seconds} s; lower {size_setting} or raise "
             "CERTBENCH_SHARD_SOFT_TIME_LIMIT_SECONDS, then re-run",
         )
-    except DataSourceError as err:
-        return _fail(settings, submission_id, Reason.DATASET_UNAVAILABLE, str(err))
-    except ThreatModelError as err:
-        return _fail(settings, submission_id, Reason.ANCHORS_UNAVAILABLE, str(err))
+    except Exception as err:
+        reason = registry.get(shard.stage).failure_reason(err)
+        if reason is None:
+            raise
+        return _fail(settings, submission_id, Reason(reason), str(err))
 
 
 def _start_running(session: Session, submission_id: int, settings: Settings, worker: str) -> bool:

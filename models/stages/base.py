@@ -208,6 +208,13 @@ class Stage:
     ) -> StageOutcome:
         raise NotImplementedError
 
+    def failure_reason(self, error: BaseException) -> str | None:
+        """The reason code a run fails with when ``run`` raises ``error`` (None: a crash, failed
+        as ``worker_error`` with its traceback logged). Missing data is the operator's to fix."""
+        from certbench.errors import DataSourceError
+
+        return "dataset_unavailable" if isinstance(error, DataSourceError) else None
+
     # ---- presentation ---------------------------------------------------------------------------
 
     def all_metric_specs(self) -> list[MetricSpec]:

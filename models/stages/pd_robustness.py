@@ -153,6 +153,14 @@ class PDRobustness(Stage):
     def units(self, item: WorkItem, settings: Settings) -> list[Unit]:
         return [Unit(UNIT, item.stages[self.name]["num_images"])]
 
+    def failure_reason(self, error: BaseException) -> str | None:
+        """A missing or contradicting anchor bank is ``anchors_unavailable``."""
+        from certbench.errors import ThreatModelError
+
+        if isinstance(error, ThreatModelError):
+            return "anchors_unavailable"
+        return super().failure_reason(error)
+
     def shard_size(self, settings: Settings) -> int:
         """Attacks cost far more per image than certification on a CPU: own size if set."""
         return settings.robustness_shard_size or settings.shard_size
