@@ -63,3 +63,11 @@ class GeneratorError(CertbenchError):
 
 class PublishError(CertbenchError):
     """Publishing a dataset folder to the Hugging Face Hub failed (network, auth, bad layout)."""
+
+
+class AugmentationError(CertbenchError):
+    """Augmentation inputs or hyper-parameters are invalid (dtype, shape, seeds, severities)."""
+
+
+class TrainingError(CertbenchError):
+    """Training arguments, data or checkpoints are invalid or inconsistent."""
