@@ -72,6 +72,9 @@ __all__ = [
     "IMAGENET_PHASE_SEVERITIES",
     "FourierMix",
     "FourierMixConfig",
+    "FourierMixParameters",
+    "draw_parameters",
+    "fourier_mix",
     "fourier_operation",
     "reflect",
     "spectral_noise",
@@ -212,8 +215,14 @@ def fourier_operation(
 
 
 @dataclass(frozen=True)
-class _Draws:
-    """Random choices of a batch: scalars ``(B, width)`` / ``(B,)`` and bin uniforms."""
+class FourierMixParameters:
+    """The random choices of a batch (CPU tensors except ``uniforms``, on the images' device).
+
+    Per image and chain ``(B, width)``: mixing ``weights`` (Dirichlet), severities
+    ``amplitude`` (s_A) and ``phase`` (s_P), ``blend`` t (Beta), affine ``angle`` (degrees),
+    ``tx``/``ty`` (pixels), ``shear`` (degrees); per image ``skip`` m (Beta); per image, chain
+    and channel the U(0, 1) draws ``uniforms`` ``(B, width, C, 2, H, W)`` of the bin noise.
+    """
 
     weights: torch.Tensor
     amplitude: torch.Tensor
@@ -256,9 +265,10 @@ def _scalar_draws(seed: int, cfg: FourierMixConfig, height: int, width: int) -> 
     return [weights, amplitude, phase, blend, angle, tx, ty, shear, skip]
 
 
-def _draw(
+def draw_parameters(
     seeds: Sequence[int], cfg: FourierMixConfig, shape: torch.Size, device: torch.device
-) -> _Draws:
+) -> FourierMixParameters:
+    """The parameters :func:`fourier_mix` uses for images of ``shape`` seeded by ``seeds``."""
     channels, height, width = shape[-3:]
     columns = list(zip(*(_scalar_draws(s, cfg, height, width) for s in seeds), strict=True))
     scalars = [torch.from_numpy(np.stack(col)) for col in columns]
@@ -268,7 +278,7 @@ def _draw(
         generator.manual_seed(seed)
         torch.rand(uniforms.shape[1:], generator=generator, device=device, out=uniforms[row])
     weights, amplitude, phase, blend, angle, tx, ty, shear, skip = scalars
-    return _Draws(
+    return FourierMixParameters(
         weights, amplitude, phase, blend, angle, tx, ty, shear, skip.squeeze(-1), uniforms
     )
 
@@ -287,7 +297,7 @@ def fourier_mix(
     cfg = config or FourierMixConfig()
     _check_images(images)
     seeds = check_seeds(seeds, images.shape[0])
-    draws = _draw(seeds, cfg, images.shape, images.device)
+    draws = draw_parameters(seeds, cfg, images.shape, images.device)
     dtype, device = images.dtype, images.device
     b, k = images.shape[0], cfg.width
 
