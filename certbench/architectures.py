@@ -8,8 +8,7 @@ holds no state-dict entries, index 1 is the network, so the keys read ``1.conv1.
 exactly like the published checkpoints of locuslab/smoothing.
 
 Registered: ``cifar_resnet20/56/110`` (He et al. 2016, CIFAR variant with 1x1 projection shortcuts,
-as used by Cohen et al.), ``wrn`` (Zagoruyko & Komodakis 2016, pre-activation wide ResNet) and
-``lenet`` (a LeNet-style CNN small enough to train on a CPU in minutes, for the demo data).
+as used by Cohen et al.) and ``wrn`` (Zagoruyko & Komodakis 2016, pre-activation wide ResNet).
 """
 
 from __future__ import annotations
@@ -329,34 +328,3 @@ def wrn(
 ) -> nn.Module:
     """Wide ResNet, default WRN-28-10 (36.5M parameters for 10 classes)."""
     return WideResNet(depth, widen_factor, dropout, num_classes)
-
-
-# --- LeNet (LeCun et al. 1998), widths of Jeong & Shin (2020)'s MNIST smoothing baseline ------
-
-
-class LeNet(nn.Module):
-    """conv5x5(20)-ReLU-pool2, conv5x5(50)-ReLU-pool2, fc(500)-ReLU, fc(classes) on 3x32x32.
-
-    The layer widths are those of the LeNet in Jeong & Shin's code (github.com/jh-jeong/
-    smoothing-consistency, ``archs/lenet.py``, used for MNIST); the first layer takes 3 channels
-    and the 32x32 input leaves 5x5 maps for ``fc1``. About 4.3M multiply-adds per image, a tenth
-    of ResNet-20: small enough to train and certify on a CPU in minutes.
-    """
-
-    def __init__(self, num_classes: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 20, kernel_size=5)
-        self.conv2 = nn.Conv2d(20, 50, kernel_size=5)
-        self.fc1 = nn.Linear(5 * 5 * 50, 500)
-        self.fc2 = nn.Linear(500, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = nn.functional.max_pool2d(torch.relu(self.conv1(x)), 2)
-        x = nn.functional.max_pool2d(torch.relu(self.conv2(x)), 2)
-        return self.fc2(torch.relu(self.fc1(torch.flatten(x, 1))))
-
-
-@register_architecture("lenet")
-def lenet(*, num_classes: int) -> nn.Module:
-    """LeNet-style CNN for 32x32 inputs (0.66M parameters for 10 classes)."""
-    return LeNet(num_classes)
