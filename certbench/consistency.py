@@ -79,6 +79,11 @@ def _log_mean(log_probs: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.logsumexp(log_probs, dim=dim) - math.log(log_probs.shape[dim])
 
 
+def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """bf16/fp16 logits (autocast) are promoted; float64 stays float64."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def _stack(logits: Sequence[torch.Tensor] | torch.Tensor, what: str) -> torch.Tensor:
     stacked = logits if isinstance(logits, torch.Tensor) else torch.stack(list(logits))
     if stacked.ndim != 3 or stacked.shape[0] < 1:
@@ -86,12 +91,12 @@ def _stack(logits: Sequence[torch.Tensor] | torch.Tensor, what: str) -> torch.Te
             f"{what} needs logits of shape (members, batch, classes), got "
             f"{tuple(stacked.shape)}; pass one (batch, classes) tensor per member"
         )
-    return stacked
+    return _at_least_float32(stacked)
 
 
 def jensen_shannon(logits: Sequence[torch.Tensor] | torch.Tensor) -> torch.Tensor:
     """Generalised JSD ``(1/n)·Σ_j KL(p_j ‖ M)`` of ``n`` predictions, mean over the batch."""
-    log_p = F.log_softmax(_stack(logits, "jensen_shannon").float(), dim=-1)
+    log_p = F.log_softmax(_stack(logits, "jensen_shannon"), dim=-1)
     log_m = _log_mean(log_p, dim=0)
     return kl_divergence(log_p, log_m[None]).mean(dim=0).mean()
 
@@ -103,7 +108,7 @@ def gaussian_consistency(
     eta: float = JEONG_SHIN_ETA,
 ) -> torch.Tensor:
     """Jeong & Shin's ``λ·(1/m)·Σ_i KL(p̂ ‖ p_i) + η·H(p̂)`` over ``m`` noisy copies, batch mean."""
-    log_p = F.log_softmax(_stack(logits, "gaussian_consistency").float(), dim=-1)
+    log_p = F.log_softmax(_stack(logits, "gaussian_consistency"), dim=-1)
     log_mean = _log_mean(log_p, dim=0)
     kl = kl_divergence(log_mean[None].expand_as(log_p), log_p).mean(dim=0)
     entropy = -(log_mean.exp() * log_mean).sum(dim=-1)
@@ -122,7 +127,7 @@ def hierarchical_consistency(
             f"hierarchical_consistency needs logits (views, samples, batch, classes), got "
             f"{tuple(logits.shape)}"
         )
-    log_p = F.log_softmax(logits.float(), dim=-1)  # (k+1, s, B, C)
+    log_p = F.log_softmax(_at_least_float32(logits), dim=-1)  # (k+1, s, B, C)
     log_view = _log_mean(log_p, dim=1)  # log p̄_j: (k+1, B, C)
     log_all = _log_mean(log_view, dim=0)  # log p̄: (B, C)
     level_noise = kl_divergence(log_p, log_view[:, None]).mean(dim=1)  # L_G(j): (k+1, B)

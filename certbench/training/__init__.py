@@ -1,4 +1,4 @@
-"""Training base classifiers for randomized smoothing with the recipes of seed 000 (Sun et al. 2022).
+"""Training base classifiers for randomized smoothing with the recipes of Sun et al. (2022).
 
 - :mod:`certbench.training.recipes`: the six recipes (views, noise, loss).
 - :mod:`certbench.training.schedule`: SGD and the step schedule of the paper's release.

@@ -432,8 +432,9 @@ def train(
             if step < steps_per_epoch:
                 continue
             step = 0
+            lr = optimizer.param_groups[0]["lr"]  # the rate this epoch used
             scheduler.step()
-            last = _finish_epoch(epoch, epoch_stats, optimizer, model, eval_set, cfg, device, amp)
+            last = _finish_epoch(epoch, epoch_stats, lr, model, eval_set, cfg, device, amp)
             _append_log(log_path, last)
             if on_epoch is not None:
                 on_epoch(last)
@@ -508,7 +509,7 @@ class _EpochStats:
 def _finish_epoch(
     epoch: int,
     stats: _EpochStats,
-    optimizer: torch.optim.Optimizer,
+    lr: float,
     model: nn.Module,
     eval_set: ImageSet | None,
     cfg: TrainConfig,
@@ -524,7 +525,7 @@ def _finish_epoch(
     record: dict[str, Any] = {
         "event": "epoch",
         "epoch": epoch + 1,
-        "lr": optimizer.param_groups[0]["lr"],
+        "lr": lr,
         "train_loss": loss,
         "train_accuracy": acc,
         "seconds": seconds,
