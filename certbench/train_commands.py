@@ -75,6 +75,9 @@ def train_command(
     config: Annotated[str | None, typer.Option(help="Dataset config.")] = None,
     revision: Annotated[str | None, typer.Option(help="Hub revision of the dataset.")] = None,
     limit: Annotated[int | None, typer.Option(help="Train on the first N images only.")] = None,
+    augmix_variant: Annotated[
+        str, typer.Option(help="hendrycks (AugMix paper) or reference (Sun et al.'s release).")
+    ] = "hendrycks",
     benchmark: Annotated[
         str | None, typer.Option(help="Manifest benchmark name (default: the dataset's).")
     ] = None,
@@ -150,6 +153,7 @@ def train_command(
         revision=revision,
         limit=limit,
         benchmark=benchmark,
+        augmix_variant=augmix_variant,  # type: ignore[arg-type]
     )
     options = RunOptions(
         device=device,

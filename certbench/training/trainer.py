@@ -30,10 +30,9 @@ import math
 import os
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
@@ -41,108 +40,28 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from certbench import __version__
-from certbench.architectures import build_classifier, check_kwargs
+from certbench.architectures import build_classifier
+from certbench.augment.augmix import AugMixConfig
 from certbench.data import ImageSet, Subset, load_images
-from certbench.errors import CertbenchError, TrainingError
-from certbench.loading import (
-    Architecture,
-    Manifest,
-    Metadata,
-    Preprocessing,
-    Smoothing,
-    load_manifest,
-    load_model,
-    save_weights,
-)
+from certbench.errors import DataSourceError, TrainingError
 from certbench.smoothing import derive_seed
 from certbench.training.checkpoint import load_checkpoint, read_state, save_checkpoint
+from certbench.training.config import RunOptions, TrainConfig
 from certbench.training.data import EpochBatches, TrainBatches, make_views
-from certbench.training.recipes import Recipe, get_recipe, recipe_loss
-from certbench.training.schedule import Schedule, build_optimizer
+from certbench.training.evaluation import autocast, evaluate
+from certbench.training.recipes import Recipe, StepResult, get_recipe, recipe_loss
+from certbench.training.schedule import build_optimizer
+from certbench.training.submission import (
+    benchmark_name,
+    build_manifest,
+    input_statistics,
+    write_submission,
+)
 
-__all__ = ["RunOptions", "TrainConfig", "TrainResult", "evaluate", "train"]
+__all__ = ["LOG_FILE", "RunOptions", "TrainConfig", "TrainResult", "train"]
 
-Normalize = Literal["center", "standardize", "none"]
+
 LOG_FILE = "train_log.jsonl"
-WEIGHTS_FILE = "model.safetensors"
-MANIFEST_FILE = "manifest.json"
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Everything that defines the trained weights (stored in checkpoints and the log).
-
-    ``batch_size``, ``lbd`` and ``eta`` default to the recipe's values (None = default).
-    ``sigma`` is the smoothing noise of the manifest; the training noise ``train_sigma``
-    defaults to it (``train_sigma=0`` trains without noise, Cohen et al.'s "noise_0.00" models).
-    """
-
-    recipe: str
-    dataset: str
-    arch: str = "cifar_resnet110"
-    arch_kwargs: dict[str, int | float] = field(default_factory=dict)
-    sigma: float = 0.25
-    train_sigma: float | None = None
-    epochs: int = 200
-    batch_size: int | None = None
-    lr: float = 0.1
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
-    lbd: float | None = None
-    eta: float | None = None
-    seed: int = 0
-    normalize: Normalize = "center"
-    config: str | None = None
-    revision: str | None = None
-    limit: int | None = None
-    benchmark: str | None = None
-
-    def resolved(self) -> TrainConfig:
-        """A copy with the recipe defaults filled in and every field checked."""
-        recipe = get_recipe(self.recipe)
-        if not self.sigma > 0:
-            raise TrainingError(f"sigma must be > 0, got {self.sigma!r}")
-        if self.train_sigma is not None and not self.train_sigma >= 0:
-            raise TrainingError(f"train_sigma must be >= 0, got {self.train_sigma!r}")
-        if self.normalize not in ("center", "standardize", "none"):
-            raise TrainingError(
-                f"normalize must be center, standardize or none, got {self.normalize!r}"
-            )
-        check_kwargs(self.arch, self.arch_kwargs)
-        lbd, eta = recipe.default_weights(self.dataset)
-        batch = recipe.batch_size if self.batch_size is None else self.batch_size
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 2:
-            raise TrainingError(f"batch_size must be an integer >= 2, got {batch!r}")
-        Schedule(self.epochs, self.lr, self.momentum, self.weight_decay)  # validates
-        return replace(
-            self,
-            train_sigma=self.sigma if self.train_sigma is None else self.train_sigma,
-            batch_size=batch,
-            lbd=lbd if self.lbd is None else self.lbd,
-            eta=eta if self.eta is None else self.eta,
-        )
-
-    def schedule(self) -> Schedule:
-        return Schedule(self.epochs, self.lr, self.momentum, self.weight_decay)
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """How to run (never changes the intended weights; GPU runs are not bitwise reproducible)."""
-
-    device: str | None = None
-    amp: Literal["bf16", "fp16", "auto"] | None = "auto"
-    channels_last: bool | None = None
-    compile: bool = False
-    workers: int | None = None
-    augment_device: Literal["cpu", "cuda"] | None = None
-    eval_split: str | None = "test"
-    eval_limit: int | None = None
-    checkpoint_every: int = 1
-    resume: bool = False
-    deterministic: bool = False
-    threads: int | None = None
-    progress: bool = True
 
 
 @dataclass(frozen=True)
@@ -183,25 +102,6 @@ def _amp_dtype(options: RunOptions, device: torch.device) -> torch.dtype | None:
     return dtypes[amp]
 
 
-def _benchmark_name(cfg: TrainConfig) -> str:
-    if cfg.benchmark:
-        return cfg.benchmark
-    path = Path(cfg.dataset).expanduser()
-    return path.resolve().name if path.exists() else cfg.dataset
-
-
-def _preprocessing(images: ImageSet, normalize: Normalize) -> tuple[list[float], list[float]]:
-    """Per-channel mean/std of the training images in [0, 1], rounded to 4 decimals."""
-    channels = images.images.shape[1]
-    if normalize == "none":
-        return [0.0] * channels, [1.0] * channels
-    pixels = images.images.to(torch.float64).div(255.0).transpose(0, 1).reshape(channels, -1)
-    mean = [round(float(v), 4) for v in pixels.mean(dim=1)]
-    if normalize == "center":
-        return mean, [1.0] * channels
-    return mean, [round(max(float(v), 1e-4), 4) for v in pixels.std(dim=1)]
-
-
 def _load_split(cfg: TrainConfig, split: str, limit: int | None) -> ImageSet:
     return load_images(
         cfg.dataset,
@@ -212,69 +112,17 @@ def _load_split(cfg: TrainConfig, split: str, limit: int | None) -> ImageSet:
     )
 
 
-def build_manifest(
-    cfg: TrainConfig, recipe: Recipe, images: ImageSet, mean: list[float], std: list[float]
-) -> Manifest:
-    """The submission manifest of a run (architecture, classes, preprocessing, σ, provenance)."""
-    arch_text = cfg.arch + (
-        "(" + ", ".join(f"{k}={v}" for k, v in sorted(cfg.arch_kwargs.items())) + ")"
-        if cfg.arch_kwargs
-        else ""
-    )
-    return Manifest(
-        benchmark=_benchmark_name(cfg),
-        architecture=Architecture(name=cfg.arch, kwargs=dict(cfg.arch_kwargs)),
-        num_classes=len(images.class_names),
-        preprocessing=Preprocessing(mean=tuple(mean), std=tuple(std)),
-        smoothing=Smoothing(sigma=cfg.sigma),
-        metadata=Metadata(
-            name=f"{recipe.title}, training σ={cfg.train_sigma:g}, {arch_text}, "
-            f"{cfg.epochs} epochs (certbench train, seed {cfg.seed})",
-            paper_url=recipe.paper_url,  # type: ignore[arg-type]
-            code_url=recipe.code_url,  # type: ignore[arg-type]
-        ),
-        input_size=tuple(images.images.shape[1:]),  # type: ignore[arg-type]
-    )
-
-
-# ----------------------------------------------------------------------------- evaluation
-
-
-@torch.no_grad()
-def evaluate(
-    model: nn.Module,
-    images: ImageSet,
-    *,
-    sigma: float,
-    seed: int,
-    device: torch.device,
-    amp: torch.dtype | None = None,
-    batch_size: int = 500,
-) -> dict[str, float]:
-    """Clean accuracy and accuracy under one draw of N(0, σ²) noise (seeded per batch start)."""
-    model.eval()
-    correct_clean = correct_noisy = 0
-    generator = torch.Generator(device=device)
-    for start in range(0, len(images), batch_size):
-        x = images.images[start : start + batch_size].to(device).float().div_(255.0)
-        y = images.labels[start : start + batch_size].to(device)
-        generator.manual_seed(derive_seed(seed, "eval", start))
-        noise = torch.randn(x.shape, generator=generator, device=device)
-        with _autocast(device, amp):
-            clean = model(x).argmax(dim=-1)
-            noisy = model(x + sigma * noise).argmax(dim=-1)
-        correct_clean += int((clean == y).sum())
-        correct_noisy += int((noisy == y).sum())
-    return {
-        "eval_clean_accuracy": correct_clean / len(images),
-        "eval_noisy_accuracy": correct_noisy / len(images),
-    }
-
-
-def _autocast(device: torch.device, amp: torch.dtype | None) -> AbstractContextManager[Any]:
-    if amp is None:
-        return nullcontext()
-    return torch.autocast(device_type=device.type, dtype=amp)
+def _eval_set(cfg: TrainConfig, options: RunOptions) -> ImageSet | None:
+    """The per-epoch evaluation split, or None; a missing split says how to skip it."""
+    if not options.eval_split:
+        return None
+    try:
+        return _load_split(cfg, options.eval_split, options.eval_limit)
+    except DataSourceError as err:
+        raise TrainingError(
+            f"cannot load the evaluation split {options.eval_split!r} ({err}); pass "
+            "--eval-split none to train without per-epoch evaluation"
+        ) from err
 
 
 # ----------------------------------------------------------------------------- the run
@@ -302,6 +150,25 @@ def _append_log(path: Path, record: dict[str, Any]) -> None:
         handle.write(json.dumps(record, sort_keys=True) + "\n")
 
 
+@dataclass
+class _Run:
+    """The pieces of one run the epoch loop works on."""
+
+    cfg: TrainConfig
+    options: RunOptions
+    recipe: Recipe
+    out: Path
+    cfg_json: dict[str, Any]
+    device: torch.device
+    amp: torch.dtype | None
+    model: nn.Module
+    forward: Callable[[torch.Tensor], torch.Tensor]
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    eval_set: ImageSet | None
+    log: Path
+
+
 def train(
     config: TrainConfig,
     out: Path | str,
@@ -324,6 +191,55 @@ def train(
     _check_resume(out, cfg_json, options.resume)
     device = _device(options)
     amp = _amp_dtype(options, device)
+    _configure_torch(options, device)
+    train_set = _load_split(cfg, "train", cfg.limit)
+    mean, std = input_statistics(train_set, cfg.normalize)
+    manifest = build_manifest(
+        recipe=recipe,
+        images=train_set,
+        arch=cfg.arch,
+        arch_kwargs=cfg.arch_kwargs,
+        mean=mean,
+        std=std,
+        sigma=cfg.sigma,
+        train_sigma=float(cfg.train_sigma or 0.0),
+        epochs=cfg.epochs,
+        seed=cfg.seed,
+        benchmark=benchmark_name(cfg.dataset, cfg.benchmark),
+    )
+    channels_last = options.channels_last
+    if channels_last is None:
+        channels_last = device.type == "cuda"
+    model = _build_model(cfg, manifest.num_classes, mean, std, device, channels_last)
+    optimizer, scheduler = build_optimizer(model, cfg.schedule())
+    start = 0
+    if options.resume and read_state(out) is not None:
+        start = load_checkpoint(out, model=model, optimizer=optimizer, scheduler=scheduler).epoch
+    end = cfg.epochs if until_epoch is None else min(cfg.epochs, until_epoch)
+    run = _Run(
+        cfg,
+        options,
+        recipe,
+        out,
+        cfg_json,
+        device,
+        amp,
+        model,
+        _forward(model, compile=options.compile, channels_last=channels_last),
+        optimizer,
+        scheduler,
+        _eval_set(cfg, options),
+        out / LOG_FILE,
+    )
+    last = _epochs(run, train_set, start, end, on_epoch)
+    weights, manifest_path = write_submission(out, model, manifest)
+    done = read_state(out)
+    epochs_done = int(done["epoch"]) if done else start
+    _append_log(run.log, {"event": "end", "epochs_done": epochs_done, "time": time.time()})
+    return TrainResult(out, weights, manifest_path, run.log, epochs_done, last)
+
+
+def _configure_torch(options: RunOptions, device: torch.device) -> None:
     if options.threads is not None:
         if options.threads < 1:
             raise TrainingError(f"--threads must be >= 1, got {options.threads}")
@@ -333,42 +249,39 @@ def train(
     elif device.type == "cuda":
         torch.backends.cudnn.benchmark = True
 
-    train_set = _load_split(cfg, "train", cfg.limit)
-    eval_set = None
-    if options.eval_split:
-        eval_set = _load_split(cfg, options.eval_split, options.eval_limit)
-    mean, std = _preprocessing(train_set, cfg.normalize)
-    manifest = build_manifest(cfg, recipe, train_set, mean, std)
 
+def _build_model(
+    cfg: TrainConfig,
+    num_classes: int,
+    mean: list[float],
+    std: list[float],
+    device: torch.device,
+    channels_last: bool,
+) -> nn.Module:
+    """The registry classifier, initialised from ``derive_seed(seed, "init")``, on ``device``."""
     torch.manual_seed(derive_seed(cfg.seed, "init"))
     model = build_classifier(
-        cfg.arch, num_classes=manifest.num_classes, mean=mean, std=std, **cfg.arch_kwargs
-    )
-    channels_last = options.channels_last
-    if channels_last is None:
-        channels_last = device.type == "cuda"
-    model = model.to(device)
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    schedule = cfg.schedule()
-    optimizer, scheduler = build_optimizer(model, schedule)
-    start = 0
-    if options.resume and read_state(out) is not None:
-        start = load_checkpoint(out, model=model, optimizer=optimizer, scheduler=scheduler).epoch
-    end = cfg.epochs if until_epoch is None else min(cfg.epochs, until_epoch)
-    forward = _forward(model, compile=options.compile, channels_last=channels_last)
-    gpu_views = (options.augment_device or ("cuda" if device.type == "cuda" else "cpu")) == "cuda"
-    gpu_views = gpu_views and recipe.views == "fouriermix"
+        cfg.arch, num_classes=num_classes, mean=mean, std=std, **cfg.arch_kwargs
+    ).to(device)
+    return model.to(memory_format=torch.channels_last) if channels_last else model
+
+
+def _loader(run: _Run, train_set: ImageSet, start: int, end: int) -> tuple[DataLoader, int, bool]:
+    """DataLoader over (epoch, batch) keys of epochs start..end-1; workers; GPU-side views?"""
+    options, device = run.options, run.device
+    wanted = options.augment_device or ("cuda" if device.type == "cuda" else "cpu")
+    gpu_views = wanted == "cuda" and run.recipe.views == "fouriermix"
     dataset = TrainBatches(
         train_set.images,
         train_set.labels,
         train_set.indices,
-        recipe,
-        seed=cfg.seed,
+        run.recipe,
+        seed=run.cfg.seed,
         gpu_views=gpu_views,
+        augmix_config=AugMixConfig(variant=run.cfg.augmix_variant),
     )
-    assert cfg.batch_size is not None  # resolved
-    sampler = EpochBatches(len(train_set), cfg.batch_size, seed=cfg.seed, start=start, end=end)
+    batch = int(run.cfg.batch_size or 0)
+    sampler = EpochBatches(len(train_set), batch, seed=run.cfg.seed, start=start, end=end)
     workers = options.workers if options.workers is not None else _default_workers(device)
     loader = DataLoader(
         dataset,
@@ -378,15 +291,26 @@ def train(
         pin_memory=device.type == "cuda",
         prefetch_factor=4 if workers else None,
     )
-    log_path = out / LOG_FILE
+    return loader, workers, gpu_views
+
+
+def _epochs(
+    run: _Run,
+    train_set: ImageSet,
+    start: int,
+    end: int,
+    on_epoch: Callable[[dict[str, Any]], None] | None,
+) -> dict[str, Any]:
+    """Train epochs start..end-1: steps, per-epoch log and evaluation, checkpoints."""
+    loader, workers, gpu_views = _loader(run, train_set, start, end)
     _append_log(
-        log_path,
+        run.log,
         {
             "event": "start",
-            "config": cfg_json,
+            "config": run.cfg_json,
             "start_epoch": start,
-            "device": str(device),
-            "amp": str(amp) if amp else None,
+            "device": str(run.device),
+            "amp": str(run.amp) if run.amp else None,
             "workers": workers,
             "gpu_views": gpu_views,
             "certbench_version": __version__,
@@ -394,66 +318,81 @@ def train(
             "time": time.time(),
         },
     )
+    steps_per_epoch = len(train_set) // int(run.cfg.batch_size or 1)
+    generator = torch.Generator(device=run.device)
     last: dict[str, Any] = {}
-    steps_per_epoch = sampler.steps_per_epoch()
-    noise_generator = torch.Generator(device=device)
-    bar = tqdm(total=len(sampler), disable=not options.progress, unit="step", dynamic_ncols=True)
-    epoch_stats = _EpochStats()
-    step = 0
-    try:
+    stats, step = _EpochStats(), 0
+    show = run.options.progress
+    with tqdm(total=len(loader), disable=not show, unit="step", dynamic_ncols=True) as bar:
         for batch in loader:
             epoch = int(batch["epoch"])
             if step == 0:
-                torch.manual_seed(derive_seed(cfg.seed, "torch", epoch))
-                model.train()
-                epoch_stats = _EpochStats()
-            views = _views_on_device(batch, recipe, device)
-            labels = batch["labels"].to(device, non_blocking=True)
-            noise_generator.manual_seed(derive_seed(cfg.seed, "noise", epoch, step))
-            with _autocast(device, amp):
-                result = recipe_loss(
-                    recipe,
-                    forward,
-                    views,
-                    labels,
-                    sigma=float(cfg.train_sigma or 0.0),
-                    generator=noise_generator,
-                    lbd=cfg.lbd,
-                    eta=cfg.eta,
-                )
-            optimizer.zero_grad(set_to_none=True)
-            result.loss.backward()
-            optimizer.step()
-            epoch_stats.add(result.loss.detach(), result.correct, labels.shape[0])
+                torch.manual_seed(derive_seed(run.cfg.seed, "torch", epoch))
+                run.model.train()
+                stats = _EpochStats()
+            generator.manual_seed(derive_seed(run.cfg.seed, "noise", epoch, step))
+            result = _step(run, batch, generator)
+            stats.add(result.loss.detach(), result.correct, int(batch["labels"].shape[0]))
             step += 1
             bar.update(1)
             if step % 10 == 0 or step == steps_per_epoch:
-                bar.set_postfix_str(epoch_stats.postfix(epoch, cfg.epochs), refresh=False)
-            if step < steps_per_epoch:
-                continue
-            step = 0
-            lr = optimizer.param_groups[0]["lr"]  # the rate this epoch used
-            scheduler.step()
-            last = _finish_epoch(epoch, epoch_stats, lr, model, eval_set, cfg, device, amp)
-            _append_log(log_path, last)
-            if on_epoch is not None:
-                on_epoch(last)
-            if (epoch + 1) % options.checkpoint_every == 0 or epoch + 1 == end:
-                save_checkpoint(
-                    out,
-                    epoch=epoch + 1,
-                    model=model,
-                    optimizer=optimizer,
-                    scheduler=scheduler,
-                    config=cfg_json,
-                )
-    finally:
-        bar.close()
-    weights, manifest_path = _write_outputs(out, model, manifest)
-    done = read_state(out)
-    epochs_done = int(done["epoch"]) if done else start
-    _append_log(log_path, {"event": "end", "epochs_done": epochs_done, "time": time.time()})
-    return TrainResult(out, weights, manifest_path, log_path, epochs_done, last)
+                bar.set_postfix_str(stats.postfix(epoch, run.cfg.epochs), refresh=False)
+            if step == steps_per_epoch:
+                step = 0
+                last = _end_of_epoch(run, epoch, stats, end)
+                if on_epoch is not None:
+                    on_epoch(last)
+    return last
+
+
+def _step(run: _Run, batch: dict[str, Any], generator: torch.Generator) -> StepResult:
+    """One SGD step of the recipe on one batch."""
+    views = _views_on_device(batch, run.recipe, run.device)
+    labels = batch["labels"].to(run.device, non_blocking=True)
+    with autocast(run.device, run.amp):
+        result = recipe_loss(
+            run.recipe,
+            run.forward,
+            views,
+            labels,
+            sigma=float(run.cfg.train_sigma or 0.0),
+            generator=generator,
+            lbd=run.cfg.lbd,
+            eta=run.cfg.eta,
+        )
+    run.optimizer.zero_grad(set_to_none=True)
+    result.loss.backward()
+    run.optimizer.step()
+    return result
+
+
+def _end_of_epoch(run: _Run, epoch: int, stats: _EpochStats, end: int) -> dict[str, Any]:
+    """Step the schedule, log (and evaluate) the epoch, checkpoint when due."""
+    lr = run.optimizer.param_groups[0]["lr"]  # the rate this epoch used
+    run.scheduler.step()
+    record = _epoch_record(epoch, stats, lr)
+    if run.eval_set is not None:
+        record.update(
+            evaluate(
+                run.model,
+                run.eval_set,
+                sigma=run.cfg.sigma,
+                seed=run.cfg.seed,
+                device=run.device,
+                amp=run.amp,
+            )
+        )
+    _append_log(run.log, record)
+    if (epoch + 1) % run.options.checkpoint_every == 0 or epoch + 1 == end:
+        save_checkpoint(
+            run.out,
+            epoch=epoch + 1,
+            model=run.model,
+            optimizer=run.optimizer,
+            scheduler=run.scheduler,
+            config=run.cfg_json,
+        )
+    return record
 
 
 def _default_workers(device: torch.device) -> int:
@@ -506,23 +445,15 @@ class _EpochStats:
         return f"epoch {epoch + 1}/{epochs} loss {loss:.4f} acc {acc:.3f}"
 
 
-def _finish_epoch(
-    epoch: int,
-    stats: _EpochStats,
-    lr: float,
-    model: nn.Module,
-    eval_set: ImageSet | None,
-    cfg: TrainConfig,
-    device: torch.device,
-    amp: torch.dtype | None,
-) -> dict[str, Any]:
+def _epoch_record(epoch: int, stats: _EpochStats, lr: float) -> dict[str, Any]:
+    """The epoch's log record; refuses a diverged run (non-finite loss)."""
     loss, acc = stats.values()
     seconds = time.perf_counter() - stats.started
     if not math.isfinite(loss):
         raise TrainingError(
             f"training diverged in epoch {epoch + 1} (loss {loss}); lower --lr or check the data"
         )
-    record: dict[str, Any] = {
+    return {
         "event": "epoch",
         "epoch": epoch + 1,
         "lr": lr,
@@ -531,22 +462,3 @@ def _finish_epoch(
         "seconds": seconds,
         "images_per_second": stats.images / seconds if seconds > 0 else None,
     }
-    if eval_set is not None:
-        record.update(
-            evaluate(model, eval_set, sigma=cfg.sigma, seed=cfg.seed, device=device, amp=amp)
-        )
-    return record
-
-
-def _write_outputs(out: Path, model: nn.Module, manifest: Manifest) -> tuple[Path, Path]:
-    """model.safetensors + manifest.json, then load them back the way a submission is loaded."""
-    weights = out / WEIGHTS_FILE
-    manifest_path = out / MANIFEST_FILE
-    cpu_model = model.to("cpu", memory_format=torch.contiguous_format)
-    save_weights(cpu_model, weights)
-    manifest_path.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    try:
-        load_model(weights, load_manifest(manifest_path))
-    except CertbenchError as err:
-        raise TrainingError(f"the written model does not load as a submission: {err}") from err
-    return weights, manifest_path
