@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from certbench.architectures import build_classifier
 from certbench.augment.crop_flip import crop_flip
+from certbench.augment.seeds import RandomStream
 from certbench.training.data import TrainBatches, make_views
 from certbench.training.recipes import RECIPES, Recipe, recipe_loss
 from certbench.training.schedule import Schedule, build_optimizer
@@ -113,7 +114,6 @@ def recipe_run(args, device, recipe: Recipe, images, labels) -> tuple[float, flo
         ),
     )
     lbd, eta = recipe.default_weights("cifar10")
-    generator = torch.Generator(device=device)
 
     def steps() -> None:
         for i, batch in enumerate(batches):
@@ -121,7 +121,6 @@ def recipe_run(args, device, recipe: Recipe, images, labels) -> tuple[float, flo
                 views = batch["views"].to(device)
             else:  # FourierMix on the GPU: part of the model-side time
                 views = make_views(recipe, batch["base"].to(device), batch["seeds"])
-            generator.manual_seed(i)
             with autocast(device, args.amp):
                 result = recipe_loss(
                     recipe,
@@ -129,7 +128,7 @@ def recipe_run(args, device, recipe: Recipe, images, labels) -> tuple[float, flo
                     views,
                     batch["labels"].to(device),
                     sigma=0.25,
-                    generator=generator,
+                    stream=RandomStream(i, device),
                     lbd=lbd,
                     eta=eta,
                 )

@@ -43,9 +43,10 @@ Where paper and release differ (we follow the paper, whose equations define the 
   consistency compare views of the same crop).
 
 Randomness: each image's parameters come from its own seed (``seeds[i]``): scalar choices from
-``numpy.random.default_rng(seed)`` and the per-bin noise from ``torch.Generator(device)`` with
-the same seed. A batch therefore equals the same images augmented one by one, whatever the
-batch size; CPU and CUDA generators differ, so results are reproducible per device type.
+``numpy.random.default_rng(seed)`` and the per-bin noise from
+:class:`~certbench.augment.seeds.RandomStream` (numpy on the CPU, torch's Philox on CUDA, all 64
+seed bits used). A batch therefore equals the same images augmented one by one, whatever the
+batch size; CPU and CUDA streams differ, so results are reproducible per device type.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ from torchvision.transforms.v2 import Transform
 from torchvision.transforms.v2._utils import is_pure_tensor
 
 from certbench.augment.affine import affine_batch
-from certbench.augment.seeds import check_seeds, sub_seeds
+from certbench.augment.seeds import RandomStream, check_seeds, sub_seeds
 from certbench.errors import AugmentationError
 
 __all__ = [
@@ -272,11 +273,8 @@ def draw_parameters(
     channels, height, width = shape[-3:]
     columns = list(zip(*(_scalar_draws(s, cfg, height, width) for s in seeds), strict=True))
     scalars = [torch.from_numpy(np.stack(col)) for col in columns]
-    generator = torch.Generator(device=device)
-    uniforms = torch.empty((len(seeds), cfg.width, channels, 2, height, width), device=device)
-    for row, seed in enumerate(seeds):
-        generator.manual_seed(seed)
-        torch.rand(uniforms.shape[1:], generator=generator, device=device, out=uniforms[row])
+    shape = (cfg.width, channels, 2, height, width)
+    uniforms = torch.stack([RandomStream(s, device, salt=1).uniform(shape) for s in seeds])
     weights, amplitude, phase, blend, angle, tx, ty, shear, skip = scalars
     return FourierMixParameters(
         weights, amplitude, phase, blend, angle, tx, ty, shear, skip.squeeze(-1), uniforms

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
@@ -54,11 +55,11 @@ class EpochBatches(Sampler[BatchKey]):
 
     def __iter__(self) -> Iterator[BatchKey]:
         for epoch in range(self.start, self.end):
-            generator = torch.Generator().manual_seed(derive_seed(self.seed, "order", epoch))
-            order = torch.randperm(self.count, generator=generator)
+            rng = np.random.default_rng(derive_seed(self.seed, "order", epoch))
+            order = rng.permutation(self.count)
             for step in range(self.steps_per_epoch()):
                 chunk = order[step * self.batch_size : (step + 1) * self.batch_size]
-                yield epoch, chunk.tolist()
+                yield epoch, [int(i) for i in chunk]
 
 
 def make_views(

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from certbench.augment.seeds import RandomStream
 from certbench.data import ImageSet
 from certbench.smoothing import derive_seed
 
@@ -40,12 +41,10 @@ def evaluate(
     """Clean accuracy and accuracy under one draw of N(0, σ²) noise per image; eval mode."""
     model.eval()
     correct_clean = correct_noisy = 0
-    generator = torch.Generator(device=device)
     for start in range(0, len(images), batch_size):
         x = images.images[start : start + batch_size].to(device).float().div_(255.0)
         y = images.labels[start : start + batch_size].to(device)
-        generator.manual_seed(derive_seed(seed, "eval", start))
-        noise = torch.randn(x.shape, generator=generator, device=device)
+        noise = RandomStream(derive_seed(seed, "eval", start), device).normal(x.shape).to(device)
         with autocast(device, amp):
             clean = model(x).argmax(dim=-1)
             noisy = model(x + sigma * noise).argmax(dim=-1)

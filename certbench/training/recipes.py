@@ -32,6 +32,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from certbench.augment.seeds import RandomStream
 from certbench.consistency import (
     HCR_ETA,
     JEONG_SHIN_ETA,
@@ -146,13 +147,13 @@ def recipe_loss(
     labels: torch.Tensor,
     *,
     sigma: float,
-    generator: torch.Generator,
+    stream: RandomStream,
     lbd: float | None,
     eta: float | None,
 ) -> StepResult:
     """The recipe's training loss on ``views`` ``(B, V, C, H, W)`` (float, [0, 1], on device).
 
-    Noise (and the half-noise choice) is drawn from ``generator`` on the views' device; all
+    Noise (and the half-noise choice) is drawn from ``stream`` (on the views' device); all
     inputs of a step go through ``forward`` in one batch, in view-major order.
     """
     b, v = views.shape[:2]
@@ -163,9 +164,9 @@ def recipe_loss(
     per_view = views.transpose(0, 1)  # (V, B, C, H, W)
     s = recipe.noise_samples
     inputs = per_view[:, None].expand(v, s, *per_view.shape[1:])
-    noise = torch.randn(inputs.shape, generator=generator, device=views.device, dtype=views.dtype)
+    noise = stream.normal(inputs.shape).to(views.device, views.dtype)
     if recipe.half_noise:
-        keep = torch.rand((v, s, b), generator=generator, device=views.device) < 0.5
+        keep = stream.uniform((v, s, b)).to(views.device) < 0.5
         noise = noise * keep[..., None, None, None].to(noise.dtype)
     noisy = (inputs + sigma * noise).reshape(-1, *views.shape[2:])
     logits = forward(noisy).float().view(v, s, b, -1)

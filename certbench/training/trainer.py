@@ -42,6 +42,7 @@ from tqdm.auto import tqdm
 from certbench import __version__
 from certbench.architectures import build_classifier
 from certbench.augment.augmix import AugMixConfig
+from certbench.augment.seeds import RandomStream
 from certbench.data import ImageSet, Subset, load_images
 from certbench.errors import DataSourceError, TrainingError
 from certbench.smoothing import derive_seed
@@ -319,7 +320,6 @@ def _epochs(
         },
     )
     steps_per_epoch = len(train_set) // int(run.cfg.batch_size or 1)
-    generator = torch.Generator(device=run.device)
     last: dict[str, Any] = {}
     stats, step = _EpochStats(), 0
     show = run.options.progress
@@ -330,8 +330,8 @@ def _epochs(
                 torch.manual_seed(derive_seed(run.cfg.seed, "torch", epoch))
                 run.model.train()
                 stats = _EpochStats()
-            generator.manual_seed(derive_seed(run.cfg.seed, "noise", epoch, step))
-            result = _step(run, batch, generator)
+            stream = RandomStream(derive_seed(run.cfg.seed, "noise", epoch, step), run.device)
+            result = _step(run, batch, stream)
             stats.add(result.loss.detach(), result.correct, int(batch["labels"].shape[0]))
             step += 1
             bar.update(1)
@@ -345,7 +345,7 @@ def _epochs(
     return last
 
 
-def _step(run: _Run, batch: dict[str, Any], generator: torch.Generator) -> StepResult:
+def _step(run: _Run, batch: dict[str, Any], stream: RandomStream) -> StepResult:
     """One SGD step of the recipe on one batch."""
     views = _views_on_device(batch, run.recipe, run.device)
     labels = batch["labels"].to(run.device, non_blocking=True)
@@ -356,7 +356,7 @@ def _step(run: _Run, batch: dict[str, Any], generator: torch.Generator) -> StepR
             views,
             labels,
             sigma=float(run.cfg.train_sigma or 0.0),
-            generator=generator,
+            stream=stream,
             lbd=run.cfg.lbd,
             eta=run.cfg.eta,
         )

@@ -24,6 +24,7 @@ from certbench.augment.fouriermix import (
     reflect,
     spectral_noise,
 )
+from certbench.augment.seeds import RandomStream
 from certbench.errors import AugmentationError
 
 
@@ -259,3 +260,12 @@ def test_bad_inputs_are_refused_with_the_fix():
         fourier_mix(torch.zeros(2, 3, 32, 32), [0])
     with pytest.raises(AugmentationError, match="derive_seed"):
         fourier_mix(torch.zeros(1, 3, 32, 32), [-1])
+
+
+def test_random_streams_use_all_64_seed_bits_and_salts_split_them():
+    low = RandomStream(5).uniform((64,))
+    assert torch.equal(low, RandomStream(5).uniform((64,)))
+    assert not torch.equal(low, RandomStream(5 + 2**32).uniform((64,)))  # high bits matter
+    assert not torch.equal(low, RandomStream(5, salt=1).uniform((64,)))
+    normal = RandomStream(2**64 - 1).normal((20_000,))
+    assert normal.dtype == torch.float32 and abs(float(normal.std()) - 1) < 0.03

@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from torch import nn
 from typer.testing import CliRunner
 
+from certbench.augment.seeds import RandomStream
 from certbench.data import load_images
 from certbench.demo_data import write_demo_dataset
 from certbench.errors import TrainingError
@@ -63,7 +64,7 @@ def test_every_recipe_gives_a_finite_loss_and_gradients(name):
         views_for(name),
         labels,
         sigma=0.25,
-        generator=torch.Generator().manual_seed(0),
+        stream=RandomStream(0),
         lbd=lbd,
         eta=eta,
     )
@@ -82,7 +83,7 @@ def test_gaussian_without_noise_is_cross_entropy_on_the_image():
         views,
         labels,
         sigma=0.0,
-        generator=torch.Generator(),
+        stream=RandomStream(0),
         lbd=None,
         eta=None,
     )
@@ -105,7 +106,7 @@ def seen_inputs(name: str, batch: int = 64) -> tuple[torch.Tensor, torch.Tensor]
         views,
         torch.zeros(batch, dtype=torch.int64),
         sigma=0.25,
-        generator=torch.Generator().manual_seed(3),
+        stream=RandomStream(3),
         lbd=lbd,
         eta=eta,
     )
@@ -138,7 +139,7 @@ def test_view_count_mismatch_is_refused():
             views_for("gaussian"),
             torch.zeros(6, dtype=torch.int64),
             sigma=0.25,
-            generator=torch.Generator(),
+            stream=RandomStream(0),
             lbd=12.0,
             eta=None,
         )
