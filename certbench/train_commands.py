@@ -84,7 +84,7 @@ def train_command(
     device: Annotated[
         str | None, typer.Option(help="cpu, cuda, cuda:1 (default: cuda if any).")
     ] = None,
-    amp: Annotated[str, typer.Option(help="bf16, fp16, none or auto (bf16 on CUDA).")] = "auto",
+    amp: Annotated[str, typer.Option(help="bf16, none or auto (bf16 on CUDA).")] = "auto",
     channels_last: Annotated[
         bool | None, typer.Option(help="channels_last memory format (default: on CUDA).")
     ] = None,
@@ -129,8 +129,8 @@ def train_command(
                 kwargs[name] = float(value)
             except ValueError as err:
                 raise TrainingError(f"--arch-kwarg {item!r}: VALUE must be a number") from err
-    if amp not in ("bf16", "fp16", "none", "auto"):
-        raise TrainingError(f"--amp {amp!r}: use bf16, fp16, none or auto")
+    if amp not in ("bf16", "none", "auto"):
+        raise TrainingError(f"--amp {amp!r}: use bf16, none or auto (fp16 needs loss scaling)")
     if augment_device not in (None, "cpu", "cuda"):
         raise TrainingError(f"--augment-device {augment_device!r}: use cpu or cuda")
     cfg = TrainConfig(

@@ -18,7 +18,8 @@ the chains are mixed with ``w ~ Dirichlet(α, …, α)`` and finally
 
 Constants the paper leaves out come from the authors' release (github.com/jiachens/FourierMix,
 ``code/fourier_augment.py`` at commit 5a5a9b1 "restore", Jan 2022, the version whose structure is
-Algorithm 1): ``width = 3`` chains, ``α = 1``, and the affine transform is
+Algorithm 1): ``width = 3`` chains (Algorithm 1's ``k``; the "k = 2" of §3 is the number of
+augmented *views* per image in HCR, a different k), ``α = 1``, and the affine transform is
 ``RandomAffine(degrees=d, translate=(f, f), shear=s)`` with ``d``, ``f``, ``s`` each drawn
 uniformly from 8 levels of which the first 4 are "off": ``d ∈ {0,0,0,0, 2.5, 5, 7.5, 10}``°,
 ``f ∈ {0,0,0,0, 1/24, 1/12, 1/8, 1/6}`` of the image size (integer pixels, as torchvision

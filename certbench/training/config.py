@@ -88,7 +88,7 @@ class RunOptions:
     """How to run (never changes the intended weights; GPU runs are not bitwise reproducible)."""
 
     device: str | None = None
-    amp: Literal["bf16", "fp16", "auto"] | None = "auto"
+    amp: Literal["bf16", "auto"] | None = "auto"
     channels_last: bool | None = None
     compile: bool = False
     workers: int | None = None

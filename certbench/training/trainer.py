@@ -97,10 +97,12 @@ def _amp_dtype(options: RunOptions, device: torch.device) -> torch.dtype | None:
         amp = "bf16" if device.type == "cuda" else None
     if amp is None:
         return None
-    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
-    if amp not in dtypes:
-        raise TrainingError(f"--amp must be bf16, fp16 or none, got {amp!r}")
-    return dtypes[amp]
+    if amp != "bf16":
+        raise TrainingError(
+            f"--amp must be bf16, none or auto, got {amp!r} (fp16 would need loss scaling; "
+            "bf16 has float32's range)"
+        )
+    return torch.bfloat16
 
 
 def _load_split(cfg: TrainConfig, split: str, limit: int | None) -> ImageSet:

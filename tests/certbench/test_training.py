@@ -325,3 +325,9 @@ def test_registering_the_train_command_imports_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_fp16_autocast_is_refused_for_want_of_loss_scaling(demo, tmp_path):
+    fp16 = RunOptions(**{**vars(OPTIONS), "amp": "fp16"})
+    with pytest.raises(TrainingError, match="loss scaling"):
+        train(config(demo), tmp_path / "fp16", fp16)
