@@ -273,6 +273,10 @@ def _loader(run: _Run, train_set: ImageSet, start: int, end: int) -> tuple[DataL
     """DataLoader over (epoch, batch) keys of epochs start..end-1; workers; GPU-side views?"""
     options, device = run.options, run.device
     wanted = options.augment_device or ("cuda" if device.type == "cuda" else "cpu")
+    if wanted == "cuda" and device.type != "cuda":
+        raise TrainingError(
+            f"--augment-device cuda needs training on CUDA, not {device}; drop the option"
+        )
     gpu_views = wanted == "cuda" and run.recipe.views == "fouriermix"
     dataset = TrainBatches(
         train_set.images,

@@ -20,6 +20,7 @@ from certbench.errors import TrainingError
 from certbench.loading import load_manifest, load_model
 from certbench.train_commands import RECIPE_NAMES, register
 from certbench.training.checkpoint import load_checkpoint, save_checkpoint
+from certbench.training.data import TrainBatches, make_views
 from certbench.training.recipes import RECIPES, get_recipe, recipe_loss
 from certbench.training.schedule import Schedule, build_optimizer
 from certbench.training.trainer import RunOptions, TrainConfig, train
@@ -331,3 +332,25 @@ def test_fp16_autocast_is_refused_for_want_of_loss_scaling(demo, tmp_path):
     fp16 = RunOptions(**{**vars(OPTIONS), "amp": "fp16"})
     with pytest.raises(TrainingError, match="loss scaling"):
         train(config(demo), tmp_path / "fp16", fp16)
+
+
+def test_views_made_on_the_training_device_equal_the_loader_views():
+    """The GPU-side path (views built in the training loop) gives the loader's views."""
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (8, 3, 32, 32), generator=g, dtype=torch.uint8)
+    labels, indices = torch.arange(8) % 10, torch.arange(100, 108)
+    recipe = get_recipe("fouriermix-hcr")
+    key = (3, [5, 1, 7])
+    in_loader = TrainBatches(images, labels, indices, recipe, seed=4)[key]
+    deferred = TrainBatches(images, labels, indices, recipe, seed=4, gpu_views=True)[key]
+    views = make_views(recipe, deferred["base"], deferred["seeds"])
+    assert torch.equal(views, in_loader["views"]) and views.shape == (3, 3, 3, 32, 32)
+    assert torch.equal(views[:, 0], deferred["base"].float() / 255)
+    with pytest.raises(TrainingError, match="FourierMix only"):
+        TrainBatches(images, labels, indices, get_recipe("augmix-jsd"), seed=4, gpu_views=True)
+
+
+def test_gpu_augmentation_needs_a_gpu(demo, tmp_path):
+    options = RunOptions(**{**vars(OPTIONS), "device": "cpu", "augment_device": "cuda"})
+    with pytest.raises(TrainingError, match="augment-device"):
+        train(config(demo, recipe="fouriermix-jsd", epochs=1, limit=32), tmp_path / "g", options)
