@@ -50,7 +50,6 @@ import torch
 from torchvision import tv_tensors
 from torchvision.transforms.v2 import InterpolationMode, Transform
 from torchvision.transforms.v2 import functional as TF
-from torchvision.transforms.v2._utils import is_pure_tensor
 
 from certbench.augment.seeds import check_seeds, sub_seeds
 from certbench.errors import AugmentationError
@@ -222,6 +221,11 @@ def augmix(
     return out.to(images.device)
 
 
+def _is_plain_tensor(value: Any) -> bool:
+    """A bare ``torch.Tensor`` (not a tv_tensor such as a mask or boxes): treated as images."""
+    return type(value) is torch.Tensor
+
+
 class AugMix(Transform):
     """AugMix as a ``torchvision.transforms.v2`` transform on uint8 image tensors.
 
@@ -230,7 +234,7 @@ class AugMix(Transform):
     transform's own generator (seeded by ``seed``); image ``i`` uses ``derive_seed(call, i)``.
     """
 
-    _transformed_types = (tv_tensors.Image, is_pure_tensor)
+    _transformed_types = (tv_tensors.Image, _is_plain_tensor)
 
     def __init__(self, config: AugMixConfig | None = None, *, seed: int = 0) -> None:
         super().__init__()

@@ -62,7 +62,6 @@ import numpy as np
 import torch
 from torchvision import tv_tensors
 from torchvision.transforms.v2 import Transform
-from torchvision.transforms.v2._utils import is_pure_tensor
 
 from certbench.augment.affine import affine_batch
 from certbench.augment.seeds import RandomStream, check_seeds, sub_seeds
@@ -339,6 +338,11 @@ def _check_images(images: Any) -> None:
         )
 
 
+def _is_plain_tensor(value: Any) -> bool:
+    """A bare ``torch.Tensor`` (not a tv_tensor such as a mask or boxes): treated as images."""
+    return type(value) is torch.Tensor
+
+
 class FourierMix(Transform):
     """FourierMix as a ``torchvision.transforms.v2`` transform on image tensors.
 
@@ -350,7 +354,7 @@ class FourierMix(Transform):
     :func:`fourier_mix` or :meth:`apply`.
     """
 
-    _transformed_types = (tv_tensors.Image, is_pure_tensor)
+    _transformed_types = (tv_tensors.Image, _is_plain_tensor)
 
     def __init__(self, config: FourierMixConfig | None = None, *, seed: int = 0) -> None:
         super().__init__()
