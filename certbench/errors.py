@@ -75,3 +75,10 @@ class LensError(CertbenchError):
 
 class EffectiveRobustnessError(CertbenchError):
     """Effective-robustness inputs cannot be fitted (too few entries, mixed σ, bad counts)."""
+
+class AugmentationError(CertbenchError):
+    """Augmentation inputs or hyper-parameters are invalid (dtype, shape, seeds, severities)."""
+
+
+class TrainingError(CertbenchError):
+    """Training arguments, data or checkpoints are invalid or inconsistent."""
