@@ -17,7 +17,7 @@ from models.catalog import packaged_definitions, parse_definition, upsert_benchm
 from models.errors import BenchmarkDefinitionError
 from models.settings import Settings
 from models.stages import registry
-from models.stages.weather_attack import (
+from models.stages.weather_protocol import (
     STAGE,
     Weather,
     WeatherAttackProtocol,

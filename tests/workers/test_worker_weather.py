@@ -38,7 +38,7 @@ from models import pipeline, shards, storage
 from models.entities import LeaderboardEntry, StageResult, StageShard, Submission
 from models.leaderboard import stage_results
 from models.settings import Settings, get_settings
-from models.stages.weather_attack import WeatherAttackError
+from models.stages.weather_protocol import WeatherAttackError
 from models.states import Reason, SubmissionState
 from workers.app import app
 from workers.names import AGGREGATE, QUEUE, RUN_SHARD, VALIDATE

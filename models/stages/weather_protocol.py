@@ -1,0 +1,152 @@
+"""The worst-case weather stage's protocol: its definition block, the resolved attack settings,
+unit names and the digest that ties shards to one protocol (see ``weather_attack``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field, field_validator
+
+from models.catalog import ImageSource
+from models.settings import Settings
+from models.work import TestSetSpec, WorkItem, resolve_source
+
+if TYPE_CHECKING:
+    from certbench.weather_attack import AttackConfig
+
+STAGE = "weather_attack"
+EXAMPLES = "examples"
+SMOOTHED = "smoothed-"
+PAPER = (
+    "Wang et al., Evaluating Worst Case Adversarial Weather Perturbations Robustness, NeurIPS "
+    "2022 ML Safety Workshop, https://openreview.net/forum?id=Q69Aj3P0PtV"
+)
+Weather = Literal["rain", "snow"]
+Severity = Annotated[int, Field(ge=1, le=5)]
+_ALL_WEATHERS: list[Weather] = ["rain", "snow"]
+
+
+class WeatherAttackError(RuntimeError):
+    """The simulation attack failed its own checks (an iterate left Δ): a bug, reported as a
+    worker error with the violated bound in the message."""
+
+
+class WeatherAttackProtocol(ImageSource):
+    """Definition block ``stages.weather_attack``.
+
+    The clean images (``repo``/``folder``, every ``skip``-th, the protocol's skip by default)
+    are attacked for every weather in ``weathers`` at every level in ``severities``: PGD with
+    ``steps`` steps (the paper's 10) and ``restarts`` restarts (restart 0 = the random test
+    set's weather), ``position_step`` pixels and ``angle_step`` × each angle bound per step,
+    particle angle offsets bounded at ``truncation`` × the generator's jitter. ``seed`` is the
+    seed of the random weather sets (``certbench generate weather --seed``; default: the
+    benchmark protocol's seed). With ``smoothed`` the smoothed classifier is attacked too
+    (``noise_samples`` fixed noise vectors per image) and the attacked images are certified
+    with the benchmark's CERTIFY protocol. ``examples`` images (the first of the subset) get
+    clean / random / attacked / difference panels at the highest severity.
+    """
+
+    weathers: list[Weather] = Field(default_factory=lambda: _ALL_WEATHERS.copy(), min_length=1)
+    severities: list[Severity] = Field(default_factory=lambda: [1, 2, 3, 4, 5], min_length=1)
+    steps: int = Field(default=10, ge=0)
+    restarts: int = Field(default=5, ge=1)
+    position_step: float = Field(default=1.0, ge=0)
+    angle_step: float = Field(default=0.25, ge=0)
+    truncation: float = Field(default=3.0, gt=0)
+    seed: int | None = Field(default=None, ge=0)
+    smoothed: bool = True
+    noise_samples: int = Field(default=8, ge=1)
+    examples: int = Field(default=4, ge=0, le=16)
+
+    @field_validator("weathers", "severities")
+    @classmethod
+    def _distinct(cls, values: list[Any]) -> list[Any]:
+        if len(set(values)) != len(values):
+            raise ValueError(f"weather_attack lists a value twice: {values}; give each once")
+        return values
+
+
+@dataclass(frozen=True)
+class WeatherSpec:
+    """The stored protocol resolved against this deployment's folders."""
+
+    images: TestSetSpec
+    weathers: tuple[str, ...]
+    severities: tuple[int, ...]
+    seed: int
+    smoothed: bool
+    noise_samples: int
+    examples: int
+    protocol: dict[str, Any]
+
+    @property
+    def example_severity(self) -> int:
+        return max(self.severities)
+
+    def attack_config(self) -> AttackConfig:
+        from certbench.weather_attack import AttackConfig
+
+        p = self.protocol
+        return AttackConfig(
+            steps=p["steps"],
+            restarts=p["restarts"],
+            position_step=p["position_step"],
+            angle_step=p["angle_step"],
+            truncation=p["truncation"],
+            seed=self.seed,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """The settings stored with results: the block without local paths."""
+        return {key: value for key, value in self.protocol.items() if key != "folder"}
+
+
+def weather_spec(protocol: Mapping[str, Any], settings: Settings) -> WeatherSpec:
+    """Resolve a benchmark's stored weather-attack row."""
+    return WeatherSpec(
+        images=TestSetSpec(
+            id=0,
+            name="_weather_attack",
+            source=resolve_source(protocol.get("folder"), protocol["repo"], settings),
+            config=protocol.get("config"),
+            revision=protocol.get("revision"),
+            split=protocol["split"],
+            subset_skip=protocol["subset_skip"],
+            subset_limit=protocol["subset_limit"],
+            num_images=protocol["num_images"],
+        ),
+        weathers=tuple(protocol["weathers"]),
+        severities=tuple(protocol["severities"]),
+        seed=protocol["seed"],
+        smoothed=protocol["smoothed"],
+        noise_samples=protocol["noise_samples"],
+        examples=protocol["examples"],
+        protocol=dict(protocol),
+    )
+
+
+def unit_name(kind: str, weather: str, severity: int) -> str:
+    """``rain-3`` (base classifier) or ``smoothed-rain-3``."""
+    return f"{SMOOTHED if kind == 'smoothed' else ''}{weather}-{severity}"
+
+
+def parse_unit(unit: str) -> tuple[str, str, int]:
+    """(kind, weather, severity) of an attack unit; inverse of :func:`unit_name`."""
+    kind = "smoothed" if unit.startswith(SMOOTHED) else "base"
+    weather, _, severity = unit.removeprefix(SMOOTHED).rpartition("-")
+    return kind, weather, int(severity)
+
+
+def certify_protocol(item: WorkItem) -> dict[str, Any]:
+    """What the smoothed units certify with: the benchmark's CERTIFY protocol, the model's σ."""
+    return {"sigma": item.sigma, "n0": item.n0, "n": item.n, "alpha": item.alpha}
+
+
+def protocol_digest(item: WorkItem, spec: WeatherSpec) -> str:
+    """SHA-256 of everything a shard's records depend on besides the model and the images."""
+    text = json.dumps([spec.describe(), certify_protocol(item)], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
