@@ -19,7 +19,11 @@ from typing import TypeVar
 from models.errors import BenchmarkDefinitionError
 from models.stages.base import Stage
 
-BUILTIN = ("models.stages.certification", "models.stages.pd_robustness")
+BUILTIN = (
+    "models.stages.certification",
+    "models.stages.pd_robustness",
+    "models.stages.fourier_lens",
+)
 ENTRY_POINT_GROUP = "certbench.stages"
 PLUGINS_ENV = "CERTBENCH_STAGE_PLUGINS"
 

@@ -1,0 +1,93 @@
+"""Web section of the Fourier-lens stage on the model page: per classifier variant (base, and
+smoothed where the benchmark asks for it) a table of the lens figures with their 95 % intervals
+(Fridovich-Keil et al. 2022: "Gaussian bounds for averages") and the protocol that produced them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from api.schemas import ResultsPublic, StageResultPublic
+from models.stages.fourier_lens import BASE, METRICS, PAPER, figure_specs
+
+STAGE = "fourier_lens"
+TEMPLATE = "stages/fourier_lens.html"
+UNIT_TITLES = {
+    BASE: "Base classifier (softmax probabilities)",
+    "smoothed": "Smoothed classifier (vote fractions under Gaussian noise)",
+}
+
+
+@dataclass(frozen=True)
+class LensRow:
+    """One figure: its metric key, column label, mean, 95 % interval, paths or images averaged,
+    the released code's HFF (Nyquist bin left out) where it differs, and its direction."""
+
+    key: str
+    label: str
+    help: str
+    mean: float | None
+    low: float | None
+    high: float | None
+    count: int | None
+    released: float | None
+    higher_is_better: bool
+
+
+@dataclass(frozen=True)
+class LensUnit:
+    """The figures of one classifier variant."""
+
+    unit: str
+    title: str
+    rows: list[LensRow]
+    changed: dict[str, float]
+    count: int
+    seconds: float
+
+
+def context(results: ResultsPublic) -> dict[str, Any]:
+    """What the partial reads besides ``results``, ``benchmark`` and ``active``."""
+    stored = [s for s in results.stages if s.stage == STAGE]
+    if not stored:
+        return {}
+    stored.sort(key=lambda s: (s.unit != BASE, s.unit))
+    return {
+        "lens_units": [lens_unit(s) for s in stored],
+        "lens_protocol": stored[0].protocol,
+        "lens_paper": PAPER,
+    }
+
+
+def lens_unit(result: StageResultPublic) -> LensUnit:
+    label = result.summary.get("label", "paper")
+    specs = figure_specs(label)
+    figures = result.summary.get("metrics", {})
+    released = result.summary.get("released", {})
+    rows = []
+    for key in METRICS:
+        if key not in figures:
+            continue
+        figure, spec = figures[key], specs[key]
+        rows.append(
+            LensRow(
+                key=key,
+                label=spec.label,
+                help=spec.help,
+                mean=figure.get("mean"),
+                low=figure.get("low"),
+                high=figure.get("high"),
+                count=figure.get("count"),
+                released=(released.get(key) or {}).get("mean"),
+                higher_is_better=spec.higher_is_better,
+            )
+        )
+    return LensUnit(
+        unit=result.unit,
+        title=UNIT_TITLES.get(result.unit, result.unit),
+        rows=rows,
+        changed=dict(result.summary.get("changed", {})),
+        count=result.count,
+        seconds=result.seconds,
+    )
