@@ -82,6 +82,15 @@ def resolve_family(session: Session, name: str, *, id_benchmark: str | None = No
     return Family(clean=clean, oods=oods)
 
 
+def has_analysis(session: Session, name: str) -> bool:
+    """Whether benchmark ``name`` belongs to a family an analysis can cover (for page links)."""
+    try:
+        resolve_family(session, name)
+    except NotFoundError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class StoredEntry:
     """One visible finished entry: counts of images right at r = 0 (smoothed) on the benchmark

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 from scipy.stats import norm
+from service_factories import make_user
 from sqlalchemy.orm import Session
 
 from certbench.fourier_lens import LensRecord, write_lens_records
@@ -19,7 +20,7 @@ from certbench.records import write_records
 from certbench.smoothing import CertifyRecord
 from models import pipeline, shards, storage
 from models.catalog import parse_definition, upsert_benchmark
-from models.entities import Benchmark, User
+from models.entities import Benchmark, Role, User
 from models.results import complete_submission
 from models.settings import Settings
 from models.states import SubmissionState
@@ -188,3 +189,60 @@ def finish(
 
 def probit(accuracy: float) -> float:
     return float(norm.ppf(np.clip(accuracy, 0.5 / IMAGES, 1 - 0.5 / IMAGES)))
+
+
+FOG = (-0.3, 0.8)  # intercept, slope of the fog trend at σ = 0.25
+NOISE = (-0.9, 0.6)
+FOG_HALF = (0.2, 1.2)  # the fog trend of the σ = 0.5 entries
+ID_ACC = (0.5, 0.56, 0.62, 0.7, 0.78, 0.86)
+URL = "/api/v1/analysis/{}/effective-robustness"
+
+
+class Family:
+    def __init__(self, session: Session, settings: Settings) -> None:
+        self.session, self.settings = session, settings
+        self.clean, self.ood = load_family(session, lens=True)
+        self.alice, alice_token = make_user(session, "alice")
+        self.bob, bob_token = make_user(session, "bob")
+        _, admin_token = make_user(session, "root", Role.ADMIN)
+        self.headers = {
+            name: {"Authorization": f"Bearer {token}"}
+            for name, token in (("alice", alice_token), ("bob", bob_token), ("admin", admin_token))
+        }
+        self.ids: dict[tuple[int, float], tuple[int | None, int | None]] = {}
+
+    def model(
+        self,
+        model: int,
+        sigma: float,
+        id_accuracy: float | None,
+        *,
+        shift: float = 0.0,
+        trend: tuple[float, float] = FOG,
+        private: bool = False,
+        clean: bool = True,
+        ood: bool = True,
+    ) -> tuple[int | None, int | None]:
+        """A model's clean entry at ``id_accuracy`` and its OOD entry on the trends (``shift``
+        probit units above the fog trend); the clean entry's amplitude HFF is linear in the
+        probit of its fog accuracy."""
+        user = self.alice if private else self.bob
+        base = id_accuracy if id_accuracy is not None else 0.6
+        fog = probit_accuracy(trend[0] + shift, trend[1], base)
+        noise = probit_accuracy(*NOISE, base)
+        hff = 0.5 - 0.1 * probit(counts(fog) / IMAGES)
+        clean_id = ood_id = None
+        if clean:
+            clean_id = finish(
+                self.session, self.settings, user=user, benchmark=self.clean,
+                upload=upload(model, sigma, "cifar10", private=private),
+                correct={"clean": counts(base)}, hff=hff,
+            )  # fmt: skip
+        if ood:
+            ood_id = finish(
+                self.session, self.settings, user=user, benchmark=self.ood,
+                upload=upload(model, sigma, "cifar10-c", private=private),
+                correct={"fog": counts(fog), "noise": counts(noise)},
+            )  # fmt: skip
+        self.ids[(model, sigma)] = (clean_id, ood_id)
+        return clean_id, ood_id

@@ -5,78 +5,13 @@ weights + model + σ, visibility, the metric-predictor table and the leaderboard
 from __future__ import annotations
 
 import pytest
-from analysis_factories import (
-    IMAGES,
-    counts,
-    finish,
-    load_family,
-    probit,
-    probit_accuracy,
-    upload,
-)
+from analysis_factories import FOG, FOG_HALF, ID_ACC, IMAGES, NOISE, URL, Family, load_family
 from fastapi.testclient import TestClient
-from service_factories import make_user
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from models.entities import Role, StageResult
+from models.entities import StageResult
 from models.settings import Settings
-
-FOG = (-0.3, 0.8)  # intercept, slope of the fog trend at σ = 0.25
-NOISE = (-0.9, 0.6)
-FOG_HALF = (0.2, 1.2)  # the fog trend of the σ = 0.5 entries
-ID_ACC = (0.5, 0.56, 0.62, 0.7, 0.78, 0.86)
-URL = "/api/v1/analysis/{}/effective-robustness"
-
-
-class Family:
-    def __init__(self, session: Session, settings: Settings) -> None:
-        self.session, self.settings = session, settings
-        self.clean, self.ood = load_family(session, lens=True)
-        self.alice, alice_token = make_user(session, "alice")
-        self.bob, bob_token = make_user(session, "bob")
-        _, admin_token = make_user(session, "root", Role.ADMIN)
-        self.headers = {
-            name: {"Authorization": f"Bearer {token}"}
-            for name, token in (("alice", alice_token), ("bob", bob_token), ("admin", admin_token))
-        }
-        self.ids: dict[tuple[int, float], tuple[int | None, int | None]] = {}
-
-    def model(
-        self,
-        model: int,
-        sigma: float,
-        id_accuracy: float | None,
-        *,
-        shift: float = 0.0,
-        trend: tuple[float, float] = FOG,
-        private: bool = False,
-        clean: bool = True,
-        ood: bool = True,
-    ) -> tuple[int | None, int | None]:
-        """A model's clean entry at ``id_accuracy`` and its OOD entry on the trends (``shift``
-        probit units above the fog trend); the clean entry's amplitude HFF is linear in the
-        probit of its fog accuracy."""
-        user = self.alice if private else self.bob
-        base = id_accuracy if id_accuracy is not None else 0.6
-        fog = probit_accuracy(trend[0] + shift, trend[1], base)
-        noise = probit_accuracy(*NOISE, base)
-        hff = 0.5 - 0.1 * probit(counts(fog) / IMAGES)
-        clean_id = ood_id = None
-        if clean:
-            clean_id = finish(
-                self.session, self.settings, user=user, benchmark=self.clean,
-                upload=upload(model, sigma, "cifar10", private=private),
-                correct={"clean": counts(base)}, hff=hff,
-            )  # fmt: skip
-        if ood:
-            ood_id = finish(
-                self.session, self.settings, user=user, benchmark=self.ood,
-                upload=upload(model, sigma, "cifar10-c", private=private),
-                correct={"fog": counts(fog), "noise": counts(noise)},
-            )  # fmt: skip
-        self.ids[(model, sigma)] = (clean_id, ood_id)
-        return clean_id, ood_id
 
 
 @pytest.fixture
