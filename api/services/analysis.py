@@ -24,10 +24,13 @@ the paper's Tables 1–3.
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.services.analysis_data import (
@@ -50,7 +53,7 @@ from certbench.effective_robustness import (
     effective_robustness,
     metric_predictors,
 )
-from models.entities import Benchmark, User
+from models.entities import Benchmark, LeaderboardEntry, Role, Submission, User
 from models.errors import NotFoundError
 
 IdSource = Literal["smoothed", "base"]
@@ -273,13 +276,34 @@ class ERCell:
 
 def aggregate_er(session: Session, name: str, *, viewer: User | None) -> dict[int, ERCell]:
     """OOD submission id → ER on benchmark ``name``'s aggregate, fitted per σ over the entries
-    ``viewer`` sees; empty for a clean benchmark or a family without one (no ER is defined)."""
+    ``viewer`` sees; empty for a clean benchmark or a family without one (no ER is defined).
+
+    Every leaderboard page shows this column, and refitting a 10,000-entry board costs seconds,
+    so results are memoised per process under a version of the two boards (entry count, latest
+    finish and latest submission change, definitions) and of what the viewer may see: any new,
+    re-run or moderated entry changes the version and the next read refits.
+    """
     try:
-        analysis = analyse(session, name, viewer=viewer, scopes=("aggregate",), predictors=False)
+        family = resolve_family(session, name)
     except NotFoundError:
         return {}
-    if analysis.family.clean.name == name:
+    if family.clean.name == name:
         return {}
+    key = (name, _viewer_key(viewer), board_version(session, family.clean, family.oods[0]))
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return dict(_CACHE[key])
+    cells = _aggregate_cells(session, name, viewer)
+    with _CACHE_LOCK:
+        _CACHE[key] = cells
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return dict(cells)
+
+
+def _aggregate_cells(session: Session, name: str, viewer: User | None) -> dict[int, ERCell]:
+    analysis = analyse(session, name, viewer=viewer, scopes=("aggregate",), predictors=False)
     out = {}
     for group in analysis.groups:
         for trend in group.trends:
@@ -290,3 +314,37 @@ def aggregate_er(session: Session, name: str, *, viewer: User | None) -> dict[in
                 if p.er is not None:
                     out[p.submission_id] = ERCell(p.er.value, p.er.low, p.er.high, group.sigma, n)
     return out
+
+
+CACHE_SIZE = 64
+_CACHE: OrderedDict[tuple[object, ...], dict[int, ERCell]] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def clear_cache() -> None:
+    """Forget every memoised ER column (tests and benchmarks)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
+
+
+def _viewer_key(viewer: User | None) -> tuple[object, ...]:
+    """What decides which entries a viewer sees (``visibility_filter``)."""
+    if viewer is None:
+        return ("public",)
+    return ("admin",) if viewer.role == Role.ADMIN else ("user", viewer.id)
+
+
+def board_version(session: Session, *benchmarks: Benchmark) -> tuple[object, ...]:
+    """Changes whenever an entry of these benchmarks appears, disappears, is re-run or moderated
+    (one aggregate query), or a definition is reloaded."""
+    ids = [b.id for b in benchmarks]
+    count, finished, changed = session.execute(
+        select(
+            func.count(LeaderboardEntry.submission_id),
+            func.max(LeaderboardEntry.finished_at),
+            func.max(Submission.updated_at),
+        )
+        .join(Submission, Submission.id == LeaderboardEntry.submission_id)
+        .where(LeaderboardEntry.benchmark_id.in_(ids))
+    ).one()
+    return (count, finished, changed, *(b.definition_sha256 for b in benchmarks))

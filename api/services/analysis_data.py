@@ -13,8 +13,6 @@ of one benchmark match, the earliest submission stands for the model.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +22,15 @@ from sqlalchemy.orm import Session
 
 from certbench.effective_robustness import Accuracy
 from models.catalog import get_benchmark, list_benchmarks
-from models.entities import Artifact, Benchmark, LeaderboardEntry, StageResult, Submission, User
+from models.entities import (
+    Artifact,
+    Benchmark,
+    LeaderboardEntry,
+    MetricValue,
+    StageResult,
+    Submission,
+    User,
+)
 from models.errors import IntakeError, NotFoundError
 from models.stages.fourier_lens import METRICS, SMOOTHED_SUFFIX
 from models.states import SubmissionState
@@ -35,6 +41,8 @@ MODEL_FIELDS = ("architecture", "num_classes", "preprocessing", "input_size")
 #: Lens figures used as predictors, in the paper's order, then the smoothed classifier's.
 LENS_KEYS = (*METRICS, *(f"{k}{SMOOTHED_SUFFIX}" for k, v in METRICS.items() if v != "jacobian"))
 ID_METRIC = "cert_acc_000"
+#: Submission ids per IN (...) query (well under SQLite's and PostgreSQL's parameter limits).
+CHUNK = 900
 BASE_METRIC = "base_accuracy"
 
 
@@ -109,11 +117,20 @@ class StoredEntry:
     lens_fingerprint: str | None = None
 
 
-def model_identity(artifact: Artifact) -> str:
-    """The matching key of a classifier: weights hash + the model part of its manifest."""
-    model = {k: artifact.manifest.get(k) for k in MODEL_FIELDS}
-    canonical = json.dumps(model, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(f"{artifact.sha256}:{canonical}".encode()).hexdigest()
+def model_identity(weights_sha256: str, manifest: dict[str, Any]) -> str:
+    """The matching key of a classifier: weights hash + the model part of its manifest
+    (architecture name and kwargs, classes, preprocessing, input size), in a canonical form."""
+    architecture = manifest.get("architecture") or {}
+    preprocessing = manifest.get("preprocessing") or {}
+    model = (
+        architecture.get("name"),
+        tuple(sorted((architecture.get("kwargs") or {}).items())),
+        manifest.get("num_classes"),
+        tuple(map(float, preprocessing.get("mean") or ())),
+        tuple(map(float, preprocessing.get("std") or ())),
+        tuple(manifest.get("input_size") or (3, 32, 32)),
+    )
+    return f"{weights_sha256}:{model!r}"
 
 
 def counted(fraction: float | None, total: int) -> Accuracy | None:
@@ -129,11 +146,20 @@ def load_entries(
     """The benchmark's finished entries under its current protocol that ``viewer`` may see
     (hidden and private ones only for their owners and admins), oldest first.
 
-    ``detail`` also reads the per-test-set results, the base classifier's image count and the
-    lens protocol fingerprints (one more query over ``stage_results``).
+    Without ``detail`` only the aggregate (``cert_acc_000``) is read, what the leaderboard's ER
+    column needs; ``detail`` adds the base accuracy, the lens figures, the per-test-set results
+    and the lens protocol fingerprints (one more query over ``stage_results``).
     """
     rows = session.execute(
-        select(LeaderboardEntry, Submission, Artifact, User.name)
+        select(
+            LeaderboardEntry.count,
+            Submission.id,
+            Submission.model_name,
+            Submission.sigma,
+            Artifact.sha256,
+            Artifact.manifest,
+            User.name,
+        )
         .join(Submission, Submission.id == LeaderboardEntry.submission_id)
         .join(Artifact, Artifact.id == Submission.artifact_id)
         .join(User, User.id == Submission.user_id)
@@ -145,51 +171,70 @@ def load_entries(
         )
         .order_by(Submission.id)
     ).all()
-    stored = _stage_rows(session, [s.id for _, s, _, _ in rows]) if detail else {}
+    keys = (ID_METRIC, BASE_METRIC, *LENS_KEYS) if detail else (ID_METRIC,)
+    figures = _figures(session, benchmark, [row.id for row in rows], keys)
+    stored = _stage_rows(session, [row.id for row in rows]) if detail else {}
     out = []
-    for entry, submission, artifact, owner in rows:
-        figures = entry.metrics
-        aggregate = counted(figures.get(ID_METRIC), entry.count)
+    for count, sid, model_name, sigma, sha256, manifest, owner in rows:
+        mine = figures.get(sid, {})
+        aggregate = counted(mine.get(ID_METRIC), count)
         if aggregate is None:
             continue
-        results = stored.get(submission.id, {})
+        results = stored.get(sid, {})
         out.append(
             StoredEntry(
-                submission_id=submission.id,
-                model_name=submission.model_name,
+                submission_id=sid,
+                model_name=model_name,
                 owner=owner,
-                sigma=float(submission.sigma),
-                identity=model_identity(artifact),
+                sigma=float(sigma),
+                identity=model_identity(sha256, manifest),
                 aggregate=aggregate,
-                base=_base(figures, results.get(("pd_robustness", ""))),
+                base=_base(mine, results.get(("pd_robustness", ""))),
                 sets=_per_set(results),
-                lens={k: figures[k] for k in LENS_KEYS if figures.get(k) is not None},
+                lens={k: v for k in LENS_KEYS if (v := mine.get(k)) is not None} if detail else {},
                 lens_fingerprint=_fingerprint(results.get(("fourier_lens", "base"))),
             )
         )
     return out
 
 
+def _figures(
+    session: Session, benchmark: Benchmark, ids: Sequence[int], keys: Sequence[str]
+) -> dict[int, dict[str, float | None]]:
+    """The few stored figures an analysis reads, of the entries ``ids`` (one query walking the
+    (benchmark, key, value) index; filtering by id in SQL would revisit it once per id chunk)."""
+    wanted, out = set(ids), {}
+    rows = session.execute(
+        select(MetricValue.submission_id, MetricValue.key, MetricValue.value).where(
+            MetricValue.benchmark_id == benchmark.id,
+            MetricValue.key.in_(keys),
+        )
+    ).all()
+    for sid, key, value in rows:
+        if sid in wanted:
+            out.setdefault(sid, {})[key] = value
+    return out
+
+
 def _stage_rows(session: Session, ids: Sequence[int]) -> dict[int, dict[tuple[str, str], Any]]:
     """(stage, unit) → (summary, count, protocol) of each submission's stored results."""
     out: dict[int, dict[tuple[str, str], Any]] = {}
-    if not ids:
-        return out
-    rows = session.execute(
-        select(
-            StageResult.submission_id,
-            StageResult.stage,
-            StageResult.unit,
-            StageResult.summary,
-            StageResult.count,
-            StageResult.protocol,
-        ).where(
-            StageResult.submission_id.in_(ids),
-            StageResult.stage.in_(("certification", "pd_robustness", "fourier_lens")),
-        )
-    ).all()
-    for sid, stage, unit, summary, count, protocol in rows:
-        out.setdefault(sid, {})[(stage, unit)] = (summary, count, protocol)
+    for chunk in range(0, len(ids), CHUNK):
+        rows = session.execute(
+            select(
+                StageResult.submission_id,
+                StageResult.stage,
+                StageResult.unit,
+                StageResult.summary,
+                StageResult.count,
+                StageResult.protocol,
+            ).where(
+                StageResult.submission_id.in_(ids[chunk : chunk + CHUNK]),
+                StageResult.stage.in_(("certification", "pd_robustness", "fourier_lens")),
+            )
+        ).all()
+        for sid, stage, unit, summary, count, protocol in rows:
+            out.setdefault(sid, {})[(stage, unit)] = (summary, count, protocol)
     return out
 
 

@@ -15,6 +15,7 @@ from scipy.stats import norm
 from service_factories import make_user
 from sqlalchemy.orm import Session
 
+from api.services import analysis
 from certbench.fourier_lens import LensRecord, write_lens_records
 from certbench.records import write_records
 from certbench.smoothing import CertifyRecord
@@ -201,6 +202,7 @@ URL = "/api/v1/analysis/{}/effective-robustness"
 class Family:
     def __init__(self, session: Session, settings: Settings) -> None:
         self.session, self.settings = session, settings
+        analysis.clear_cache()  # the ER column is memoised per process
         self.clean, self.ood = load_family(session, lens=True)
         self.alice, alice_token = make_user(session, "alice")
         self.bob, bob_token = make_user(session, "bob")

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from models.entities import StageResult
 from models.settings import Settings
+from models.submissions import set_moderation
 
 
 @pytest.fixture
@@ -122,6 +123,22 @@ def test_the_leaderboard_er_equals_the_aggregate_trend(client: TestClient, famil
     assert got == pytest.approx(expected)
     response = client.get("/api/v1/leaderboards/cifar10-c", params={"sort": "effective_robustness"})
     assert response.status_code == 422  # computed on read: not a sort key
+
+
+def test_the_leaderboard_er_follows_new_entries_and_moderation(
+    client: TestClient, family: Family, session: Session
+):
+    def fitted() -> set[int]:
+        rows = client.get("/api/v1/leaderboards/cifar10-c", params={"limit": 200}).json()["rows"]
+        return {r["effective_robustness"]["n"] for r in rows}
+
+    assert fitted() == {6}
+    assert fitted() == {6}  # a repeated read (memoised) says the same
+    family.model(7, 0.25, 0.66)
+    assert fitted() == {7}
+    hidden = family.ids[(2, 0.25)][1]
+    set_moderation(session, hidden, hidden=True)
+    assert fitted() == {6}
 
 
 def test_which_metric_explains_robustness(client: TestClient, family: Family, session: Session):
