@@ -7,7 +7,7 @@ views, recomputed on every read. Non-finite numbers (an undefined slope) are ser
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -236,7 +236,7 @@ def _predictors(group: SigmaGroup) -> SigmaPredictorsPublic:
     )
 
 
-def _header(name: str, analysis: Analysis) -> dict[str, object]:
+def _header(name: str, analysis: Analysis) -> dict[str, Any]:
     return {
         "benchmark": name,
         "id_benchmark": analysis.family.clean.name,

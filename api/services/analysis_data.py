@@ -13,7 +13,7 @@ of one benchmark match, the earliest submission stands for the model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,7 +203,8 @@ def _figures(
 ) -> dict[int, dict[str, float | None]]:
     """The few stored figures an analysis reads, of the entries ``ids`` (one query walking the
     (benchmark, key, value) index; filtering by id in SQL would revisit it once per id chunk)."""
-    wanted, out = set(ids), {}
+    wanted = set(ids)
+    out: dict[int, dict[str, float | None]] = {}
     rows = session.execute(
         select(MetricValue.submission_id, MetricValue.key, MetricValue.value).where(
             MetricValue.benchmark_id == benchmark.id,
@@ -268,7 +269,7 @@ class Matched:
 
 
 def match(
-    clean: Sequence[StoredEntry], oods: dict[str, Sequence[StoredEntry]]
+    clean: Sequence[StoredEntry], oods: Mapping[str, Sequence[StoredEntry]]
 ) -> tuple[list[Matched], dict[str, list[StoredEntry]]]:
     """Pair entries by (identity, σ); returns the matched clean entries (with at least one
     partner) and, per OOD benchmark, its entries without a clean partner."""

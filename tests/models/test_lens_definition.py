@@ -17,6 +17,8 @@ from models.stages.fourier_lens import PRESETS
 #: The blocks recommended for the packaged clean benchmarks (README "Fourier lens" section).
 CIFAR10_BLOCK = {"repo": "uoft-cs/cifar10", "preset": "paper"}
 CIFAR100_BLOCK = {"repo": "uoft-cs/cifar100", "preset": "paper", "pixel_pairs": 10}
+#: The README's complete example (the paper protocol plus the smoothed classifier's paths).
+README_BLOCK = {"repo": "uoft-cs/cifar10", "preset": "paper", "smoothed": True, "noise_samples": 16}
 
 
 def _with_block(block: dict, **changes: object) -> dict:
@@ -96,13 +98,16 @@ def test_recommended_packaged_blocks_load_next_to_the_packaged_definitions(sessi
     """The README's blocks for cifar10 and cifar100 validate against those definitions."""
     by_name = {d.name: d.model_dump(mode="json") for d in packaged_definitions()}
     for name, block, units in (
-        ("cifar10", CIFAR10_BLOCK, 21_400),
-        ("cifar100", CIFAR100_BLOCK, 5000 + 5000 + 1000 + 49_500 + 400),
+        ("cifar10", CIFAR10_BLOCK, {"base": 21_400}),
+        ("cifar100", CIFAR100_BLOCK, {"base": 5000 + 5000 + 1000 + 49_500 + 400}),
     ):
         doc = by_name[name]
         doc["stages"] = {**doc["stages"], "fourier_lens": block}
         stored = upsert_benchmark(session, parse_definition(json.dumps(doc)))
-        assert stored.stages["fourier_lens"]["units"] == {"base": units}
+        assert stored.stages["fourier_lens"]["units"] == units
         assert stored.stages["fourier_lens"]["label"] == (
             "paper" if name == "cifar10" else "paper+custom"
         )
+    doc = _with_block(README_BLOCK, name="readme")
+    stored = upsert_benchmark(session, parse_definition(json.dumps(doc)))
+    assert stored.stages["fourier_lens"]["units"] == {"base": 21_400, "smoothed": 21_000}

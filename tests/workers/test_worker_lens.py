@@ -138,7 +138,7 @@ def _merged(session: Session, settings: Settings, sid: int) -> dict[str, list[Le
     }
 
 
-@pytest.mark.parametrize("shard_size", [1, 4])
+@pytest.mark.parametrize("shard_size", [pytest.param(1, marks=pytest.mark.slow), 4])
 def test_lens_shards_run_on_their_queue_and_merge_to_one_direct_run(
     settings, session, lens_benchmark, dataset, worker, tmp_path, monkeypatch, shard_size
 ):
