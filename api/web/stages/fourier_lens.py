@@ -56,8 +56,30 @@ def context(results: ResultsPublic) -> dict[str, Any]:
     return {
         "lens_units": [lens_unit(s) for s in stored],
         "lens_protocol": stored[0].protocol,
+        "lens_work": work_description(stored[0].protocol),
         "lens_paper": PAPER,
     }
+
+
+def work_description(protocol: dict[str, Any]) -> list[str]:
+    """What the protocol measured, one phrase per kind of work it ran."""
+    kinds, q = protocol.get("run_kinds", []), protocol.get("parameters", {})
+    out = []
+    fourier = [k for k in ("amplitude", "phase") if k in kinds]
+    if fourier:
+        share = round(100 * float(q.get("low_frequency_fraction", 0)))
+        out.append(
+            f"{q.get('paths', 0):,} Fourier pairs × {q.get('steps')} images, lowest {share} % of "
+            f"frequencies ({', '.join(fourier)})"
+        )
+    pixel = [k.removeprefix("pixel_") for k in ("pixel_within", "pixel_between") if k in kinds]
+    if pixel:
+        out.append(f"{q.get('pixel_pairs')} pixel pairs per class (pair), {' and '.join(pixel)}")
+    if "jacobian" in kinds:
+        projections = q.get("jacobian_projections") or 0
+        how = f"{projections} random projections" if projections else "exact"
+        out.append(f"{q.get('jacobian_images')} Jacobian images ({how})")
+    return out
 
 
 def lens_unit(result: StageResultPublic) -> LensUnit:
