@@ -14,7 +14,16 @@ from fastapi import APIRouter, FastAPI
 from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
 from api.queue import JobQueue
-from api.routes import admin, benchmarks, health, leaderboards, results, submissions, users
+from api.routes import (
+    admin,
+    analysis,
+    benchmarks,
+    health,
+    leaderboards,
+    results,
+    submissions,
+    users,
+)
 from api.web import mount_web
 from models.settings import Settings, get_settings
 
@@ -26,7 +35,7 @@ MULTIPART_OVERHEAD = 64 * 1024
 def api_router() -> APIRouter:
     """Every REST v1 router."""
     router = APIRouter(prefix=API_PREFIX)
-    for module in (submissions, benchmarks, leaderboards, results, users, admin):
+    for module in (submissions, benchmarks, leaderboards, results, analysis, users, admin):
         router.include_router(module.router)
     return router
 

@@ -430,6 +430,26 @@ class Metrics(BaseModel):
         return cls(**values, **fixed, **extra)
 
 
+ER_HELP = (
+    "effective robustness in the probit domain: Φ⁻¹(OOD accuracy) minus the fitted line at the "
+    "entry's Φ⁻¹(ID accuracy), with a 95 % interval (binomial uncertainty of both accuracies and "
+    "the line's standard error). Computed on read across the entries you can see; not stored "
+    "and not a sort key"
+)
+
+
+class ERCellPublic(BaseModel):
+    """An OOD entry's effective robustness on its benchmark aggregate (Fridovich-Keil et al.
+    2022 §4): fitted per σ across the same-σ entries of this benchmark matched to the clean
+    benchmark, ID accuracy = certified accuracy at r = 0 there. See ``/api/v1/analysis``."""
+
+    value: float = Field(description=ER_HELP)
+    low: float
+    high: float
+    sigma: float
+    n: int = Field(description="entries in the fit (same σ, visible to you)")
+
+
 class LeaderboardRowPublic(BaseModel):
     rank: int
     submission_id: int
@@ -449,6 +469,11 @@ class LeaderboardRowPublic(BaseModel):
     finished_at: datetime
     protocol_version: str
     metrics: Metrics
+    effective_robustness: ERCellPublic | None = Field(
+        default=None,
+        description="ER on the benchmark aggregate for an OOD benchmark's entries (null on a "
+        "clean benchmark, or with fewer than 3 matched entries at this σ); " + ER_HELP,
+    )
 
 
 class LeaderboardPublic(BaseModel):

@@ -10,6 +10,10 @@ HFF, CD) as the predictor of probit OOD accuracy and compare slopes m and R².
 Everything here is a pure function of counts and metric values (plain dataclasses), shared by the
 service and ``certbench effective-robustness``. A fit covers entries of one σ only: smoothed
 classifiers at different noise levels lie on different lines, so mixing them raises.
+
+Normal and Student quantiles come from ``scipy.special`` (``ndtri``, ``ndtr``, ``stdtrit``, the
+functions behind ``scipy.stats.norm``/``t``): the same numbers at a fraction of the per-call cost,
+which matters because the service refits a whole leaderboard on every read.
 """
 
 from __future__ import annotations
@@ -21,13 +25,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import beta, linregress, norm, t
+from scipy.special import ndtr, ndtri, stdtrit
+from scipy.stats import beta, linregress
 
 from certbench.errors import EffectiveRobustnessError
 
 LEVEL = 0.95
 ID_ACCURACY = "id_accuracy"
 """Predictor name of the probit ID accuracy in :func:`metric_predictors`."""
+
+
+def _normal_pdf(z: float) -> float:
+    return math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+
+
+def _probits(accuracies: Sequence[Accuracy]) -> tuple[np.ndarray, np.ndarray]:
+    """``Accuracy.probit`` and ``Accuracy.probit_se`` of many accuracies at once."""
+    correct = np.array([a.correct for a in accuracies], dtype=np.float64)
+    total = np.array([a.total for a in accuracies], dtype=np.float64)
+    p = np.clip(correct / total, 0.5 / total, 1 - 0.5 / total)
+    z = ndtri(p)
+    density = np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+    return z, np.sqrt(p * (1 - p) / total) / density
 
 
 @dataclass(frozen=True)
@@ -56,12 +75,12 @@ class Accuracy:
         return min(max(self.value, half), 1 - half)
 
     def probit(self) -> float:
-        return float(norm.ppf(self._clipped()))
+        return float(ndtri(self._clipped()))
 
     def probit_se(self) -> float:
         """Delta-method standard error of the probit: √(p(1−p)/n) / φ(Φ⁻¹(p))."""
         p = self._clipped()
-        return math.sqrt(p * (1 - p) / self.total) / float(norm.pdf(norm.ppf(p)))
+        return math.sqrt(p * (1 - p) / self.total) / _normal_pdf(float(ndtri(p)))
 
     def clopper_pearson(self, level: float = LEVEL) -> tuple[float, float]:
         """Two-sided exact interval (what seed 003's figures draw around accuracies)."""
@@ -200,33 +219,31 @@ def effective_robustness(entries: Sequence[Entry], ood_set: str, level: float = 
         raise EffectiveRobustnessError(
             f"OOD set {ood_set!r} has {len(rows)} entries at σ = {sigma}; a trend needs 3"
         )
-    x = np.array([e.id_accuracy.probit() for e in rows])
-    y = np.array([e.ood[ood_set].probit() for e in rows])
+    x, x_se = _probits([e.id_accuracy for e in rows])
+    y, y_se = _probits([e.ood[ood_set] for e in rows])
     fit = fit_line(x, y)
-    values = []
-    for e, xi, yi in zip(rows, x, y, strict=True):
-        line_se = fit.mean_se(xi)
-        se = math.sqrt(
-            e.ood[ood_set].probit_se() ** 2
-            + (fit.slope * e.id_accuracy.probit_se()) ** 2
-            + line_se**2
+    expected = fit.intercept + fit.slope * x
+    line_se = fit.residual_sd * np.sqrt(1 / fit.n + (x - fit.x_mean) ** 2 / fit.sxx)
+    se = np.sqrt(y_se**2 + (fit.slope * x_se) ** 2 + line_se**2)
+    with np.errstate(divide="ignore"):
+        dof = np.where(line_se > 0, se**4 / (line_se**4 / (fit.n - 2)), np.inf)
+    q = np.where(np.isfinite(dof), stdtrit(np.where(np.isfinite(dof), dof, 1.0), 0.5 + level / 2),
+                 ndtri(0.5 + level / 2))  # fmt: skip
+    er, half, trend_accuracy = y - expected, q * se, ndtr(expected)
+    values = [
+        ERValue(
+            name=e.name,
+            ood_set=ood_set,
+            value=float(er[i]),
+            low=float(er[i] - half[i]),
+            high=float(er[i] + half[i]),
+            se=float(se[i]),
+            id_accuracy=e.id_accuracy.value,
+            ood_accuracy=e.ood[ood_set].value,
+            expected_accuracy=float(trend_accuracy[i]),
         )
-        dof = math.inf if line_se == 0 else se**4 / (line_se**4 / (fit.n - 2))
-        q = float(t.ppf(0.5 + level / 2, dof) if math.isfinite(dof) else norm.ppf(0.5 + level / 2))
-        expected = fit.predict(xi)
-        values.append(
-            ERValue(
-                name=e.name,
-                ood_set=ood_set,
-                value=float(yi - expected),
-                low=float(yi - expected - q * se),
-                high=float(yi - expected + q * se),
-                se=se,
-                id_accuracy=e.id_accuracy.value,
-                ood_accuracy=e.ood[ood_set].value,
-                expected_accuracy=float(norm.cdf(expected)),
-            )
-        )
+        for i, e in enumerate(rows)
+    ]
     return Trend(ood_set=ood_set, sigma=sigma, fit=fit, entries=tuple(values))
 
 

@@ -29,7 +29,7 @@ does not contain; every constant here is checked against the released code inste
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
@@ -210,6 +210,7 @@ def lens_records(
     device: torch.device | str | None = None,
     channels_last: bool = True,
     progress: bool = False,
+    on_progress: Callable[[int], None] | None = None,
 ) -> list[LensRecord]:
     """Records of the plan's ``units`` (all by default) for a model on a clean test set.
 
@@ -226,6 +227,10 @@ def lens_records(
 
     ``channels_last`` converts the model (in place, as ``certify`` does) and its inputs to the
     channels-last layout, about twice as fast for CIFAR ResNets on CPU.
+
+    ``on_progress(units_done)`` is called after every forward batch with the number of units of
+    ``units`` finished so far (a service worker's lease heartbeat and cancel check; it may raise
+    to stop the computation).
     """
     protocol = protocol or LensProtocol()
     plan = lens_plan(labels, protocol, seed)
@@ -250,6 +255,8 @@ def lens_records(
             for batch in _batches(context, kind, plan.pairs[kind], chunk, batch_size):
                 out += context.run(kind, batch, plan.offsets[plan.kinds.index(kind)])
                 bar.update(len(batch))
+                if on_progress is not None:
+                    on_progress(len(out))
     return out
 
 

@@ -50,7 +50,9 @@ def get_leaderboard(
     protocol_version: Annotated[str | None, Query(max_length=32)] = None,
 ) -> LeaderboardPublic:
     """Finished, visible entries ranked by ``sort``; ``rank`` counts within the filtered list.
-    Hidden and private entries appear only for their owner and admins."""
+    Hidden and private entries appear only for their owner and admins. On an OOD benchmark each
+    row also carries ``effective_robustness`` on the benchmark aggregate, fitted on read across
+    the entries you can see (not a sort key; see ``/api/v1/analysis``)."""
     query = LeaderboardQuery(
         sort=sort,
         order=order,
@@ -65,4 +67,5 @@ def get_leaderboard(
         baseline=baseline,
         protocol_version=protocol_version,
     )
-    return service.leaderboard(session, benchmark, query, viewer=viewer)
+    page = service.leaderboard(session, benchmark, query, viewer=viewer)
+    return service.with_effective_robustness(session, page, viewer=viewer)

@@ -11,6 +11,7 @@ from api.schemas import (
     HUB_URL,
     BenchmarkPublic,
     DatasetPublic,
+    ERCellPublic,
     FacetsPublic,
     LeaderboardPublic,
     Metrics,
@@ -114,6 +115,27 @@ def leaderboard(
 ) -> LeaderboardPublic:
     page = lb.leaderboard(session, get_benchmark(session, name), query, viewer=viewer)
     return LeaderboardPublic.of(page)
+
+
+def with_effective_robustness(
+    session: Session, page: LeaderboardPublic, *, viewer: User | None
+) -> LeaderboardPublic:
+    """The page with each row's effective robustness on the benchmark aggregate, fitted on read
+    across every entry ``viewer`` sees (an OOD benchmark only; rows stay null elsewhere).
+
+    Not a sort key: the value depends on the whole visible board (and on the viewer), so it
+    cannot be indexed; the analysis endpoint lists entries by it instead.
+    """
+    from api.services.analysis import aggregate_er
+
+    cells = aggregate_er(session, page.benchmark, viewer=viewer)
+    for row in page.rows:
+        cell = cells.get(row.submission_id)
+        if cell is not None:
+            row.effective_robustness = ERCellPublic(
+                value=cell.value, low=cell.low, high=cell.high, sigma=cell.sigma, n=cell.n
+            )
+    return page
 
 
 def results(session: Session, submission_id: int, *, viewer: User | None) -> ResultsPublic:

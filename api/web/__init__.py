@@ -11,6 +11,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from api.web.analysis import router as analysis_router
 from api.web.routes import router
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -19,4 +20,5 @@ STATIC_DIR = Path(__file__).parent / "static"
 def mount_web(app: FastAPI) -> None:
     """Include the HTML pages and mount the bundled CSS/JS (no CDN, works offline)."""
     app.include_router(router)
+    app.include_router(analysis_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -24,6 +24,7 @@ from api.errors import status_for
 from api.schemas import BenchmarkPublic, ResultsPublic
 from api.services import leaderboards as lb_service
 from api.services import submissions as sub_service
+from api.services.analysis_data import has_analysis
 from api.web import figures
 from api.web import stages as stage_web
 from api.web.auth import (
@@ -223,6 +224,7 @@ def leaderboard_page(
     # The page needs the benchmark's description, not its entry count: the service's count query
     # would double the page's database time, and ``board.total`` already counts this view.
     bench = BenchmarkPublic.of(get_benchmark(session, benchmark), entries=board.total)
+    board = lb_service.with_effective_robustness(session, board, viewer=viewer)
     return render(
         request,
         "leaderboard.html",
@@ -230,6 +232,8 @@ def leaderboard_page(
             "viewer": viewer,
             "benchmark": bench,
             "board": board,
+            "er_column": any(r.effective_robustness is not None for r in board.rows),
+            "analysis_link": has_analysis(session, benchmark),
             "columns": metric_columns(bench),
             "filters": filters,
             "pager": Pager.of(total=board.total, page=page, per_page=per_page),

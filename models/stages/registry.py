@@ -24,6 +24,7 @@ BUILTIN = (
     "models.stages.pd_robustness",
     "models.stages.fourier_sensitivity",
     "models.stages.weather_attack",
+    "models.stages.fourier_lens",
 )
 ENTRY_POINT_GROUP = "certbench.stages"
 PLUGINS_ENV = "CERTBENCH_STAGE_PLUGINS"

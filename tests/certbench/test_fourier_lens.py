@@ -241,3 +241,22 @@ def test_records_round_trip_through_parquet(tmp_path):
     assert all(fields_equal(a, b) for a, b in zip(records, back, strict=True))
     assert read_lens_metadata(path)["protocol"]["paths"] == 6
     assert summarize(back).to_dict() == summarize(records).to_dict()
+
+
+def test_progress_callback_counts_units_and_can_stop_the_run():
+    model, (images, labels) = linear_model(), clean_set()
+    kwargs = dict(mean=MEAN, std=STD, protocol=SMALL, seed=2, batch_size=250)
+    seen: list[int] = []
+    records = lens_records(model, images, labels, units=range(3, 17), on_progress=seen.append,
+                           **kwargs)  # fmt: skip
+    assert len(seen) > 1 and seen == sorted(seen) and seen[-1] == len(records) == 14
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_first(done: int) -> None:
+        raise Stop(done)
+
+    with pytest.raises(Stop) as stopped:
+        lens_records(model, images, labels, on_progress=stop_after_first, **kwargs)
+    assert 0 < stopped.value.args[0] < lens_plan(labels, SMALL, 2).size

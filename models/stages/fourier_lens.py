@@ -1,0 +1,403 @@
+"""Fourier-lens stage: HFF, consistent distance, pixel-path HFF and Jacobian norm of an entry.
+
+Fridovich-Keil, Bartoldson, Diffenderfer, Kailkhura & Bremer, "Models Out of Line: A Fourier Lens
+on Distribution Shift Robustness", NeurIPS 2022 (seed 003 §3, Tables 1–3): per model, on the
+clean test set, the high-frequency fraction (HFF) and consistent distance (CD) along Fourier
+amplitude and phase interpolation paths, the HFF of pixel-space paths within and between classes
+(Fridovich-Keil, Gontijo Lopes & Roelofs 2021) and the Jacobian norm (Hoffman, Roberts & Yaida
+2019). The science is ``certbench.fourier_lens``; this module plans, shards and merges it.
+
+Units are the classifier variants: ``base`` (the submission's deterministic network; every kind)
+and, when the block says ``smoothed: true``, ``smoothed`` (paths scored with the smoothed
+classifier's vote fractions at the submission's σ; no Jacobian, which is the base network's).
+A unit's "images" are the core's work units (one path, or one Jacobian image) on the flat index
+of ``lens_plan``: a shard is the range ``[start, stop)`` of that index, ``CERTBENCH_SHARD_SIZE``
+work units long (a Fourier path is 100 forwards, a certified image 100,000, so lens shards are
+short). Records depend only on (model, clean set, protocol, seed, work unit), so any sharding
+merges to the records of one direct ``lens_records`` call.
+
+The plan's size is stored with the benchmark (``protocol_row``) from the definition alone, so the
+API never loads data: Fourier paths, ``num_classes``·pixel_pairs within-class and
+C(num_classes, 2)·pixel_pairs between-class paths, and the Jacobian images. Every shard checks it
+against ``lens_plan(labels).size`` of the loaded clean set and fails the run with a clear message
+when they differ (a class missing from the set, a wrong ``num_classes``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from models.catalog import BenchmarkDefinition
+from models.errors import BenchmarkDefinitionError, StorageError
+from models.settings import Settings
+from models.stages.base import (
+    MergeContext,
+    MetricSpec,
+    RecordedShard,
+    RunContext,
+    ShardOutput,
+    ShardSpec,
+    Stage,
+    StageOutcome,
+    Unit,
+    UnitResult,
+)
+from models.stages.lens_block import (
+    BASE,
+    KINDS,
+    METRICS,
+    PAPER,
+    PRESETS,
+    SMOOTHED,
+    SMOOTHED_SUFFIX,
+    LensBlock,
+    feasibility,
+    fingerprint,
+    work_sizes,
+)
+from models.stages.registry import register
+from models.work import TestSetSpec, WorkItem, resolve_source
+
+__all__ = [
+    "BASE", "KINDS", "METRICS", "PAPER", "PRESETS", "SMOOTHED", "SMOOTHED_SUFFIX", "FourierLens",
+    "LensBlock", "LensSpec", "figure_specs", "lens_spec",
+]  # fmt: skip
+
+if TYPE_CHECKING:
+    import torch
+
+    from certbench.fourier_lens import LensProtocol, LensRecord
+
+
+@dataclass(frozen=True)
+class LensSpec:
+    """A stored ``fourier_lens`` row resolved against this deployment's folders."""
+
+    images: TestSetSpec
+    parameters: dict[str, Any]
+    kinds: tuple[str, ...]
+    seed: int
+    noise_samples: int
+    units: dict[str, int]
+    label: str
+    fingerprint: str
+    row: dict[str, Any]
+
+    def protocol(self, unit: str, sigma: float) -> LensProtocol:
+        """The core protocol of one unit (``smoothed``: vote fractions at ``sigma``)."""
+        from certbench.fourier_lens import LensProtocol
+
+        kinds = self.kinds if unit == BASE else tuple(k for k in self.kinds if k != "jacobian")
+        return LensProtocol(
+            **self.parameters,
+            kinds=kinds,
+            sigma=sigma if unit == SMOOTHED else None,
+            noise_samples=self.noise_samples,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """The settings stored with a result: the row without local paths."""
+        return {k: v for k, v in self.row.items() if k != "folder"}
+
+
+def lens_spec(row: Mapping[str, Any], settings: Settings) -> LensSpec:
+    """Resolve a benchmark's stored ``fourier_lens`` row."""
+    return LensSpec(
+        images=TestSetSpec(
+            id=0,
+            name="_fourier_lens",
+            source=resolve_source(row.get("folder"), row["repo"], settings),
+            config=row.get("config"),
+            revision=row.get("revision"),
+            split=row["split"],
+            subset_skip=row["subset_skip"],
+            subset_limit=row["subset_limit"],
+            num_images=row["num_images"],
+        ),
+        parameters=dict(row["parameters"]),
+        kinds=tuple(row["run_kinds"]),
+        seed=int(row["lens_seed"]),
+        noise_samples=int(row["noise_samples"]),
+        units=dict(row["units"]),
+        label=row["label"],
+        fingerprint=row["fingerprint"],
+        row=dict(row),
+    )
+
+
+@lru_cache(maxsize=1)
+def _float_images(spec: TestSetSpec) -> torch.Tensor:
+    """The clean set as float32 in [0, 1], converted once per worker process."""
+    from models.stages.inputs import images_for
+
+    return images_for(spec).as_float()
+
+
+@register
+class FourierLens(Stage):
+    name = "fourier_lens"
+    title = "Fourier lens (HFF, consistent distance, Jacobian norm)"
+    queue = "certbench.lens"
+    protocol_model = LensBlock
+    default_batch_size = 1000
+    batch_size_env = "CERTBENCH_LENS_BATCH_SIZE"
+
+    def protocol_row(self, block: BaseModel, definition: BenchmarkDefinition) -> dict[str, Any]:
+        """The block plus the resolved protocol, the plan's size per unit and its fingerprint.
+
+        Raises BenchmarkDefinitionError when the clean set cannot hold the protocol's pairs.
+        """
+        assert isinstance(block, LensBlock)
+        skip, limit, count = block.subset(definition.protocol)
+        parameters = block.parameters()
+        problems = feasibility(block, parameters, count, definition.num_classes)
+        if problems:
+            raise BenchmarkDefinitionError(
+                f"benchmark {definition.name!r} stages.fourier_lens: {'; '.join(problems)}"
+            )
+        kinds = block.run_kinds()
+        sizes = work_sizes(parameters, kinds, definition.num_classes)
+        units = {BASE: sum(sizes.values())}
+        if block.smoothed:
+            units[SMOOTHED] = sum(n for k, n in sizes.items() if k != "jacobian")
+        row = block.model_dump(mode="json")
+        row.update(
+            subset_skip=skip,
+            subset_limit=limit,
+            num_images=count,
+            parameters=parameters,
+            run_kinds=kinds,
+            lens_seed=block.seed if block.seed is not None else definition.protocol.seed,
+            label=block.label(),
+            work=sizes,
+            units=units,
+        )
+        row["fingerprint"] = fingerprint({**row, "seed": row["lens_seed"]})
+        return row
+
+    def units(self, item: WorkItem, settings: Settings) -> list[Unit]:
+        return [Unit(name, size) for name, size in item.stages[self.name]["units"].items()]
+
+    def run(self, item: WorkItem, shard: ShardSpec, context: RunContext) -> ShardOutput:
+        """Compute the shard's work units with ``lens_records`` and write their records."""
+        from certbench.errors import DataSourceError, LensError
+        from certbench.fourier_lens import lens_plan, lens_records, write_lens_records
+        from models.stages.inputs import images_for, model_for
+
+        spec = lens_spec(item.stages[self.name], context.settings)
+        images = images_for(spec.images)
+        protocol = spec.protocol(shard.unit, item.sigma)
+        try:
+            planned = lens_plan(images.labels, protocol, spec.seed).size
+        except LensError as err:
+            raise DataSourceError(
+                f"the clean set {spec.images.source!r} cannot hold the benchmark's Fourier-lens "
+                f"protocol: {err}; fix the benchmark definition"
+            ) from err
+        if planned != spec.units[shard.unit]:
+            raise DataSourceError(
+                f"the Fourier-lens plan of {spec.images.source!r} has {planned} work units but "
+                f"the benchmark stored {spec.units[shard.unit]} for {shard.unit!r}: the clean "
+                f"set lacks a class or num_classes ({item.num_classes}) is wrong; fix the "
+                "benchmark definition"
+            )
+        preprocessing = item.manifest["preprocessing"]
+        records = lens_records(
+            model_for(item, context.device),
+            _float_images(spec.images),
+            images.labels,
+            mean=preprocessing["mean"],
+            std=preprocessing["std"],
+            protocol=protocol,
+            seed=spec.seed,
+            units=range(shard.start, shard.stop),
+            indices=images.indices,
+            batch_size=context.batch_size,
+            device=context.device,
+            on_progress=context.on_progress,
+        )
+        metadata = {
+            "submission_id": item.submission_id,
+            "benchmark": item.benchmark,
+            "unit": shard.unit,
+            "shard_index": shard.shard_index,
+            "start": shard.start,
+            "stop": shard.stop,
+            "fingerprint": spec.fingerprint,
+            "protocol": protocol.to_dict(),
+            "seed": spec.seed,
+        }
+        write_lens_records(records, context.target, metadata)
+        return ShardOutput(count=len(records), noun="lens unit(s)")
+
+    def merge(
+        self,
+        item: WorkItem,
+        shards: Mapping[str, Sequence[RecordedShard]],
+        context: MergeContext,
+        settings: Settings,
+    ) -> StageOutcome:
+        """Per unit: merged records, their summary (means, 95 % intervals); the means are the
+        leaderboard figures (``<metric>_smoothed`` for the smoothed unit)."""
+        spec = lens_spec(item.stages[self.name], settings)
+        results, metrics = [], dict.fromkeys(self.metric_keys(spec.row))
+        for unit, size in spec.units.items():
+            result, means = self._merge_unit(item, spec, unit, size, shards[unit], context)
+            results.append(result)
+            suffix = "" if unit == BASE else SMOOTHED_SUFFIX
+            metrics.update({f"{name}{suffix}": value for name, value in means.items()})
+        paths = results[0].count
+        return StageOutcome(
+            results=results,
+            metrics=metrics,
+            message=f"Fourier lens ({spec.label}): {paths} path(s) and Jacobian image(s)",
+        )
+
+    def _merge_unit(
+        self,
+        item: WorkItem,
+        spec: LensSpec,
+        unit: str,
+        size: int,
+        recorded: Sequence[RecordedShard],
+        context: MergeContext,
+    ) -> tuple[UnitResult, dict[str, float]]:
+        from certbench.errors import LensError
+        from certbench.fourier_lens import read_lens_metadata, read_lens_records, summarize
+        from certbench.fourier_lens import write_lens_records as write
+
+        ordered = sorted(recorded, key=lambda s: s.start)
+        records: list[LensRecord] = []
+        for shard in ordered:
+            try:
+                found = read_lens_metadata(shard.path).get("fingerprint")
+                records += read_lens_records(shard.path)
+            except LensError as err:
+                raise StorageError(f"Fourier-lens shard {str(shard.path)!r}: {err}") from err
+            if found != spec.fingerprint:
+                raise StorageError(
+                    f"Fourier-lens shard {str(shard.path)!r} was computed under another protocol "
+                    f"(fingerprint {str(found)[:12]}…, benchmark {spec.fingerprint[:12]}…); "
+                    "re-run the submission fresh"
+                )
+        if [r.unit for r in records] != list(range(size)):
+            raise StorageError(
+                f"the {unit!r} Fourier-lens records of submission {item.submission_id} do not "
+                f"cover work units 0 … {size - 1} once each; re-run the submission fresh"
+            )
+        summary = summarize(records)
+        relpath, target = context.target_for(unit)
+        write(
+            records,
+            target,
+            {
+                "submission_id": item.submission_id,
+                "benchmark": item.benchmark,
+                "unit": unit,
+                "fingerprint": spec.fingerprint,
+                "evaluator_version": context.evaluator_version,
+            },
+        )
+        sigma = item.sigma if unit == SMOOTHED else None
+        core = spec.protocol(unit, item.sigma).to_dict()
+        result = UnitResult(
+            unit=unit,
+            summary={"label": spec.label, "sigma": sigma, **summary.to_dict()},
+            records_path=relpath,
+            count=len(records),
+            seconds=float(sum(s.seconds for s in ordered)),
+            protocol={**spec.describe(), "unit_protocol": core},
+            seeds={"seed": spec.seed},
+        )
+        return result, summary.means()
+
+    # ---- presentation ---------------------------------------------------------------------------
+
+    def metric_keys(self, protocol: Mapping[str, Any]) -> list[str]:
+        """Every figure a benchmark with this protocol stores (None where a kind is not run)."""
+        keys = list(METRICS)
+        if protocol.get("smoothed"):
+            keys += [f"{k}{SMOOTHED_SUFFIX}" for k, kind in METRICS.items() if kind != "jacobian"]
+        return keys
+
+    def all_metric_specs(self) -> list[MetricSpec]:
+        return self.metric_specs(
+            {"run_kinds": list(KINDS), "smoothed": True, "label": "paper"}, test_sets=1, bands=()
+        )
+
+    def metric_specs(
+        self, protocol: Mapping[str, Any] | None, *, test_sets: int, bands: Sequence[str]
+    ) -> list[MetricSpec]:
+        """The base classifier's seven lens figures as columns (kinds the benchmark runs); the
+        smoothed classifier's as REST fields and sort keys only."""
+        if protocol is None:
+            return []
+        kinds = set(protocol.get("run_kinds", KINDS))
+        label = protocol.get("label", "paper")
+        specs = [spec for key, spec in figure_specs(label).items() if METRICS[key] in kinds]
+        if protocol.get("smoothed"):
+            specs += [
+                MetricSpec(
+                    f"{spec.key}{SMOOTHED_SUFFIX}",
+                    f"{spec.label} (smoothed)",
+                    f"{spec.help}; scored with the smoothed classifier's vote fractions at the "
+                    "entry's σ",
+                    spec.kind,
+                    spec.higher_is_better,
+                    group="lens",
+                    column=False,
+                )
+                for key, spec in figure_specs(label).items()
+                if METRICS[key] in kinds and METRICS[key] != "jacobian"
+            ]
+        return specs
+
+
+def figure_specs(label: str) -> dict[str, MetricSpec]:
+    """The base classifier's lens figures; ``label`` names the protocol in every help text."""
+    where = f"base classifier, {label} protocol; {PAPER}"
+
+    def spec(key: str, header: str, text: str, higher: bool) -> MetricSpec:
+        return MetricSpec(key, header, f"{text} ({where})", "number", higher, group="lens")
+
+    hff = (
+        "mean high-frequency fraction of the class probabilities along Fourier {what} "
+        "interpolation paths between clean test images: lower is smoother"
+    )
+    cd = (
+        "mean consistent distance along Fourier {what} interpolation paths: how many of the "
+        "100 images keep the first image's prediction (100 = never changes)"
+    )
+    return {
+        "hff_amplitude": spec("hff_amplitude", "HFF amp", hff.format(what="amplitude"), False),
+        "hff_phase": spec("hff_phase", "HFF phase", hff.format(what="phase"), False),
+        "cd_amplitude": spec("cd_amplitude", "CD amp", cd.format(what="amplitude"), True),
+        "cd_phase": spec("cd_phase", "CD phase", cd.format(what="phase"), True),
+        "hff_pixel_within": spec(
+            "hff_pixel_within",
+            "HFF pixel within",
+            "mean high-frequency fraction along pixel-space paths between images of the same "
+            "class (Fridovich-Keil, Gontijo Lopes & Roelofs 2021): lower is smoother",
+            False,
+        ),
+        "hff_pixel_between": spec(
+            "hff_pixel_between",
+            "HFF pixel between",
+            "mean high-frequency fraction along pixel-space paths between images of different "
+            "classes; sharp class boundaries score higher, and Fridovich-Keil et al. 2021 found "
+            "higher values in models that generalise better",
+            True,
+        ),
+        "jacobian_norm": spec(
+            "jacobian_norm",
+            "‖J‖",
+            "root-mean-square Frobenius norm of the Jacobian of the logits w.r.t. the normalised "
+            "input (Hoffman, Roberts & Yaida 2019): lower is locally smoother",
+            False,
+        ),
+    }

@@ -1,0 +1,171 @@
+"""The ``stages.fourier_lens`` definition block: protocol presets, overrides, feasibility on the
+clean set, the plan's size per kind and the fingerprint that makes entries' figures comparable.
+
+Pure pydantic/stdlib (no torch, numpy or pyarrow): it is validated whenever a definition loads,
+in the API too. The stage itself is ``models.stages.fourier_lens``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from math import comb
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from models.catalog import ImageSource
+
+Kind = Literal["amplitude", "phase", "pixel_within", "pixel_between", "jacobian"]
+#: The core's work kinds in plan order (``certbench.lens_metrics.KINDS``; not imported here so the
+#: API does not load pyarrow/scipy to list columns; a test keeps the two equal).
+KINDS: tuple[str, ...] = ("amplitude", "phase", "pixel_within", "pixel_between", "jacobian")
+PATH_KINDS = KINDS[:4]
+#: Leaderboard metric → the kind it summarises (``certbench.lens_metrics.METRICS``).
+METRICS: dict[str, str] = {
+    "hff_amplitude": "amplitude",
+    "cd_amplitude": "amplitude",
+    "hff_phase": "phase",
+    "cd_phase": "phase",
+    "hff_pixel_within": "pixel_within",
+    "hff_pixel_between": "pixel_between",
+    "jacobian_norm": "jacobian",
+}
+SMOOTHED_SUFFIX = "_smoothed"
+BASE, SMOOTHED = "base", "smoothed"
+
+PAPER = (
+    'Fridovich-Keil et al., "Models Out of Line: A Fourier Lens on Distribution Shift '
+    'Robustness", NeurIPS 2022'
+)
+
+#: Protocol presets. ``paper`` is §3's CIFAR-10 protocol with the released code's constants
+#: (5,000 pairs, 100 λ, 40 % of frequencies, 10 % HFF threshold, 200 pixel pairs, 400 Jacobian
+#: images, exact Jacobian); ``quick`` is NOT the paper's: 10× fewer Fourier and pixel pairs and
+#: 4× fewer Jacobian images (means with wider intervals, about a tenth of the cost).
+PRESETS: dict[str, dict[str, int | float]] = {
+    "paper": {
+        "paths": 5000,
+        "steps": 100,
+        "low_frequency_fraction": 0.4,
+        "hff_threshold": 0.1,
+        "pixel_pairs": 200,
+        "pixel_step": 1.0,
+        "jacobian_images": 400,
+        "jacobian_projections": 0,
+    },
+    "quick": {
+        "paths": 500,
+        "steps": 100,
+        "low_frequency_fraction": 0.4,
+        "hff_threshold": 0.1,
+        "pixel_pairs": 20,
+        "pixel_step": 1.0,
+        "jacobian_images": 100,
+        "jacobian_projections": 0,
+    },
+}
+
+
+class LensBlock(ImageSource):
+    """Definition block ``stages.fourier_lens``.
+
+    The clean images come from ``repo``/``folder`` like every image source, but by default the
+    *whole* split (``skip`` 1: the paper pairs all 10,000 CIFAR test images). ``preset`` picks
+    the protocol (``paper`` or the cheaper ``quick``); any parameter given overrides it and the
+    run is then labelled ``<preset>+custom``. ``kinds`` limits the work (default: all);
+    ``smoothed`` adds the smoothed classifier's paths (``noise_samples`` draws per image at the
+    submission's σ); ``seed`` defaults to the benchmark protocol's seed.
+    """
+
+    skip: int | None = Field(default=1, gt=0)
+    preset: Literal["paper", "quick"] = "paper"
+    paths: int | None = Field(default=None, gt=0)
+    steps: int | None = Field(default=None, ge=2)
+    low_frequency_fraction: float | None = Field(default=None, gt=0, le=1)
+    hff_threshold: float | None = Field(default=None, gt=0, lt=1)
+    pixel_pairs: int | None = Field(default=None, gt=0)
+    pixel_step: float | None = Field(default=None, gt=0)
+    jacobian_images: int | None = Field(default=None, gt=0)
+    jacobian_projections: int | None = Field(default=None, ge=0)
+    kinds: list[Kind] | None = Field(default=None, min_length=1)
+    smoothed: bool = False
+    noise_samples: int = Field(default=16, gt=0)
+    seed: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LensBlock:
+        if self.kinds is not None and len(set(self.kinds)) != len(self.kinds):
+            raise ValueError(f"fourier_lens.kinds repeats a kind: {self.kinds}")
+        if self.smoothed and not set(self.run_kinds()) & set(PATH_KINDS):
+            raise ValueError(
+                "fourier_lens.smoothed needs a path kind (amplitude, phase, pixel_within or "
+                "pixel_between): the Jacobian is always the base classifier's"
+            )
+        return self
+
+    def run_kinds(self) -> list[str]:
+        """The kinds computed, in plan order."""
+        return [k for k in KINDS if self.kinds is None or k in self.kinds]
+
+    def parameters(self) -> dict[str, int | float]:
+        """The preset's parameters with this block's overrides."""
+        values = dict(PRESETS[self.preset])
+        values.update({k: getattr(self, k) for k in values if getattr(self, k) is not None})
+        return values
+
+    def label(self) -> str:
+        """``paper``/``quick``, or ``<preset>+custom`` when an override changes a parameter."""
+        custom = self.parameters() != PRESETS[self.preset]
+        return f"{self.preset}+custom" if custom else self.preset
+
+
+def work_sizes(
+    parameters: Mapping[str, Any], kinds: Sequence[str], num_classes: int
+) -> dict[str, int]:
+    """Work units per kind, as ``lens_plan`` lays them for a clean set holding every class."""
+    pairs = int(parameters["pixel_pairs"])
+    sizes = {
+        "amplitude": int(parameters["paths"]),
+        "phase": int(parameters["paths"]),
+        "pixel_within": num_classes * pairs,
+        "pixel_between": comb(num_classes, 2) * pairs,
+        "jacobian": int(parameters["jacobian_images"]),
+    }
+    return {k: sizes[k] for k in KINDS if k in kinds}
+
+
+def feasibility(block: LensBlock, parameters: Mapping[str, Any], images: int, classes: int
+                 ) -> list[str]:  # fmt: skip
+    """Why the protocol cannot be drawn from ``images`` clean images (empty when it can).
+
+    Pixel pairs use distinct images of each class; a class has at most images/classes of them
+    when the set is balanced and fewer otherwise, so these are necessary conditions (CIFAR-100's
+    test split has 100 images per class: pixel_pairs ≤ 50).
+    """
+    kinds, problems = block.run_kinds(), []
+    per_class = images // classes
+    if {"amplitude", "phase"} & set(kinds) and 2 * parameters["paths"] > images:
+        problems.append(f"paths={parameters['paths']} needs 2·paths ≤ {images} clean images")
+    if "pixel_within" in kinds and 2 * parameters["pixel_pairs"] > per_class:
+        problems.append(
+            f"pixel_pairs={parameters['pixel_pairs']} within-class pairs need "
+            f"{2 * parameters['pixel_pairs']} images per class, the set has about {per_class}; "
+            f"set pixel_pairs ≤ {per_class // 2}"
+        )
+    if "pixel_between" in kinds and parameters["pixel_pairs"] > per_class:
+        problems.append(f"pixel_pairs={parameters['pixel_pairs']} exceeds {per_class} per class")
+    if "jacobian" in kinds and parameters["jacobian_images"] > images:
+        problems.append(f"jacobian_images={parameters['jacobian_images']} exceeds {images}")
+    return problems
+
+
+def fingerprint(row: Mapping[str, Any]) -> str:
+    """What makes two entries' base-classifier figures comparable: the parameters, seed and clean
+    images (not local folders). Effective-robustness analyses use lens metrics only across
+    entries with the same fingerprint."""
+    keys = ("parameters", "seed", "repo", "config", "revision", "split", "subset_skip",
+            "subset_limit", "num_images")  # fmt: skip
+    canonical = json.dumps({k: row.get(k) for k in keys}, sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()

@@ -1,0 +1,341 @@
+"""The Fourier-lens stage (Fridovich-Keil et al. 2022) in the pipeline: shards on their own
+queue, merged records equal to one direct ``lens_records`` call under any sharding, exactly-once
+recording, cancel, fresh re-runs, leaderboard figures, REST sort keys and the model page."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+from support import (
+    CIFAR10_CLASSES,
+    CIFAR_MEAN,
+    CIFAR_STD,
+    SOURCE_SIZE,
+    TEST_SETS,
+    create_submission,
+    load_benchmark,
+    manifest,
+    tiny_definition,
+    tiny_model,
+    weights_bytes,
+    write_hub_folder,
+)
+
+from api.main import create_app
+from certbench.data import load_images
+from certbench.fourier_lens import LensRecord, lens_plan, lens_records, read_lens_records
+from models import pipeline, storage
+from models.entities import LeaderboardEntry, MetricValue, StageResult, StageShard, Submission
+from models.settings import Settings, get_settings
+from models.stages import registry
+from models.stages.base import RunContext
+from models.stages.fourier_lens import lens_spec
+from models.states import Reason, SubmissionState
+from models.work import get_work_item
+from workers.app import app
+from workers.errors import ShardCancelled
+from workers.names import QUEUE, RUN_SHARD, VALIDATE
+
+S = SubmissionState
+LENS_QUEUE = "certbench.lens"
+STEPS, NOISE = 10, 2
+
+
+def lens_block(dataset: Path, **changes: Any) -> dict[str, Any]:
+    """Two Fourier pairs of 10 images, two Jacobian images, and the smoothed variant: 6 base
+    and 4 smoothed work units over the 4 images of the tiny ``clean`` config."""
+    block: dict[str, Any] = {
+        "repo": "local/tiny",
+        "folder": str(dataset),
+        "config": TEST_SETS[0],
+        "source_size": SOURCE_SIZE,
+        "kinds": ["amplitude", "phase", "jacobian"],
+        "paths": 2,
+        "steps": STEPS,
+        "jacobian_images": 2,
+        "smoothed": True,
+        "noise_samples": NOISE,
+    }
+    block.update(changes)
+    return block
+
+
+@pytest.fixture
+def lens_benchmark(session: Session, dataset: Path) -> str:
+    definition = tiny_definition(dataset)
+    definition["stages"] = {"fourier_lens": lens_block(dataset)}
+    load_benchmark(session, definition)
+    return "tiny"
+
+
+def _submit(session: Session, settings: Settings, tmp_path: Path, seed: int = 3) -> int:
+    weights = weights_bytes(tiny_model(seed=seed), tmp_path / f"upload-{seed}")
+    sid = create_submission(session, settings, weights=weights, manifest_doc=manifest())
+    app.send_task(VALIDATE, args=[sid])
+    return sid
+
+
+def _lens(message: Any, sid: int | None = None, index: int | None = None) -> bool:
+    return (
+        message.name == RUN_SHARD
+        and message.args[1] == "fourier_lens"
+        and (sid is None or message.args[0] == sid)
+        and (index is None or message.args[3] == index)
+    )
+
+
+def _state(session: Session, sid: int) -> Submission:
+    session.expire_all()
+    return session.get(Submission, sid)
+
+
+def _direct(dataset: Path, unit: str, seed: int = 3) -> list[LensRecord]:
+    """One unsharded ``lens_records`` call with the stage's protocol (the benchmark seed 7)."""
+    from certbench.fourier_lens import LensProtocol
+
+    images = load_images(dataset, config=TEST_SETS[0])
+    kinds = ("amplitude", "phase") + (("jacobian",) if unit == "base" else ())
+    protocol = LensProtocol(
+        paths=2, steps=STEPS, jacobian_images=2, kinds=kinds, noise_samples=NOISE,
+        sigma=0.25 if unit == "smoothed" else None,
+    )  # fmt: skip
+    return lens_records(
+        tiny_model(seed=seed), images.as_float(), images.labels, mean=CIFAR_MEAN, std=CIFAR_STD,
+        protocol=protocol, seed=7, indices=images.indices, batch_size=7,
+    )  # fmt: skip
+
+
+def _same(a: LensRecord, b: LensRecord) -> bool:
+    """Equal records; floats to 1e-6 (a forward's round-off may change with the batch shape)."""
+    for field in dataclasses.fields(LensRecord):
+        x, y = getattr(a, field.name), getattr(b, field.name)
+        if isinstance(x, float):
+            if not (math.isnan(x) and math.isnan(y)) and not math.isclose(x, y, rel_tol=1e-6):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def _merged(session: Session, settings: Settings, sid: int) -> dict[str, list[LensRecord]]:
+    rows = session.scalars(
+        select(StageResult).where(
+            StageResult.submission_id == sid, StageResult.stage == "fourier_lens"
+        )
+    ).all()
+    return {
+        r.unit: read_lens_records(storage.resolve(settings.artifacts_dir, r.records_path))
+        for r in rows
+    }
+
+
+@pytest.mark.parametrize("shard_size", [pytest.param(1, marks=pytest.mark.slow), 4])
+def test_lens_shards_run_on_their_queue_and_merge_to_one_direct_run(
+    settings, session, lens_benchmark, dataset, worker, tmp_path, monkeypatch, shard_size
+):
+    monkeypatch.setenv("CERTBENCH_SHARD_SIZE", str(shard_size))
+    get_settings.cache_clear()
+    sized = get_settings()
+    sid = _submit(session, sized, tmp_path)
+    lens_shards = -(-6 // shard_size) + -(-4 // shard_size)
+    certify_shards = 2 * -(-2 // shard_size)
+    assert worker.run_next() == f"{certify_shards + lens_shards} shard(s) enqueued"
+    queued = [(m.name, m.queue) for m in worker.pending()]
+    assert queued == [(RUN_SHARD, QUEUE)] * certify_shards + [(RUN_SHARD, LENS_QUEUE)] * lens_shards
+    worker.run_all()
+    submission = _state(session, sid)
+    assert submission.state == S.FINISHED, submission.message
+    assert "Fourier lens (paper+custom): 6 path(s)" in submission.message
+
+    merged = _merged(session, sized, sid)
+    assert set(merged) == {"base", "smoothed"}
+    for unit in ("base", "smoothed"):
+        direct = _direct(dataset, unit)
+        assert len(merged[unit]) == len(direct) == (6 if unit == "base" else 4)
+        assert all(_same(a, b) for a, b in zip(merged[unit], direct, strict=True))
+
+    entry = session.get(LeaderboardEntry, sid)
+    base = [r for r in merged["base"] if r.kind == "amplitude"]
+    assert entry.hff_amplitude == pytest.approx(sum(r.hff for r in base) / 2)
+    assert entry.cd_amplitude == pytest.approx(sum(r.cd for r in base) / 2)
+    jac = [r.jacobian_sq for r in merged["base"] if r.kind == "jacobian"]
+    assert entry.jacobian_norm == pytest.approx(math.sqrt(sum(jac) / 2))
+    smoothed = [r.hff for r in merged["smoothed"] if r.kind == "phase"]
+    assert entry.metrics["hff_phase_smoothed"] == pytest.approx(sum(smoothed) / 2)
+    # kinds the protocol leaves out are stored as "not measured"
+    assert entry.hff_pixel_within is None and entry.metrics["hff_pixel_between_smoothed"] is None
+
+
+def test_a_redelivered_lens_shard_is_recorded_once(
+    settings, session, lens_benchmark, worker, tmp_path
+):
+    sid = _submit(session, settings, tmp_path)
+    worker.run_next()
+    for message in worker.pending():
+        worker.take()
+        worker.execute(message)
+        if _lens(message, sid, 0) and message.args[2] == "base":
+            worker.execute(message)  # delivered twice, e.g. after a lost acknowledgement
+    worker.run_all()
+    assert _state(session, sid).state == S.FINISHED
+    outcomes = [out for m, out in worker.ran if _lens(m, sid, 0) and m.args[2] == "base"]
+    assert outcomes == ["recorded: 1 lens unit(s)", "already recorded"]
+    rows = session.scalar(
+        select(func.count())
+        .select_from(StageShard)
+        .where(StageShard.submission_id == sid, StageShard.stage == "fourier_lens")
+    )
+    assert rows == 10
+
+
+def test_cancel_stops_lens_shards_before_and_during_a_run(
+    settings, session, lens_benchmark, worker, tmp_path
+):
+    sid = _submit(session, settings, tmp_path)
+    worker.run_next()
+    item = get_work_item(session, sid, settings=settings)
+    stage = registry.get("fourier_lens")
+    spec = next(s for s in stage_plan(item, settings) if s.unit == "base")
+    target = tmp_path / "shard.parquet"
+
+    def cancelled(done: int) -> None:
+        raise ShardCancelled(f"cancelled after {done} unit(s)")
+
+    context = RunContext(target, torch.device("cpu"), 1000, cancelled, settings)
+    with pytest.raises(ShardCancelled):
+        stage.run(item, spec, context)
+    assert not target.exists()  # nothing written when the lease says stop
+
+    pipeline.transition(
+        session, sid, from_states={S.QUEUED}, to_state=S.CANCELLED, reason="cancelled_by_user"
+    )
+    outcomes = [worker.execute(m) for m in iter(worker.take, None)]
+    assert outcomes and all(o.startswith("skipped") for o in outcomes)
+    assert session.scalar(select(func.count()).select_from(StageShard)) == 0
+
+
+def stage_plan(item, settings):
+    from models.shards import plan_item
+
+    return plan_item(item, settings, stage="fourier_lens")
+
+
+def test_a_fresh_rerun_drops_lens_shards_results_and_figures(
+    settings, session, lens_benchmark, worker, tmp_path
+):
+    sid = _submit(session, settings, tmp_path)
+    worker.run_all()
+    files = [
+        storage.resolve(settings.artifacts_dir, r.records_path)
+        for r in session.scalars(select(StageResult).where(StageResult.stage == "fourier_lens"))
+    ]
+    assert len(files) == 2 and all(f.is_file() for f in files)
+    assert pipeline.reset_for_rerun(session, sid, fresh=True, settings=settings)
+    for table in (StageShard, StageResult, MetricValue):
+        assert session.scalar(select(func.count()).select_from(table)) == 0
+    assert not any(f.exists() for f in files)
+    app.send_task(VALIDATE, args=[sid])
+    worker.run_all()
+    assert _state(session, sid).state == S.FINISHED
+    assert session.get(LeaderboardEntry, sid).hff_amplitude is not None
+
+
+def test_lens_figures_are_rest_fields_sort_keys_and_a_model_page_section(
+    settings, session, lens_benchmark, worker, tmp_path
+):
+    first, second = _submit(session, settings, tmp_path, 3), _submit(session, settings, tmp_path, 4)
+    worker.run_all()
+    assert {_state(session, s).state for s in (first, second)} == {S.FINISHED}
+    values = {s: session.get(LeaderboardEntry, s).cd_phase for s in (first, second)}
+    with TestClient(create_app(settings)) as client:
+        for order in ("asc", "desc"):
+            body = client.get(
+                "/api/v1/leaderboards/tiny", params={"sort": "cd_phase", "order": order}
+            ).json()
+            got = [(r["submission_id"], r["metrics"]["cd_phase"]) for r in body["rows"]]
+            assert sorted(got, key=lambda x: x[1], reverse=order == "desc") == got
+            assert {sid: value for sid, value in got} == values
+            assert body["higher_is_better"]["cd_phase"] is True
+            assert body["higher_is_better"]["hff_amplitude"] is False
+        row = body["rows"][0]["metrics"]
+        assert {"hff_amplitude", "jacobian_norm", "hff_amplitude_smoothed"} <= row.keys()
+
+        result = client.get(f"/api/v1/results/{first}").json()
+        lens = {s["unit"]: s for s in result["stages"] if s["stage"] == "fourier_lens"}
+        assert set(lens) == {"base", "smoothed"} and lens["smoothed"]["summary"]["sigma"] == 0.25
+        assert "folder" not in lens["base"]["protocol"]
+        figure = lens["base"]["summary"]["metrics"]["cd_phase"]
+        assert figure["mean"] == pytest.approx(values[first]) and figure["count"] == 2
+
+        html = client.get(f"/models/{first}").text
+        section = html[html.index('id="fourier-lens"') :]
+        section = section[: section.index("</section>")]
+        assert 'id="lens-base"' in section and 'id="lens-smoothed"' in section
+        assert f"{figure['mean']:.3f}" in section and "paper+custom" in section
+        assert "2 Fourier pairs × 10 images" in section and "2 Jacobian images (exact)" in section
+        assert "pixel pairs" not in section  # kinds the benchmark does not run are not described
+        board = client.get("/leaderboards/tiny?sort=hff_amplitude&order=asc").text
+        assert (
+            'data-key="hff_amplitude"' in board and 'data-key="hff_amplitude_smoothed"' not in board
+        )
+
+
+def test_a_plan_that_contradicts_the_clean_set_fails_the_run(
+    settings, session, dataset, worker, tmp_path
+):
+    """20 clean images, 2 of each class but 9 (which is missing): 36 between-class pairs where
+    the definition (10 classes) promises 45; the first shard fails the run with the reason."""
+    clean = tmp_path / "nine-classes"
+    labels = np.minimum(np.arange(20) // 2, 8)
+    images = np.random.default_rng(1).integers(0, 256, size=(20, 3, 32, 32), dtype=np.uint8)
+    write_hub_folder(clean, "clean", images, labels, class_names=CIFAR10_CLASSES)
+    definition = tiny_definition(dataset)
+    block = lens_block(clean, kinds=["pixel_between"], pixel_pairs=1, smoothed=False)
+    definition["stages"] = {"fourier_lens": {**block, "source_size": 20}}
+    load_benchmark(session, definition)
+    sid = _submit(session, settings, tmp_path)
+    worker.run_all()
+    submission = _state(session, sid)
+    assert submission.state == S.FAILED, submission.message
+    assert submission.reason == Reason.DATASET_UNAVAILABLE
+    assert "36 work units" in submission.message and "stored 45" in submission.message
+
+
+def test_stage_constants_match_the_core():
+    from certbench import lens_metrics
+    from models.stages import fourier_lens
+
+    assert fourier_lens.KINDS == lens_metrics.KINDS
+    assert {k: kind for k, (kind, _) in lens_metrics.METRICS.items()} == fourier_lens.METRICS
+
+
+def test_stored_plan_size_equals_lens_plan_on_balanced_cifar_labels():
+    from certbench.fourier_lens import LensProtocol
+    from models.catalog import parse_definition
+    from models.stages.fourier_lens import FourierLens
+
+    for classes, block in [
+        (10, {"preset": "paper"}),
+        (10, {"preset": "quick", "smoothed": True}),
+        (100, {"preset": "quick", "pixel_pairs": 2}),
+    ]:
+        labels = torch.arange(10_000) % classes
+        definition = tiny_definition(Path("/nowhere"))
+        definition.update(num_classes=classes)
+        block = {"repo": "uoft-cs/cifar10", **block}
+        definition["stages"] = {"fourier_lens": block}
+        parsed = parse_definition(__import__("json").dumps(definition))
+        row = FourierLens().protocol_row(parsed.stage_block("fourier_lens"), parsed)
+        spec = lens_spec(row, Settings(data_dir=Path("/nowhere")))
+        for unit, size in row["units"].items():
+            protocol: LensProtocol = spec.protocol(unit, 0.25)
+            assert lens_plan(labels, protocol, 0).size == size, (classes, block, unit)
