@@ -74,7 +74,7 @@ def test_packaged_definitions_replace_older_stored_versions(data_dir: Path):
     assert "cifar10," in invoke("benchmarks", "load-packaged") + ","
     with session_scope(settings) as session:
         stored = get_benchmark(session, "cifar10")
-        assert stored.definition_version == 4  # v3: stage blocks under `stages`; v4: Fourier map
+        assert stored.definition_version == 5  # v3 `stages`, v4 Fourier map, v5 Fourier lens
         assert stored.robustness["anchors"] == "cifar10_k50_s0.safetensors"
     assert "nothing new" in invoke("benchmarks", "load-packaged")
 
