@@ -78,13 +78,23 @@ def status_for(err: Exception) -> int:
     return 500
 
 
+#: Seconds a client should wait before retrying after a 503.
+RETRY_AFTER_SECONDS = 30
+
+
 async def _service_error(_request: Request, err: Exception) -> JSONResponse:
     status = status_for(err)
     code = getattr(err, "code", None) or HTTP_CODES.get(status, "error")
     if status == 500:
         log.exception("service error without an HTTP mapping", exc_info=err)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(error_body(code, str(err)), status_code=status, headers=headers)
+    details = None
+    if status == 503:
+        headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+        submission_id = getattr(err, "submission_id", None)
+        if submission_id is not None:
+            details = [{"submission_id": submission_id}]
+    return JSONResponse(error_body(code, str(err), details), status_code=status, headers=headers)
 
 
 async def _validation_error(_request: Request, err: Exception) -> JSONResponse:

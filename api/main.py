@@ -13,6 +13,7 @@ from fastapi import APIRouter, FastAPI
 
 from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
+from api.openapi import install_openapi
 from api.queue import JobQueue
 from api.routes import admin, benchmarks, health, leaderboards, results, submissions, users
 from api.web import mount_web
@@ -51,6 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.queue = JobQueue(settings)
     install_error_handlers(app)
+    install_openapi(app)
     app.add_middleware(
         BodySizeLimit,
         limits={

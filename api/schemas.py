@@ -264,7 +264,10 @@ class SubmissionPublic(BaseModel):
     extra_data: bool
     venue: str | None
     protocol_version: str
-    duplicate_of: int | None
+    duplicate_of: int | None = Field(
+        description="the original this duplicate's results come from; null when that is "
+        "another user's private or hidden entry"
+    )
     attempt: int
     progress: float
     shards_done: int
@@ -286,8 +289,11 @@ class SubmissionPublic(BaseModel):
         submission: Submission,
         *,
         queue_position: int | None,
+        show_duplicate_of: bool,
         with_events: bool = False,
     ) -> SubmissionPublic:
+        """``show_duplicate_of``: whether the viewer may see the original's id (not when it is
+        another user's private or hidden entry)."""
         artifact = submission.artifact
         return cls(
             id=submission.id,
@@ -306,7 +312,7 @@ class SubmissionPublic(BaseModel):
             extra_data=submission.extra_data,
             venue=submission.venue,
             protocol_version=submission.protocol_version,
-            duplicate_of=submission.duplicate_of_id,
+            duplicate_of=submission.duplicate_of_id if show_duplicate_of else None,
             attempt=submission.attempt,
             progress=submission.progress,
             shards_done=submission.shards_done,

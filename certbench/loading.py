@@ -89,12 +89,21 @@ def _printable(value: str) -> str:
     return value
 
 
+#: The same rule for JSON Schema readers (OpenAPI clients, property-based testers).
+PRINTABLE_PATTERN = r"^[^\u0000-\u001f\u007f-\u009f\ud800-\udfff]*$"
+_SCHEMA = Field(json_schema_extra={"pattern": PRINTABLE_PATTERN})
 #: Non-empty printable strings within their database columns (names, keys; display names).
 Key = Annotated[
-    str, StringConstraints(min_length=1, max_length=KEY_LENGTH), AfterValidator(_printable)
+    str,
+    StringConstraints(min_length=1, max_length=KEY_LENGTH),
+    AfterValidator(_printable),
+    _SCHEMA,
 ]
 Name = Annotated[
-    str, StringConstraints(min_length=1, max_length=NAME_LENGTH), AfterValidator(_printable)
+    str,
+    StringConstraints(min_length=1, max_length=NAME_LENGTH),
+    AfterValidator(_printable),
+    _SCHEMA,
 ]
 
 

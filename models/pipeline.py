@@ -20,10 +20,9 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from models import storage
+from models import artifacts, storage
 from models.base import utcnow
 from models.entities import (
-    Artifact,
     LeaderboardEntry,
     Result,
     RobustnessResult,
@@ -579,27 +578,12 @@ def reject(
 
 
 def release_artifact(session: Session, artifact_id: int, *, settings: Settings) -> bool:
-    """Delete an artifact's weights file when no submission that may still need it references it.
+    """Delete an artifact's weights file when no submission that may still need it references it,
+    counting every artifact that shares the file (``models.artifacts.release_artifact``).
 
     Returns True when the file was deleted. The metadata row stays (sha256, size, manifest).
     """
-    artifact = session.get(Artifact, artifact_id)
-    if artifact is None or artifact.weights_path is None:
-        return False
-    users = session.scalar(
-        select(func.count())
-        .select_from(Submission)
-        .where(
-            Submission.artifact_id == artifact_id,
-            Submission.state.not_in({S.REJECTED, S.DUPLICATE}),
-        )
-    )
-    if users:
-        return False
-    storage.resolve(settings.artifacts_dir, artifact.weights_path).unlink(missing_ok=True)
-    artifact.weights_path = None
-    session.commit()
-    return True
+    return artifacts.release_artifact(session, artifact_id, settings=settings)
 
 
 def expired_leases(session: Session, *, now: datetime | None = None) -> list[int]:

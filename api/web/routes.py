@@ -256,7 +256,9 @@ def model_page(
     """Everything about one entry: curves, p_A distribution, CIFAR-F maps, bands, the base
     classifier's robustness (seed 004), provenance."""
     results = lb_service.results(session, submission_id, viewer=viewer)
-    submission = sub_service.public(session, get_visible(session, submission_id, viewer=viewer))
+    submission = sub_service.public(
+        session, get_visible(session, submission_id, viewer=viewer), viewer=viewer
+    )
     bench = lb_service.benchmark(session, results.benchmark, viewer=viewer)
     context: dict[str, Any] = {
         "viewer": viewer,
@@ -340,7 +342,10 @@ def compare_page(
             code="invalid_request",
         )
     bench = lb_service.benchmark(session, entries[0].benchmark, viewer=viewer)
-    submissions = [sub_service.public(session, get_visible(session, i, viewer=viewer)) for i in ids]
+    submissions = [
+        sub_service.public(session, get_visible(session, i, viewer=viewer), viewer=viewer)
+        for i in ids
+    ]
     curves = [
         figures.EntryCurves(
             _label(e),
