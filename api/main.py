@@ -16,6 +16,7 @@ from api.limits import BodySizeLimit
 from api.openapi import install_openapi
 from api.queue import JobQueue
 from api.routes import admin, benchmarks, health, leaderboards, results, submissions, users
+from api.url_guard import ControlCharacterGuard
 from api.web import mount_web
 from models.settings import Settings, get_settings
 
@@ -62,6 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         },
         default_limit=1024 * 1024,
     )
+    app.add_middleware(ControlCharacterGuard)  # outermost: runs before anything else
     app.include_router(health.router)
     app.include_router(health.router, prefix=API_PREFIX)
     app.include_router(api_router())
