@@ -166,6 +166,8 @@ def remove_stale_partials(settings: Settings, *, older_than: float) -> list[Path
                     removed.append(path)
             except FileNotFoundError:  # removed meanwhile by its writer or another sweep
                 continue
+            except OSError as err:  # e.g. permissions: report it, keep sweeping the others
+                log.warning("cannot remove partial upload %s: %s", path, err)
     for path in removed:
         log.warning("removed a stale partial upload %s", path)
     return removed

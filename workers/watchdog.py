@@ -13,7 +13,7 @@ import threading
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from models import pipeline
+from models import artifacts, pipeline
 from models.db import session_scope
 from models.settings import Settings
 
@@ -21,7 +21,9 @@ log = logging.getLogger(__name__)
 
 
 def sweep(settings: Settings) -> list[int]:
-    """Fail every submission whose lease expired; returns their ids."""
+    """Fail every submission whose lease expired (returns their ids); remove stale partial
+    weights files."""
+    artifacts.remove_stale_partials(settings, older_than=settings.partial_upload_grace_seconds)
     with session_scope(settings) as session:
         failed = pipeline.fail_expired_leases(session)
     for submission_id in failed:
