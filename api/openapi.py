@@ -11,6 +11,7 @@ FastAPI's generated document needs three corrections, applied once when it is fi
   so the body is described here: the ``manifest`` part is a JSON document of the
   ``certbench.loading.Manifest`` schema, the ``weights`` part a binary safetensors file.
 - The manifest's schemas are added to ``components``.
+- String path and query parameters carry the printable pattern ``api.url_guard`` enforces.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pydantic.json_schema import models_json_schema
 
 from api.deps import OPTIONAL_SCHEME
 from api.services.upload_stream import VENUE_LENGTH
-from certbench.loading import Manifest
+from certbench.loading import PRINTABLE_PATTERN, Manifest
 
 COMPONENTS = "#/components/schemas/{model}"
 OPTIONAL_TOKEN_401 = (
@@ -66,7 +67,7 @@ def submission_request_body() -> dict[str, Any]:
                         "venue": {
                             "type": "string",
                             "maxLength": VENUE_LENGTH,
-                            "pattern": r"^[^\u0000-\u001f\u007f-\u009f]*$",
+                            "pattern": PRINTABLE_PATTERN,
                             "description": "where the model was published",
                         },
                     },
@@ -95,6 +96,7 @@ def install_openapi(app: FastAPI) -> None:
             )
             _add_manifest_schemas(spec)
             _mark_optional_tokens(spec)
+            _printable_parameters(spec)
             app.openapi_schema = spec
         return app.openapi_schema
 
@@ -126,3 +128,24 @@ def _mark_optional_tokens(spec: dict[str, Any]) -> None:
                     }
                 },
             )
+
+
+def _printable_parameters(spec: dict[str, Any]) -> None:
+    """Every string path/query parameter refuses control characters (``api.url_guard``)."""
+    for path in spec["paths"].values():
+        for operation in path.values():
+            for parameter in operation.get("parameters", []):
+                for schema in _string_schemas(parameter.get("schema", {})):
+                    schema.setdefault("pattern", PRINTABLE_PATTERN)
+
+
+def _string_schemas(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """The string schemas in a parameter schema (directly, in anyOf, or as array items)."""
+    if schema.get("type") == "string":
+        return [schema]
+    found = []
+    for option in schema.get("anyOf", []):
+        found += _string_schemas(option)
+    if isinstance(schema.get("items"), dict):
+        found += _string_schemas(schema["items"])
+    return found

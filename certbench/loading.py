@@ -90,7 +90,7 @@ def _printable(value: str) -> str:
 
 
 #: The same rule for JSON Schema readers (OpenAPI clients, property-based testers).
-PRINTABLE_PATTERN = r"^[^\u0000-\u001f\u007f-\u009f\ud800-\udfff]*$"
+PRINTABLE_PATTERN = r"^[^\u0000-\u001f\u007f-\u009f]*$"
 _SCHEMA = Field(json_schema_extra={"pattern": PRINTABLE_PATTERN})
 #: Non-empty printable strings within their database columns (names, keys; display names).
 Key = Annotated[
