@@ -210,6 +210,49 @@ class BenchmarkPublic(BaseModel):
         )
 
 
+class TestSetBrief(BaseModel):
+    """A test set as the benchmark list shows it (``GET /benchmarks/{name}`` has every field)."""
+
+    __test__ = False
+
+    name: str
+    config: str | None
+    band: str | None
+    hub_url: str
+
+
+class BenchmarkSummary(BaseModel):
+    """A benchmark as ``GET /api/v1/benchmarks`` lists it: what to submit to, without each test
+    set's details (``GET /api/v1/benchmarks/{name}`` has them)."""
+
+    name: str
+    title: str
+    description: str
+    base_dataset: str
+    num_classes: int
+    sigmas: list[float]
+    definition_version: int
+    protocol: ProtocolPublic
+    bands: dict[str, list[str]]
+    entries: int = Field(description="finished public entries on the leaderboard")
+    robustness: dict[str, Any] | None = Field(
+        default=None, description="protocol of the base-classifier robustness stage (seed 004)"
+    )
+    test_set_count: int
+    test_sets: list[TestSetBrief]
+
+    @classmethod
+    def of(cls, public: BenchmarkPublic) -> BenchmarkSummary:
+        return cls(
+            **public.model_dump(exclude={"test_sets"}),
+            test_set_count=len(public.test_sets),
+            test_sets=[
+                TestSetBrief(name=t.name, config=t.config, band=t.band, hub_url=t.hub_url)
+                for t in public.test_sets
+            ],
+        )
+
+
 class FacetsPublic(BaseModel):
     """Distinct filter values among the entries a viewer can see (for filter dropdowns)."""
 
