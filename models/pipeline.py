@@ -561,8 +561,9 @@ def fail(session: Session, submission_id: int, *, reason: str, message: str) -> 
 def reject(
     session: Session, submission_id: int, *, reason: str, message: str, settings: Settings
 ) -> bool:
-    """Reject an unusable upload and delete its stored weights (unless another live submission
-    uses the same artifact). False if the submission was no longer submitted/validating."""
+    """Reject an unusable upload and delete its stored weights (unless a submission of any
+    artifact sharing the file may still need it). False if the submission was no longer
+    submitted/validating."""
     moved = transition(
         session,
         submission_id,
