@@ -24,13 +24,16 @@ from sqlalchemy import select
 import migrations
 from certbench.errors import CertbenchError
 from models import accounts
+from models.artifacts import remove_stale_partials
 from models.base import utcnow
 from models.catalog import list_benchmarks, load_definition, packaged_definitions, upsert_benchmark
 from models.db import session_scope
 from models.entities import Benchmark, Role
+from models.queue import prepare_embedded_broker
 from models.settings import Settings, get_settings
 
 WORKER_STOP_SECONDS = 20
+DEFAULT_MAX_API_WORKERS = 8
 
 admin_app = typer.Typer(help="Manage users and API tokens.", no_args_is_help=True)
 benchmarks_app = typer.Typer(help="Load and list benchmark definitions.", no_args_is_help=True)
@@ -72,9 +75,49 @@ def load_packaged_benchmarks(settings: Settings) -> list[str]:
     return loaded
 
 
+def prepare_service(settings: Settings, *, load_benchmarks: bool) -> None:
+    """What ``serve`` does once before any API process starts: migrate, remove partial uploads a
+    killed process left behind, load the packaged benchmarks, and create the embedded broker's
+    tables (kombu creates them lazily, which races between API processes)."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    migrations.upgrade(settings)
+    removed = remove_stale_partials(settings, older_than=settings.partial_upload_grace_seconds)
+    if removed:
+        typer.echo(f"removed {len(removed)} stale partial upload(s)", err=True)
+    if load_benchmarks:
+        loaded = load_packaged_benchmarks(settings)
+        if loaded:
+            typer.echo(f"loaded benchmarks: {', '.join(loaded)}", err=True)
+    prepare_embedded_broker(settings)
+
+
+def api_processes(settings: Settings, option: int | None) -> int:
+    """API processes to run: ``--workers``, else CERTBENCH_API_WORKERS, else the CPUs this
+    process may use, at most ``DEFAULT_MAX_API_WORKERS`` (each process holds its own copy of
+    the libraries, a few hundred MB)."""
+    if option is not None:
+        return option
+    if settings.api_workers is not None:
+        return settings.api_workers
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, DEFAULT_MAX_API_WORKERS))
+
+
 def serve(
     host: Annotated[str | None, typer.Option(help="Bind address (CERTBENCH_HOST).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (CERTBENCH_PORT).")] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            min=1,
+            help="API processes (CERTBENCH_API_WORKERS; default: the CPUs available, at most "
+            f"{DEFAULT_MAX_API_WORKERS}).",
+        ),
+    ] = None,
     worker: Annotated[
         bool,
         typer.Option(
@@ -90,19 +133,21 @@ def serve(
         ),
     ] = True,
 ) -> None:
-    """Run the leaderboard service: migrate, (embedded worker), API on uvicorn."""
+    """Run the leaderboard service: migrate, (embedded worker), the API on uvicorn processes.
+
+    Several API processes share the port (uvicorn's supervisor restarts one that dies). SQLite
+    (the default) serialises writers with a busy timeout and serves readers concurrently (WAL),
+    so reads scale with processes while intake writes queue briefly; PostgreSQL needs nothing.
+    """
     import uvicorn
 
     settings = _settings()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
     try:
-        migrations.upgrade(settings)
-        if load_benchmarks:
-            loaded = load_packaged_benchmarks(settings)
-            if loaded:
-                typer.echo(f"loaded benchmarks: {', '.join(loaded)}", err=True)
+        prepare_service(settings, load_benchmarks=load_benchmarks)
     except CertbenchError as err:
         raise _fail(err) from err
+    processes = api_processes(settings, workers)
+    typer.echo(f"serving the API with {processes} process(es)", err=True)
     child = _start_embedded_worker() if worker and settings.embedded_broker else None
     try:
         uvicorn.run(
@@ -110,6 +155,7 @@ def serve(
             factory=True,
             host=host or settings.host,
             port=port or settings.port,
+            workers=processes,
             log_level="info",
         )
     finally:

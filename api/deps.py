@@ -21,7 +21,14 @@ from models.entities import Role, User
 from models.errors import AuthenticationError, PermissionDeniedError
 from models.settings import Settings
 
-_bearer = HTTPBearer(auto_error=False, description="API token: `Authorization: Bearer cb_...`")
+OPTIONAL_SCHEME = "OptionalHTTPBearer"
+TOKEN_HELP = "API token: `Authorization: Bearer cb_...`"
+#: Two readers of the same header, so the OpenAPI document can tell endpoints that require a
+#: token from those where it is optional (``api.openapi`` turns the second into ``[{}, token]``).
+_bearer = HTTPBearer(auto_error=False, scheme_name="HTTPBearer", description=TOKEN_HELP)
+_optional_bearer = HTTPBearer(
+    auto_error=False, scheme_name=OPTIONAL_SCHEME, description=f"{TOKEN_HELP} (optional)"
+)
 
 
 def get_settings(request: Request) -> Settings:
@@ -51,8 +58,10 @@ QueueDep = Annotated[JobQueue, Depends(get_queue)]
 
 def get_optional_user(
     session: SessionDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_optional_bearer)],
 ) -> User | None:
+    """The token's user, or None without a token. A token that is sent must be valid (401
+    otherwise): a revoked token is never silently read as anonymous."""
     if credentials is None:
         return None
     return authenticate(session, credentials.credentials)
@@ -61,12 +70,15 @@ def get_optional_user(
 OptionalUser = Annotated[User | None, Depends(get_optional_user)]
 
 
-def get_current_user(user: OptionalUser) -> User:
-    if user is None:
+def get_current_user(
+    session: SessionDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> User:
+    if credentials is None:
         raise AuthenticationError(
             "this endpoint needs an API token: send `Authorization: Bearer <token>`"
         )
-    return user
+    return authenticate(session, credentials.credentials)
 
 
 CurrentUser = Annotated[User, Depends(get_current_user)]

@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from certbench.errors import CertbenchError, ManifestError, ModelLoadError
 from models.errors import (
@@ -78,13 +79,23 @@ def status_for(err: Exception) -> int:
     return 500
 
 
+#: Seconds a client should wait before retrying after a 503.
+RETRY_AFTER_SECONDS = 30
+
+
 async def _service_error(_request: Request, err: Exception) -> JSONResponse:
     status = status_for(err)
     code = getattr(err, "code", None) or HTTP_CODES.get(status, "error")
     if status == 500:
         log.exception("service error without an HTTP mapping", exc_info=err)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(error_body(code, str(err)), status_code=status, headers=headers)
+    details = None
+    if status == 503:
+        headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+        submission_id = getattr(err, "submission_id", None)
+        if submission_id is not None:
+            details = [{"submission_id": submission_id}]
+    return JSONResponse(error_body(code, str(err), details), status_code=status, headers=headers)
 
 
 async def _validation_error(_request: Request, err: Exception) -> JSONResponse:
@@ -99,14 +110,35 @@ async def _validation_error(_request: Request, err: Exception) -> JSONResponse:
     )
 
 
-async def _http_error(_request: Request, err: Exception) -> JSONResponse:
+async def _http_error(request: Request, err: Exception) -> JSONResponse:
     assert isinstance(err, StarletteHTTPException)
     code = HTTP_CODES.get(err.status_code, "error")
+    headers = dict(getattr(err, "headers", None) or {})
+    if err.status_code == 405:
+        # Mounted apps (static files) see a rewritten scope and name their own methods.
+        allowed = allowed_methods(request)
+        if allowed or "Allow" not in headers:
+            headers["Allow"] = ", ".join(allowed)
     return JSONResponse(
         error_body(code, str(err.detail)),
         status_code=err.status_code,
-        headers=getattr(err, "headers", None),
+        headers=headers or None,
     )
+
+
+#: Methods a route may answer (the order of an ``Allow`` header).
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route answers at this path. Starlette's own ``Allow`` names only the
+    first route whose path matches (``GET`` for ``/api/v1/submissions``, forgetting ``POST``)."""
+    allowed = []
+    for method in METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return allowed
 
 
 async def _unexpected(_request: Request, err: Exception) -> JSONResponse:

@@ -13,6 +13,7 @@ from fastapi import APIRouter, FastAPI
 
 from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
+from api.openapi import install_openapi
 from api.queue import JobQueue
 from api.routes import (
     admin,
@@ -24,6 +25,7 @@ from api.routes import (
     submissions,
     users,
 )
+from api.url_guard import ControlCharacterGuard
 from api.web import mount_web
 from models.settings import Settings, get_settings
 
@@ -60,6 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.queue = JobQueue(settings)
     install_error_handlers(app)
+    install_openapi(app)
     app.add_middleware(
         BodySizeLimit,
         limits={
@@ -69,6 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         },
         default_limit=1024 * 1024,
     )
+    app.add_middleware(ControlCharacterGuard)  # outermost: runs before anything else
     app.include_router(health.router)
     app.include_router(health.router, prefix=API_PREFIX)
     app.include_router(api_router())

@@ -221,6 +221,49 @@ class BenchmarkPublic(BaseModel):
         )
 
 
+class TestSetBrief(BaseModel):
+    """A test set as the benchmark list shows it (``GET /benchmarks/{name}`` has every field)."""
+
+    __test__ = False
+
+    name: str
+    config: str | None
+    band: str | None
+    hub_url: str
+
+
+class BenchmarkSummary(BaseModel):
+    """A benchmark as ``GET /api/v1/benchmarks`` lists it: what to submit to, without each test
+    set's details (``GET /api/v1/benchmarks/{name}`` has them)."""
+
+    name: str
+    title: str
+    description: str
+    base_dataset: str
+    num_classes: int
+    sigmas: list[float]
+    definition_version: int
+    protocol: ProtocolPublic
+    bands: dict[str, list[str]]
+    entries: int = Field(description="finished public entries on the leaderboard")
+    robustness: dict[str, Any] | None = Field(
+        default=None, description="protocol of the base-classifier robustness stage (seed 004)"
+    )
+    test_set_count: int
+    test_sets: list[TestSetBrief]
+
+    @classmethod
+    def of(cls, public: BenchmarkPublic) -> BenchmarkSummary:
+        return cls(
+            **public.model_dump(exclude={"test_sets"}),
+            test_set_count=len(public.test_sets),
+            test_sets=[
+                TestSetBrief(name=t.name, config=t.config, band=t.band, hub_url=t.hub_url)
+                for t in public.test_sets
+            ],
+        )
+
+
 class FacetsPublic(BaseModel):
     """Distinct filter values among the entries a viewer can see (for filter dropdowns)."""
 
@@ -275,7 +318,10 @@ class SubmissionPublic(BaseModel):
     extra_data: bool
     venue: str | None
     protocol_version: str
-    duplicate_of: int | None
+    duplicate_of: int | None = Field(
+        description="the original this duplicate's results come from; null when that is "
+        "another user's private or hidden entry"
+    )
     attempt: int
     progress: float
     shards_done: int
@@ -297,8 +343,11 @@ class SubmissionPublic(BaseModel):
         submission: Submission,
         *,
         queue_position: int | None,
+        show_duplicate_of: bool,
         with_events: bool = False,
     ) -> SubmissionPublic:
+        """``show_duplicate_of``: whether the viewer may see the original's id (not when it is
+        another user's private or hidden entry)."""
         artifact = submission.artifact
         return cls(
             id=submission.id,
@@ -317,7 +366,7 @@ class SubmissionPublic(BaseModel):
             extra_data=submission.extra_data,
             venue=submission.venue,
             protocol_version=submission.protocol_version,
-            duplicate_of=submission.duplicate_of_id,
+            duplicate_of=submission.duplicate_of_id if show_duplicate_of else None,
             attempt=submission.attempt,
             progress=submission.progress,
             shards_done=submission.shards_done,

@@ -25,6 +25,14 @@ class WeightsFormatError(ModelLoadError):
     """The weights file is not a readable safetensors file."""
 
 
+class TruncatedWeightsError(WeightsFormatError):
+    """The safetensors header describes more bytes than the file holds (an upload cut short)."""
+
+
+class WeightsHeaderTooLargeError(WeightsFormatError):
+    """The safetensors header is larger, or lists more tensors, than the architecture needs."""
+
+
 class StateDictMismatchError(ModelLoadError):
     """Missing/unexpected keys or shape mismatches between weights and architecture."""
 

@@ -11,18 +11,22 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import unicodedata
 from collections.abc import Mapping
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     HttpUrl,
     StrictFloat,
     StrictInt,
+    StringConstraints,
     ValidationError,
     model_validator,
 )
@@ -31,7 +35,7 @@ from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from certbench.architectures import build_classifier, check_kwargs
+from certbench.architectures import build_classifier, check_kwargs, create_architecture
 from certbench.errors import (
     InputSizeError,
     ManifestError,
@@ -40,22 +44,75 @@ from certbench.errors import (
     StateDictMismatchError,
     WeightsFormatError,
 )
+from certbench.safetensors_header import read_header
 
 __all__ = [
+    "MAX_CHANNELS",
+    "MAX_INPUT_SIDE",
     "Architecture",
     "Manifest",
     "Metadata",
     "Preprocessing",
     "Smoothing",
     "check_model",
+    "expected_tensor_count",
     "load_manifest",
     "load_model",
+    "max_tensors",
     "read_safetensors",
     "save_weights",
 ]
 
 # Prefix of the network inside ``nn.Sequential(NormalizeLayer, net)``.
 NET_PREFIX = "1."
+
+
+#: Input bounds every manifest obeys (a benchmark narrows them to its own image shape): the dummy
+#: forward pass of validation allocates batch × C × H × W floats, so an unbounded input_size is a
+#: memory bomb for the worker that runs it.
+MAX_CHANNELS = 4
+MAX_INPUT_SIDE = 1024
+#: Lengths of the manifest strings that are stored in bounded database columns.
+NAME_LENGTH = 128
+KEY_LENGTH = 64
+
+
+def _printable(value: str) -> str:
+    """Refuse control characters (NUL, newlines, ...) and lone surrogates: they cannot be stored
+    in PostgreSQL text, and have no business in a name shown on the leaderboard."""
+    for position, char in enumerate(value):
+        if unicodedata.category(char) in ("Cc", "Cs"):
+            raise ValueError(
+                f"must not contain control characters; found U+{ord(char):04X} at position "
+                f"{position}"
+            )
+    return value
+
+
+#: The same rule for JSON Schema readers (OpenAPI clients, property-based testers).
+PRINTABLE_PATTERN = r"^[^\u0000-\u001f\u007f-\u009f]*$"
+_SCHEMA = Field(json_schema_extra={"pattern": PRINTABLE_PATTERN})
+#: Non-empty printable strings within their database columns (names, keys; display names).
+Key = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=KEY_LENGTH),
+    AfterValidator(_printable),
+    _SCHEMA,
+]
+Name = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=NAME_LENGTH),
+    AfterValidator(_printable),
+    _SCHEMA,
+]
+
+
+#: JSON numbers only: NaN and ±Infinity (accepted by Python's JSON reader, refused by
+#: PostgreSQL's JSON type and meaningless as a normalisation constant or a noise level).
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+FiniteStrictFloat = Annotated[StrictFloat, Field(allow_inf_nan=False)]
+Side = Annotated[int, Field(ge=1, le=MAX_INPUT_SIDE)]
+Channels = Annotated[int, Field(ge=1, le=MAX_CHANNELS)]
 
 
 class _Strict(BaseModel):
@@ -65,15 +122,15 @@ class _Strict(BaseModel):
 class Architecture(_Strict):
     """Registry name plus kwargs; the kwargs are checked against the entry's allow-list on load."""
 
-    name: str = Field(min_length=1)
-    kwargs: dict[str, StrictInt | StrictFloat] = Field(default_factory=dict)
+    name: Key
+    kwargs: dict[Key, StrictInt | FiniteStrictFloat] = Field(default_factory=dict, max_length=16)
 
 
 class Preprocessing(_Strict):
     """Per-channel mean/std of the NormalizeLayer placed in front of the network."""
 
-    mean: tuple[float, ...] = Field(min_length=1)
-    std: tuple[float, ...] = Field(min_length=1)
+    mean: tuple[Finite, ...] = Field(min_length=1, max_length=MAX_CHANNELS)
+    std: tuple[Finite, ...] = Field(min_length=1, max_length=MAX_CHANNELS)
 
     @model_validator(mode="after")
     def _positive_std(self) -> Preprocessing:
@@ -85,35 +142,38 @@ class Preprocessing(_Strict):
 class Smoothing(_Strict):
     """Noise level the model was trained for; certification runs at this sigma."""
 
-    sigma: float = Field(gt=0)
+    sigma: Finite = Field(gt=0)
 
 
 class Metadata(_Strict):
     """Who made the model and where to read about it (shown on the leaderboard)."""
 
-    name: str = Field(min_length=1)
-    authors: list[str] = Field(default_factory=list)
+    name: Name
+    authors: list[Name] = Field(default_factory=list, max_length=100)
     paper_url: HttpUrl | None = None
     code_url: HttpUrl | None = None
-    licence: str | None = None
+    licence: Key | None = None
 
 
 class Manifest(_Strict):
-    """The JSON document accompanying a weights file (DESIGN.md §6)."""
+    """The JSON document accompanying a weights file (DESIGN.md §6).
 
-    benchmark: str = Field(min_length=1)
+    Every field is bounded so that whatever validates can be stored (PostgreSQL and SQLite) and
+    run: finite numbers, strings within their database columns and free of control characters,
+    ``input_size`` within (MAX_CHANNELS, MAX_INPUT_SIDE, MAX_INPUT_SIDE).
+    """
+
+    benchmark: Key
     architecture: Architecture
-    num_classes: int = Field(ge=2)
+    num_classes: int = Field(ge=2, le=100_000)
     preprocessing: Preprocessing
     smoothing: Smoothing
     metadata: Metadata
-    input_size: tuple[int, int, int] = (3, 32, 32)
+    input_size: tuple[Channels, Side, Side] = (3, 32, 32)
 
     @model_validator(mode="after")
     def _channels_match(self) -> Manifest:
         channels = self.input_size[0]
-        if min(self.input_size) < 1:
-            raise ValueError(f"input_size must be positive (C, H, W), got {self.input_size}")
         for field_name in ("mean", "std"):
             values = getattr(self.preprocessing, field_name)
             if len(values) != channels:
@@ -145,15 +205,22 @@ def load_manifest(src: Path | str | bytes | Mapping[str, Any]) -> Manifest:
     return manifest
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def _manifest_text(src: Path | str | bytes) -> str | bytes:
-    """JSON text of ``src``: a Path is read; a str is JSON if it looks like it, else a path."""
+    """JSON text of ``src``: a Path is read; a str is JSON if it looks like it, else a path.
+
+    A leading UTF-8 byte-order mark (as some Windows editors write) is dropped: JSON forbids it,
+    but it carries no meaning.
+    """
     if isinstance(src, bytes):
-        return src
-    if isinstance(src, str) and src.lstrip().startswith("{"):
-        return src
+        return src.removeprefix(UTF8_BOM)
+    if isinstance(src, str) and src.lstrip("\ufeff \t\r\n").startswith("{"):
+        return src.lstrip("\ufeff")
     path = Path(src)
     try:
-        return path.read_bytes()
+        return path.read_bytes().removeprefix(UTF8_BOM)
     except OSError as err:
         raise ManifestError(f"cannot read manifest file {str(path)!r}: {err.strerror}") from err
 
@@ -168,10 +235,12 @@ def _describe(err: ValidationError) -> str:
 
 
 def read_safetensors(
-    src: Path | str | bytes, *, max_bytes: int | None = None
+    src: Path | str | bytes, *, max_bytes: int | None = None, max_tensors: int | None = None
 ) -> dict[str, torch.Tensor]:
     """Read a safetensors file or buffer into CPU tensors, refusing anything else.
 
+    The header is read and checked first (``certbench.safetensors_header.read_header``, bounded
+    by ``max_tensors`` before it is parsed); only then does ``safetensors`` load the data.
     Floating tensors only, except integer BatchNorm ``num_batches_tracked`` counters, so a weight
     is never silently cast from ints. Raises WeightsFormatError.
     """
@@ -181,8 +250,7 @@ def read_safetensors(
             f"weights are {size} bytes, above the limit of {max_bytes} bytes; "
             "submit a smaller model or store it in fp16/bf16"
         )
-    head = src[:16] if isinstance(src, bytes) else _head(Path(src))
-    _refuse_known_formats(head)
+    read_header(src, max_tensors=max_tensors)
     try:
         if isinstance(src, bytes):
             tensors = load_safetensors_bytes(src)
@@ -204,25 +272,32 @@ def _file_size(path: Path) -> int:
         raise WeightsFormatError(f"cannot read weights file {str(path)!r}: {err.strerror}") from err
 
 
-def _head(path: Path) -> bytes:
-    try:
-        with path.open("rb") as handle:
-            return handle.read(16)
-    except OSError as err:
-        raise WeightsFormatError(f"cannot read weights file {str(path)!r}: {err.strerror}") from err
+#: Slack of :func:`max_tensors`: a file for another architecture (ResNet-56 weights declared as a
+#: ResNet-20) still gets the key-by-key mismatch report, while a header listing a million tensors
+#: is refused before it is parsed.
+TENSOR_FACTOR = 4
+TENSOR_SLACK = 64
 
 
-def _refuse_known_formats(head: bytes) -> None:
-    """Name the usual wrong formats (pickle, torch.save zip) instead of a parser error."""
-    if head[:1] == b"\x80" or head[:2] == b"PK":
-        raise WeightsFormatError(
-            "weights look like a pickle / torch.save file, never loaded since it can run code; "
-            "convert it with safetensors.torch.save_file(model.state_dict(), 'model.safetensors')"
-        )
-    if len(head) < 8:
-        raise WeightsFormatError(
-            f"weights are only {len(head)} bytes: not a safetensors file (truncated or empty)"
-        )
+def expected_tensor_count(manifest: Manifest) -> int:
+    """Tensors in the state dict of the manifest's architecture (BatchNorm counters included)."""
+    arch = manifest.architecture
+    kwargs = tuple(sorted(check_kwargs(arch.name, arch.kwargs).items()))
+    return _tensor_count(arch.name, manifest.num_classes, kwargs)
+
+
+def max_tensors(manifest: Manifest) -> int:
+    """The most tensors a weights file for ``manifest`` may list (bounds its header too)."""
+    return TENSOR_FACTOR * expected_tensor_count(manifest) + TENSOR_SLACK
+
+
+@lru_cache(maxsize=64)
+def _tensor_count(name: str, num_classes: int, kwargs: tuple[tuple[str, Any], ...]) -> int:
+    # Built on the CPU once per process: 0.1 s for a ResNet-110, about 1 s for a WRN-28-10. The
+    # meta device would skip the memory but its first initialiser call imports torch._refs,
+    # which costs several seconds per process.
+    net = create_architecture(name, num_classes=num_classes, **dict(kwargs))
+    return len(net.state_dict())
 
 
 def _check_dtypes(tensors: Mapping[str, torch.Tensor]) -> None:
@@ -247,7 +322,7 @@ def load_model(
     checkpoints, :func:`save_weights`) or be the bare network's keys (``conv1.weight``); a file must
     use one layout throughout. Raises the ModelLoadError subclasses of its steps.
     """
-    tensors = read_safetensors(weights, max_bytes=max_bytes)
+    tensors = read_safetensors(weights, max_bytes=max_bytes, max_tensors=max_tensors(manifest))
     arch = manifest.architecture
     model = build_classifier(
         arch.name,

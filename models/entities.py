@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Enum,
     Float,
@@ -29,7 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from models.base import Base, UTCDateTime, utcnow
-from models.states import SubmissionState
+from models.states import DEDUP_STATES, SubmissionState
 
 
 def _enum(cls: type[StrEnum], name: str) -> Enum:
@@ -167,6 +168,30 @@ class Artifact(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+class WeightsFile(Base):
+    """One stored weights file (``storage.weights_relpath(sha256)``), shared by every artifact
+    with those bytes.
+
+    The row is the lock that intake and release take (``models.artifacts``) before they look at
+    or change the file, so a release that counts no remaining user and deletes the file can never
+    interleave with an intake that is about to reference it. ``stored`` says whether the file is
+    on disk; the reference count is counted under that lock, never kept as a number that could
+    drift.
+    """
+
+    __tablename__ = "weights_files"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    stored: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+#: At most one submission per dedup key may be in a ``DEDUP_STATES`` state (an original that is
+#: live or finished); the partial unique index below says so in SQL.
+_LIVE_DEDUP_SQL = "state IN ({})".format(", ".join(f"'{s.value}'" for s in sorted(DEDUP_STATES)))
+
+
 class Submission(Base):
     """One request to certify an artifact on a benchmark; moves through ``SubmissionState``."""
 
@@ -178,6 +203,14 @@ class Submission(Base):
         Index("ix_submissions_benchmark_created", "benchmark_id", "created_at"),
         Index("ix_submissions_benchmark_sigma", "benchmark_id", "sigma"),
         Index("ix_submissions_benchmark_model_name", "benchmark_id", "model_name"),
+        # Dedup in the database: two identical uploads racing cannot both become originals.
+        Index(
+            "uq_submissions_live_dedup_key",
+            "dedup_key",
+            unique=True,
+            postgresql_where=text(_LIVE_DEDUP_SQL),
+            sqlite_where=text(_LIVE_DEDUP_SQL),
+        ),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)

@@ -85,6 +85,15 @@ class StorageError(ServiceError):
 
 
 class ServiceUnavailableError(ServiceError):
-    """A backing service (database, broker) cannot be reached; retry later."""
+    """A backing service (database, broker) cannot be reached; retry later.
+
+    ``submission_id`` names the submission the failure was recorded on, if any.
+    """
 
     code = "unavailable"
+
+    def __init__(
+        self, message: str, *, code: str | None = None, submission_id: int | None = None
+    ) -> None:
+        super().__init__(message, code=code)
+        self.submission_id = submission_id

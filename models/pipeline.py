@@ -18,10 +18,9 @@ from typing import Any
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from models import storage, work
+from models import artifacts, storage, work
 from models.base import utcnow
 from models.entities import (
-    Artifact,
     LeaderboardEntry,
     MetricValue,
     ShardDispatch,
@@ -184,8 +183,9 @@ def fail(session: Session, submission_id: int, *, reason: str, message: str) -> 
 def reject(
     session: Session, submission_id: int, *, reason: str, message: str, settings: Settings
 ) -> bool:
-    """Reject an unusable upload and delete its stored weights (unless another live submission
-    uses the same artifact). False if the submission was no longer submitted/validating."""
+    """Reject an unusable upload and delete its stored weights (unless a submission of any
+    artifact sharing the file may still need it). False if the submission was no longer
+    submitted/validating."""
     moved = transition(
         session,
         submission_id,
@@ -201,27 +201,12 @@ def reject(
 
 
 def release_artifact(session: Session, artifact_id: int, *, settings: Settings) -> bool:
-    """Delete an artifact's weights file when no submission that may still need it references it.
+    """Delete an artifact's weights file when no submission that may still need it references it,
+    counting every artifact that shares the file (``models.artifacts.release_artifact``).
 
     Returns True when the file was deleted. The metadata row stays (sha256, size, manifest).
     """
-    artifact = session.get(Artifact, artifact_id)
-    if artifact is None or artifact.weights_path is None:
-        return False
-    users = session.scalar(
-        select(func.count())
-        .select_from(Submission)
-        .where(
-            Submission.artifact_id == artifact_id,
-            Submission.state.not_in({S.REJECTED, S.DUPLICATE}),
-        )
-    )
-    if users:
-        return False
-    storage.resolve(settings.artifacts_dir, artifact.weights_path).unlink(missing_ok=True)
-    artifact.weights_path = None
-    session.commit()
-    return True
+    return artifacts.release_artifact(session, artifact_id, settings=settings)
 
 
 def reset_for_rerun(

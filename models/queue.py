@@ -64,3 +64,19 @@ def ensure_embedded_queue(settings: Settings) -> None:
     """Create the folder of the embedded broker file (kombu creates its tables itself)."""
     if settings.broker_url is None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+
+
+def prepare_embedded_broker(settings: Settings) -> None:
+    """Create the embedded transport's tables and the control queue once, before several
+    processes share the file: kombu creates them on first use, and two API processes doing that
+    at once collide (``table already exists``, a duplicate queue row). No-op with a broker URL."""
+    if settings.broker_url is not None:
+        return
+    from kombu import Connection
+
+    ensure_embedded_queue(settings)
+    config = celery_config(settings)
+    with Connection(
+        config["broker_url"], transport_options=config["broker_transport_options"]
+    ) as connection:
+        connection.SimpleQueue(CONTROL_QUEUE).close()

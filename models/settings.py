@@ -66,10 +66,14 @@ class Settings(BaseSettings):
     shard_time_limit_seconds: int = Field(default=3600, gt=0)
     visibility_timeout_seconds: int = Field(default=7200, gt=0)
     watchdog_interval_seconds: int = Field(default=60, gt=0)
+    # Partial weights files (uploads or writes cut off by a killed process) untouched this long
+    # are removed at start-up and by the watchdog; a live upload touches its file continually.
+    partial_upload_grace_seconds: int = Field(default=3600, gt=0)
 
-    # API server.
+    # API server; api_workers None: the CPUs available (see ``certbench serve --workers``).
     host: str = "127.0.0.1"
     port: int = Field(default=8000, gt=0, lt=65536)
+    api_workers: int | None = Field(default=None, gt=0)
 
     @field_validator(
         "broker_url",
@@ -78,6 +82,7 @@ class Settings(BaseSettings):
         "anchors_dir",
         "worker_device",
         "robustness_shard_size",
+        "api_workers",
         mode="before",
     )
     @classmethod

@@ -66,6 +66,7 @@ class Reason(StrEnum):
     BENCHMARK_MISMATCH = "benchmark_mismatch"
     SIGMA_NOT_ALLOWED = "sigma_not_allowed"
     TOO_LARGE = "too_large"
+    HEADER_TOO_LARGE = "weights_header_too_large"
     # failed: infrastructure or runtime trouble, not the submitter's fault
     LEASE_EXPIRED = "lease_expired"
     WORKER_ERROR = "worker_error"

@@ -2,7 +2,13 @@
 
 The API's cheap checks (size caps, safetensors header, manifest schema) run before these
 functions; ``create_submission`` is where an upload becomes rows + one weights file, all or
-nothing: the file is written atomically first and removed again if the transaction fails.
+nothing: the file is put in place inside the transaction and removed again if it fails.
+
+Quotas and dedup hold under concurrency because the database enforces them: an intake first
+locks its user's row (so one user's uploads are counted one at a time) and the weights' row
+(``models.artifacts.lock``: identical uploads of several users are serialised, the later ones
+see the first and become duplicates), and a partial unique index allows one live original per
+dedup key.
 """
 
 from __future__ import annotations
@@ -11,16 +17,22 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, func, or_, select
+from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from models import storage
+from models import artifacts
 from models.base import utcnow
 from models.entities import Artifact, Benchmark, Role, Submission, SubmissionEvent, User
-from models.errors import InvalidTransitionError, NotFoundError, QuotaExceededError
+from models.errors import (
+    ConflictError,
+    InvalidTransitionError,
+    NotFoundError,
+    QuotaExceededError,
+)
 from models.pipeline import get_submission, reset_for_rerun, transition
 from models.settings import Settings
 from models.states import (
@@ -36,9 +48,24 @@ S = SubmissionState
 QUOTA_WINDOW = timedelta(days=1)
 
 
+#: Attempts of an intake that lost a dedup race to a concurrent identical one (the next attempt
+#: finds that one and records a duplicate).
+INTAKE_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class StagedWeights:
+    """Weights already streamed to a file under the artifacts dir, hashed on the way."""
+
+    path: Path
+    sha256: str
+    size: int
+
+
 @dataclass(frozen=True)
 class Upload:
-    """An upload that passed the cheap checks: bytes, the parsed manifest and its facts."""
+    """An upload that passed the cheap checks: the weights (bytes, or a staged file that
+    ``create_submission`` moves into place), the parsed manifest and its facts."""
 
     weights: bytes
     manifest: dict[str, Any]
@@ -48,10 +75,17 @@ class Upload:
     is_private: bool = False
     extra_data: bool = False
     venue: str | None = None
+    staged: StagedWeights | None = None
 
     @property
     def weights_sha256(self) -> str:
+        if self.staged is not None:
+            return self.staged.sha256
         return hashlib.sha256(self.weights).hexdigest()
+
+    @property
+    def weights_size(self) -> int:
+        return self.staged.size if self.staged is not None else len(self.weights)
 
     @property
     def manifest_sha256(self) -> str:
@@ -93,7 +127,18 @@ def quota_usage(session: Session, user: User, *, now: datetime | None = None) ->
         .select_from(Submission)
         .where(Submission.user_id == user.id, Submission.state.in_(ACTIVE_STATES))
     )
-    unsuccessful = sum(by_state.get(s, 0) for s in UNSUCCESSFUL_STATES)
+    # A run the service could not queue (its broker was down) is not the submitter's failure.
+    not_theirs = session.scalar(
+        select(func.count())
+        .select_from(Submission)
+        .where(
+            Submission.user_id == user.id,
+            Submission.created_at >= since,
+            Submission.state == S.FAILED,
+            Submission.reason == Reason.QUEUE_UNAVAILABLE.value,
+        )
+    )
+    unsuccessful = sum(by_state.get(s, 0) for s in UNSUCCESSFUL_STATES) - (not_theirs or 0)
     free = UNSUCCESSFUL_STATES | {S.DUPLICATE}
     counted = sum(c for s, c in by_state.items() if s not in free)
     return QuotaUsage(
@@ -143,15 +188,41 @@ def create_submission(
     """Store an upload and create its submission (state ``submitted``), or a ``duplicate`` row
     pointing at the existing identical submission (no file written, no quota used).
 
-    Raises QuotaExceededError before anything is stored.
+    Safe under concurrency (see the module docstring). Raises QuotaExceededError before anything
+    is stored.
     """
     key = dedup_key(upload.weights_sha256, upload.manifest_sha256, benchmark.protocol_version)
-    original = find_original(session, key)
-    if original is not None:
-        return _create_duplicate(session, user=user, original=original, upload=upload, key=key)
-    check_quotas(session, user, settings=settings)
-    artifact, written = _store_artifact(session, upload, settings=settings)
+    for attempt in range(INTAKE_ATTEMPTS):
+        try:
+            return _create_once(
+                session, user=user, benchmark=benchmark, upload=upload, key=key, settings=settings
+            )
+        except IntegrityError:
+            # A concurrent identical original committed between our lookup and our insert; the
+            # next attempt finds it. (``_create_once`` already rolled back and cleaned up.)
+            if attempt + 1 == INTAKE_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _create_once(
+    session: Session,
+    *,
+    user: User,
+    benchmark: Benchmark,
+    upload: Upload,
+    key: str,
+    settings: Settings,
+) -> Submission:
+    written: Path | None = None
     try:
+        lock_user(session, user.id)
+        artifacts.lock(session, upload.weights_sha256, size_bytes=upload.weights_size)
+        original = find_original(session, key)
+        if original is not None:
+            return _create_duplicate(session, user=user, original=original, upload=upload, key=key)
+        check_quotas(session, user, settings=settings)
+        artifact, written = _store_artifact(session, upload, settings=settings)
         submission = Submission(
             user_id=user.id,
             benchmark_id=benchmark.id,
@@ -174,11 +245,21 @@ def create_submission(
         )
         session.commit()
     except BaseException:
-        session.rollback()
-        if written is not None:
-            written.unlink(missing_ok=True)
+        artifacts.discard(session, written)
         raise
     return submission
+
+
+def lock_user(session: Session, user_id: int) -> None:
+    """Hold the user's row until the transaction ends, so this user's intakes are counted
+    against the quotas one at a time. A no-op UPDATE: a row lock on PostgreSQL, the database
+    write lock on SQLite (where SELECT ... FOR UPDATE does not exist)."""
+    session.execute(
+        update(User)
+        .where(User.id == user_id)
+        .values(id=User.id)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def _create_duplicate(
@@ -224,49 +305,34 @@ def _create_duplicate(
 
 def _store_artifact(
     session: Session, upload: Upload, *, settings: Settings
-) -> tuple[Artifact, Any]:
-    """Find or create the artifact row and make sure its weights file exists.
-
-    Returns (artifact, path written by this call or None) so the caller can undo the write.
-    """
+) -> tuple[Artifact, Path | None]:
+    """Find or create the artifact row and make sure its weights file exists (the weights' row is
+    locked by the caller). Returns (artifact, path written by this call or None) so the caller
+    can undo the write."""
     sha, msha = upload.weights_sha256, upload.manifest_sha256
+    relpath, written = artifacts.store(
+        session,
+        sha256=sha,
+        size_bytes=upload.weights_size,
+        settings=settings,
+        data=None if upload.staged is not None else upload.weights,
+        staged=upload.staged.path if upload.staged is not None else None,
+    )
     artifact = session.scalar(
         select(Artifact).where(Artifact.sha256 == sha, Artifact.manifest_sha256 == msha)
     )
-    relpath = storage.weights_relpath(sha)
-    path = storage.resolve(settings.artifacts_dir, relpath)
-    written = None
-    if not path.is_file():
-        storage.write_atomic(path, upload.weights)
-        written = path
-    try:
-        if artifact is None:
-            artifact = Artifact(
-                sha256=sha,
-                size_bytes=len(upload.weights),
-                manifest=upload.manifest,
-                manifest_sha256=msha,
-                weights_path=relpath,
-            )
-            session.add(artifact)
-            session.flush()
-        elif artifact.weights_path is None:
-            artifact.weights_path = relpath
-            session.flush()
-    except IntegrityError:
-        # A concurrent identical upload created the row first: use it.
-        session.rollback()
-        artifact = session.scalar(
-            select(Artifact).where(Artifact.sha256 == sha, Artifact.manifest_sha256 == msha)
+    if artifact is None:
+        artifact = Artifact(
+            sha256=sha,
+            size_bytes=upload.weights_size,
+            manifest=upload.manifest,
+            manifest_sha256=msha,
+            weights_path=relpath,
         )
-        if artifact is None:
-            raise
-        written = None
-    except BaseException:
-        session.rollback()
-        if written is not None:
-            written.unlink(missing_ok=True)
-        raise
+        session.add(artifact)
+    else:
+        artifact.weights_path = relpath
+    session.flush()
     return artifact, written
 
 
@@ -365,7 +431,17 @@ def rerun(session: Session, submission_id: int, *, fresh: bool, settings: Settin
     Raises NotFoundError, InvalidTransitionError (still active or a duplicate), StorageError
     (weights deleted after a rejection)."""
     submission = get_submission(session, submission_id)
-    if not reset_for_rerun(session, submission_id, fresh=fresh, settings=settings):
+    try:
+        moved = reset_for_rerun(session, submission_id, fresh=fresh, settings=settings)
+    except IntegrityError as err:
+        session.rollback()
+        original = find_original(session, submission.dedup_key)
+        raise ConflictError(
+            f"submission {submission_id} cannot be re-run: an identical submission "
+            f"({original.id if original else 'another'}) is live or finished; its results apply",
+            code="duplicate",
+        ) from err
+    if not moved:
         raise InvalidTransitionError(
             f"submission {submission_id} is {submission.state}; only finished, failed, rejected "
             "or cancelled submissions can be re-run"

@@ -16,6 +16,7 @@ import threading
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from models import artifacts
 from models.db import session_scope
 from models.reconcile import Actions, reconcile
 from models.settings import Settings
@@ -26,8 +27,9 @@ log = logging.getLogger(__name__)
 
 
 def sweep(settings: Settings) -> list[int]:
-    """One reconciliation: re-send what the database says nothing runs; returns the ids of the
-    submissions failed (a shard that kept losing its worker)."""
+    """One reconciliation: re-send what the database says nothing runs (returns the ids of the
+    submissions failed: a shard that kept losing its worker); remove stale partial weights files."""
+    artifacts.remove_stale_partials(settings, older_than=settings.partial_upload_grace_seconds)
     with session_scope(settings) as session:
         actions = reconcile(session, settings=settings)
     send(actions)

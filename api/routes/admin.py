@@ -80,7 +80,7 @@ def moderate(
 ) -> SubmissionPublic:
     """Hide an entry, flag it (with a reason shown on the leaderboard), or mark a baseline."""
     submission = set_moderation(session, submission_id, **body.model_dump(exclude_unset=True))
-    return submission_service.public(session, submission, events=True)
+    return submission_service.public(session, submission, viewer=_admin, events=True)
 
 
 @router.post(
@@ -98,7 +98,9 @@ def rerun(
 ) -> SubmissionPublic:
     """Send a finished/failed/rejected/cancelled submission back through the pipeline."""
     fresh = body.fresh if body is not None else False
-    return submission_service.rerun(session, queue, submission_id, fresh=fresh, settings=settings)
+    return submission_service.rerun(
+        session, queue, submission_id, fresh=fresh, settings=settings, admin=_admin
+    )
 
 
 @router.put("/benchmarks", response_model=BenchmarkPublic)

@@ -2,19 +2,44 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
 
 from api.deps import OptionalUser, SessionDep
-from api.schemas import ERROR_RESPONSES, BenchmarkPublic, DatasetPublic
+from api.schemas import ERROR_RESPONSES, BenchmarkPublic, BenchmarkSummary, DatasetPublic
 from api.services import leaderboards as service
 
 router = APIRouter(tags=["benchmarks"], responses=ERROR_RESPONSES)
 
 
-@router.get("/benchmarks", response_model=list[BenchmarkPublic])
-def list_benchmarks(session: SessionDep, viewer: OptionalUser) -> list[BenchmarkPublic]:
-    """Every benchmark: test sets (with Hub links), allowed σ, protocol, entry count."""
-    return service.benchmarks(session, viewer=viewer)
+@router.get(
+    "/benchmarks",
+    response_model=list[BenchmarkSummary],
+    responses={
+        200: {
+            "headers": {
+                "X-Total-Count": {
+                    "description": "benchmarks in all pages",
+                    "schema": {"type": "integer"},
+                }
+            }
+        }
+    },
+)
+def list_benchmarks(
+    session: SessionDep,
+    viewer: OptionalUser,
+    response: Response,
+    offset: Annotated[int, Query(ge=0, le=100_000)] = 0,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> list[BenchmarkSummary]:
+    """Benchmarks by name, a page at a time: allowed σ, protocol, entry count and each test
+    set's name, config, band and Hub link (``GET /benchmarks/{name}`` has the test sets' full
+    details). ``X-Total-Count`` counts all benchmarks."""
+    total, page = service.benchmark_summaries(session, viewer=viewer, offset=offset, limit=limit)
+    response.headers["X-Total-Count"] = str(total)
+    return page
 
 
 @router.get("/benchmarks/{name}", response_model=BenchmarkPublic)

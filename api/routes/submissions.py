@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, Query, Response, UploadFile, status
+from fastapi import APIRouter, Query, Request, Response, status
+from starlette.concurrency import run_in_threadpool
 
 from api.deps import CurrentUser, QueueDep, RowId, SessionDep, SettingsDep
+from api.openapi import submission_request_body
 from api.schemas import ERROR_RESPONSES, SubmissionList, SubmissionPublic, TestSetProgress
 from api.services import submissions as service
 from models.states import SubmissionState
@@ -19,36 +21,26 @@ router = APIRouter(prefix="/submissions", tags=["submissions"], responses=ERROR_
     response_model=SubmissionPublic,
     status_code=status.HTTP_202_ACCEPTED,
     responses={200: {"model": SubmissionPublic, "description": "duplicate of an existing one"}},
+    openapi_extra={"requestBody": submission_request_body()},
 )
-def create_submission(
+async def create_submission(
+    request: Request,
     session: SessionDep,
     settings: SettingsDep,
     queue: QueueDep,
     user: CurrentUser,
     response: Response,
-    weights: Annotated[UploadFile, File(description="model weights, .safetensors")],
-    manifest: Annotated[UploadFile, File(description="JSON manifest (DESIGN.md §6)")],
-    private: Annotated[bool, Form(description="visible only to you and admins")] = False,
-    extra_data: Annotated[bool, Form(description="trained with data beyond the base set")] = False,
-    venue: Annotated[str | None, Form(max_length=64)] = None,
 ) -> SubmissionPublic:
-    """Upload safetensors weights + a JSON manifest. Checked before anything is stored; then
-    queued for validation and certification (202). An identical upload (same weights, manifest
-    and protocol version) returns a ``duplicate`` submission pointing at the original (200)."""
-    submission = service.submit(
-        session,
-        queue,
-        user=user,
-        weights=weights.file,
-        manifest=manifest.file,
-        settings=settings,
-        is_private=private,
-        extra_data=extra_data,
-        venue=venue,
-    )
+    """Upload safetensors weights + a JSON manifest (multipart/form-data). The token and the
+    quotas are checked before the body is read; the weights stream to disk. Checked before
+    anything is stored; then queued for validation and certification (202). An identical upload
+    (same weights, manifest and protocol version) returns a ``duplicate`` submission pointing at
+    the original (200). 503 when the task queue is down: the submission is recorded as failed
+    (``queue_unavailable``, counted against no quota) and its id is in ``details``."""
+    submission = await service.submit(request, session, queue, user=user, settings=settings)
     if submission.state == SubmissionState.DUPLICATE:
         response.status_code = status.HTTP_200_OK
-    return service.public(session, submission)
+    return await run_in_threadpool(service.public, session, submission, viewer=user)
 
 
 @router.get("", response_model=SubmissionList)

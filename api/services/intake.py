@@ -1,41 +1,39 @@
 """Cheap checks on an upload, done before anything is stored.
 
-Size caps, manifest schema + registry architecture (``certbench.loading.load_manifest``), the
-benchmark, its class count and allowed σ, and a safetensors parse of the weights
-(``certbench.loading.read_safetensors``: refuses pickles, truncated files, non-float tensors).
+Size caps (while the body streams, ``api.services.upload_stream``), manifest schema + registry
+architecture (``certbench.loading.load_manifest``), the benchmark, its class count, allowed σ and
+image shape, and the safetensors header of the staged weights file
+(``certbench.safetensors_header.read_header``: bounded by the architecture's tensor count before
+it is parsed; refuses pickles, truncated files, non-float tensors) without loading the tensors.
 Loading the model and a dummy forward pass are the worker's ``validate`` task.
 """
 
 from __future__ import annotations
 
-import json
-import struct
-from typing import BinaryIO
+from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from certbench.errors import ManifestError, UnknownArchitectureError, WeightsFormatError
-from certbench.loading import Manifest, load_manifest, read_safetensors
+from certbench.errors import (
+    ManifestError,
+    TruncatedWeightsError,
+    UnknownArchitectureError,
+    WeightsFormatError,
+    WeightsHeaderTooLargeError,
+)
+from certbench.loading import Manifest, load_manifest, max_tensors
+from certbench.safetensors_header import FLOAT_DTYPES, read_header
 from models.catalog import get_benchmark
 from models.entities import Benchmark
-from models.errors import IntakeError, NotFoundError, PayloadTooLargeError
-from models.settings import Settings
+from models.errors import IntakeError, NotFoundError
 from models.states import Reason
-from models.submissions import Upload
+from models.submissions import StagedWeights, Upload
 
 SIGMA_TOLERANCE = 1e-9
-
-
-def read_capped(stream: BinaryIO, *, limit: int, part: str) -> bytes:
-    """Read a whole upload part, refusing (413) one longer than ``limit`` bytes."""
-    data = stream.read(limit + 1)
-    if len(data) > limit:
-        raise PayloadTooLargeError(
-            f"{part} is larger than the limit of {limit} bytes; submit a smaller file "
-            "(weights can be stored in fp16/bf16)",
-            code=Reason.TOO_LARGE.value,
-        )
-    return data
+#: Image shape (C, H, W) of each base dataset the benchmarks certify on: a model is fed exactly
+#: these images, so its manifest's input_size must match (validation's dummy forward pass runs at
+#: input_size, and an oversized one only costs the worker memory).
+IMAGE_SHAPES: dict[str, tuple[int, int, int]] = {"cifar10": (3, 32, 32), "cifar100": (3, 32, 32)}
 
 
 def parse_manifest(data: bytes) -> Manifest:
@@ -54,7 +52,7 @@ def parse_manifest(data: bytes) -> Manifest:
 
 
 def check_against_benchmark(session: Session, manifest: Manifest) -> Benchmark:
-    """The manifest's benchmark, if it exists and accepts this class count and σ."""
+    """The manifest's benchmark, if it exists and accepts this class count, σ and input size."""
     try:
         benchmark = get_benchmark(session, manifest.benchmark)
     except NotFoundError as err:
@@ -74,54 +72,52 @@ def check_against_benchmark(session: Session, manifest: Manifest) -> Benchmark:
             f"use one of {benchmark.sigmas}",
             code=Reason.SIGMA_NOT_ALLOWED.value,
         )
+    shape = IMAGE_SHAPES.get(benchmark.base_dataset)
+    if shape is not None and tuple(manifest.input_size) != shape:
+        raise IntakeError(
+            f"manifest.input_size is {list(manifest.input_size)} but benchmark "
+            f"{benchmark.name!r} certifies {benchmark.base_dataset} images of shape "
+            f"{list(shape)} (C, H, W); set input_size to {list(shape)} or leave it out",
+            code=Reason.INPUT_SIZE.value,
+        )
     return benchmark
 
 
-def check_weights(data: bytes, *, settings: Settings) -> None:
-    """Parse the weights as safetensors. Raises IntakeError (not_safetensors/truncated_weights)."""
-    if not data:
+def check_weights(src: Path | bytes, manifest: Manifest) -> None:
+    """Check the safetensors header of the weights (file or bytes) without loading a tensor.
+
+    Raises IntakeError: truncated_weights, weights_header_too_large (more tensors, or a larger
+    header, than the manifest's architecture can have) or not_safetensors.
+    """
+    size = len(src) if isinstance(src, bytes) else src.stat().st_size
+    if size < 8:
         raise IntakeError(
-            "the weights part is empty; send a .safetensors file", code=Reason.TRUNCATED.value
+            f"the weights part is {size} bytes, too short for any .safetensors file; send the "
+            "whole file",
+            code=Reason.TRUNCATED.value,
         )
     try:
-        read_safetensors(data, max_bytes=settings.max_weights_bytes)
+        header = read_header(src, max_tensors=max_tensors(manifest))
+    except TruncatedWeightsError as err:
+        raise IntakeError(str(err), code=Reason.TRUNCATED.value) from err
+    except WeightsHeaderTooLargeError as err:
+        raise IntakeError(str(err), code=Reason.HEADER_TOO_LARGE.value) from err
     except WeightsFormatError as err:
-        raise IntakeError(str(err), code=_weights_reason(data)) from err
-
-
-def _weights_reason(data: bytes) -> str:
-    """truncated_weights when the safetensors header promises more bytes than were sent (the
-    header itself cut short, or tensors whose data offsets run past the end)."""
-    if data[:1] == b"\x80" or data[:2] == b"PK":
-        return Reason.NOT_SAFETENSORS.value
-    if len(data) < 8:
-        return Reason.TRUNCATED.value
-    (header_len,) = struct.unpack("<Q", data[:8])
-    if data[8:9] != b"{":
-        return Reason.NOT_SAFETENSORS.value
-    if header_len + 8 > len(data):
-        return Reason.TRUNCATED.value
-    try:
-        header = json.loads(data[8 : 8 + header_len])
-        end = max(
-            (int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"),
-            default=0,
-        )
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-        return Reason.NOT_SAFETENSORS.value
-    return (
-        Reason.TRUNCATED.value
-        if 8 + header_len + end > len(data)
-        else (Reason.NOT_SAFETENSORS.value)
-    )
+        raise IntakeError(str(err), code=Reason.NOT_SAFETENSORS.value) from err
+    for key, info in header.tensors.items():
+        counter = key.endswith("num_batches_tracked") and info.dtype.startswith(("I", "U"))
+        if info.dtype not in FLOAT_DTYPES and not counter:
+            raise IntakeError(
+                f"tensor {key!r} has dtype {info.dtype}; weights must be floating point",
+                code=Reason.NOT_SAFETENSORS.value,
+            )
 
 
 def build_upload(
     session: Session,
     *,
-    weights: bytes,
+    weights: StagedWeights,
     manifest_bytes: bytes,
-    settings: Settings,
     is_private: bool,
     extra_data: bool,
     venue: str | None,
@@ -129,9 +125,10 @@ def build_upload(
     """Run every cheap check, in the order a submitter would fix them; nothing is written."""
     manifest = parse_manifest(manifest_bytes)
     benchmark = check_against_benchmark(session, manifest)
-    check_weights(weights, settings=settings)
+    check_weights(weights.path, manifest)
     return benchmark, Upload(
-        weights=weights,
+        weights=b"",
+        staged=weights,
         manifest=manifest.model_dump(mode="json"),
         model_name=manifest.metadata.name,
         architecture=manifest.architecture.name,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -10,6 +11,7 @@ from sqlalchemy.orm import Session
 from api.schemas import (
     HUB_URL,
     BenchmarkPublic,
+    BenchmarkSummary,
     DatasetPublic,
     ERCellPublic,
     FacetsPublic,
@@ -23,7 +25,7 @@ from api.schemas import (
 from models import leaderboard as lb
 from models import storage
 from models.catalog import get_benchmark, list_benchmarks
-from models.entities import LeaderboardEntry, Submission, User
+from models.entities import Benchmark, LeaderboardEntry, Submission, User
 from models.errors import NotFoundError
 from models.settings import Settings
 from models.states import SubmissionState
@@ -32,9 +34,35 @@ from models.submissions import get_visible, visibility_filter
 RECORDS_URL = "/api/v1/results/{submission_id}/records/{test_set}"
 
 
-def benchmarks(session: Session, *, viewer: User | None) -> list[BenchmarkPublic]:
-    """Every benchmark with its test sets and the number of entries the viewer can see."""
-    counts = dict(
+#: Public shapes of the benchmarks (entries left at 0) by id, with the version they were built
+#: from: a definition changes only through ``upsert_benchmark``, which moves its sha256 and
+#: ``updated_at``, so a page of hundreds of test sets is built once per process, not per request.
+_SHAPES: dict[int, tuple[tuple[Any, ...], BenchmarkPublic, BenchmarkSummary]] = {}
+
+
+def _shapes(session: Session) -> list[tuple[int, BenchmarkPublic, BenchmarkSummary]]:
+    """(id, full shape, list shape) of every benchmark, by name, from the cache when current."""
+    rows = session.execute(
+        select(
+            Benchmark.id,
+            Benchmark.definition_sha256,
+            Benchmark.definition_version,
+            Benchmark.updated_at,
+        ).order_by(Benchmark.name)
+    ).all()
+    out = []
+    for benchmark_id, *version in rows:
+        cached = _SHAPES.get(benchmark_id)
+        if cached is None or cached[0] != tuple(version):
+            full = BenchmarkPublic.of(session.get_one(Benchmark, benchmark_id), entries=0)
+            cached = (tuple(version), full, BenchmarkSummary.of(full))
+            _SHAPES[benchmark_id] = cached
+        out.append((benchmark_id, cached[1], cached[2]))
+    return out
+
+
+def _entry_counts(session: Session, viewer: User | None) -> dict[int, int]:
+    return dict(
         session.execute(
             select(LeaderboardEntry.benchmark_id, func.count())
             .join(Submission, Submission.id == LeaderboardEntry.submission_id)
@@ -42,7 +70,28 @@ def benchmarks(session: Session, *, viewer: User | None) -> list[BenchmarkPublic
             .group_by(LeaderboardEntry.benchmark_id)
         ).all()
     )
-    return [BenchmarkPublic.of(b, entries=counts.get(b.id, 0)) for b in list_benchmarks(session)]
+
+
+def benchmarks(session: Session, *, viewer: User | None) -> list[BenchmarkPublic]:
+    """Every benchmark with its test sets and the number of entries the viewer can see."""
+    counts = _entry_counts(session, viewer)
+    return [
+        full.model_copy(update={"entries": counts.get(benchmark_id, 0)})
+        for benchmark_id, full, _ in _shapes(session)
+    ]
+
+
+def benchmark_summaries(
+    session: Session, *, viewer: User | None, offset: int, limit: int
+) -> tuple[int, list[BenchmarkSummary]]:
+    """A page of the benchmark list (brief test sets) and the total number of benchmarks."""
+    counts = _entry_counts(session, viewer)
+    shapes = _shapes(session)
+    page = [
+        summary.model_copy(update={"entries": counts.get(benchmark_id, 0)})
+        for benchmark_id, _, summary in shapes[offset : offset + limit]
+    ]
+    return len(shapes), page
 
 
 def benchmark(session: Session, name: str, *, viewer: User | None) -> BenchmarkPublic:

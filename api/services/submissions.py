@@ -2,49 +2,76 @@
 
 from __future__ import annotations
 
-from typing import BinaryIO
-
+from fastapi import Request
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from api.queue import JobQueue
 from api.schemas import QuotaPublic, SubmissionList, SubmissionPublic, TestSetProgress
-from api.services.intake import build_upload, read_capped
+from api.services.intake import build_upload
+from api.services.upload_stream import ReceivedUpload, receive_upload
 from models import submissions as crud
 from models.entities import Submission, User
-from models.errors import ServiceUnavailableError
+from models.errors import IntakeError, ServiceUnavailableError
 from models.pipeline import fail
 from models.settings import Settings
 from models.shards import recorded
 from models.states import Reason, SubmissionState
 
 
-def submit(
+async def submit(
+    request: Request,
     session: Session,
     queue: JobQueue,
     *,
     user: User,
-    weights: BinaryIO,
-    manifest: BinaryIO,
     settings: Settings,
-    is_private: bool = False,
-    extra_data: bool = False,
-    venue: str | None = None,
 ) -> Submission:
-    """Check, store and enqueue an upload. Returns the new submission, or a ``duplicate`` row.
+    """Check, store and enqueue the upload in ``request``'s body. Returns the new submission, or
+    a ``duplicate`` row.
 
-    Raises IntakeError/PayloadTooLargeError (nothing stored), QuotaExceededError, and
-    ServiceUnavailableError when the queue is down (the submission is then marked failed).
+    The quotas are checked before the body is read (and again, authoritatively, in the
+    transaction that creates the rows); the weights stream to a staged file. Raises
+    QuotaExceededError, IntakeError/PayloadTooLargeError (nothing stored), and
+    ServiceUnavailableError when the queue is down (the submission is then marked failed, and
+    the error names it).
     """
-    manifest_bytes = read_capped(manifest, limit=settings.max_manifest_bytes, part="manifest")
-    weights_bytes = read_capped(weights, limit=settings.max_weights_bytes, part="weights")
+    await run_in_threadpool(crud.check_quotas, session, user, settings=settings)
+    received = await receive_upload(request, settings=settings)
+    try:
+        return await run_in_threadpool(
+            _accept, session, queue, received, user=user, settings=settings
+        )
+    finally:
+        received.discard()
+
+
+def _accept(
+    session: Session,
+    queue: JobQueue,
+    received: ReceivedUpload,
+    *,
+    user: User,
+    settings: Settings,
+) -> Submission:
+    if received.manifest is None:
+        raise IntakeError(
+            "the form part 'manifest' is missing; send the JSON manifest as a part named manifest",
+            code="invalid_request",
+        )
+    if received.weights is None:
+        raise IntakeError(
+            "the form part 'weights' is missing; send the .safetensors file as a part named "
+            "weights",
+            code="invalid_request",
+        )
     benchmark, upload = build_upload(
         session,
-        weights=weights_bytes,
-        manifest_bytes=manifest_bytes,
-        settings=settings,
-        is_private=is_private,
-        extra_data=extra_data,
-        venue=venue,
+        weights=received.weights,
+        manifest_bytes=received.manifest,
+        is_private=received.private,
+        extra_data=received.extra_data,
+        venue=received.venue,
     )
     submission = crud.create_submission(
         session, user=user, benchmark=benchmark, upload=upload, settings=settings
@@ -55,6 +82,8 @@ def submit(
 
 
 def _enqueue(session: Session, queue: JobQueue, submission_id: int) -> None:
+    """Queue validation; if the broker is down, mark the submission failed (queue_unavailable,
+    which does not count against the submitter's quota) and raise an error naming it."""
     try:
         queue.enqueue_validation(submission_id)
     except ServiceUnavailableError as err:
@@ -64,20 +93,40 @@ def _enqueue(session: Session, queue: JobQueue, submission_id: int) -> None:
             reason=Reason.QUEUE_UNAVAILABLE.value,
             message=f"could not queue validation: {err}",
         )
-        raise
+        raise ServiceUnavailableError(
+            f"{err}. Submission {submission_id} was recorded as failed (queue_unavailable, "
+            "which counts against no quota); try again later",
+            submission_id=submission_id,
+        ) from err
 
 
-def public(session: Session, submission: Submission, *, events: bool = False) -> SubmissionPublic:
-    """Public shape with the live queue position."""
+def public(
+    session: Session,
+    submission: Submission,
+    *,
+    viewer: User | None,
+    events: bool = False,
+) -> SubmissionPublic:
+    """Public shape with the live queue position, as ``viewer`` may see it: ``duplicate_of`` is
+    hidden (null) when the original is another user's private or hidden entry, as its message
+    already is."""
+    original = (
+        session.get(Submission, submission.duplicate_of_id)
+        if submission.duplicate_of_id is not None
+        else None
+    )
     return SubmissionPublic.of(
-        submission, queue_position=crud.queue_position(session, submission), with_events=events
+        submission,
+        queue_position=crud.queue_position(session, submission),
+        with_events=events,
+        show_duplicate_of=original is not None and crud.can_see(original, viewer),
     )
 
 
 def status(session: Session, submission_id: int, *, viewer: User) -> SubmissionPublic:
     """State, reason, progress and queue position (owner and admins only)."""
     submission = crud.get_visible(session, submission_id, viewer=viewer, owner_only=True)
-    return public(session, submission, events=True)
+    return public(session, submission, viewer=viewer, events=True)
 
 
 def progress_by_test_set(
@@ -109,12 +158,12 @@ def list_own(
         total=total,
         offset=offset,
         limit=limit,
-        items=[public(session, s) for s in rows],
+        items=[public(session, s, viewer=user) for s in rows],
     )
 
 
 def cancel(session: Session, submission_id: int, *, user: User) -> SubmissionPublic:
-    return public(session, crud.cancel(session, submission_id, by=user), events=True)
+    return public(session, crud.cancel(session, submission_id, by=user), viewer=user, events=True)
 
 
 def rerun(
@@ -124,11 +173,12 @@ def rerun(
     *,
     fresh: bool,
     settings: Settings,
+    admin: User,
 ) -> SubmissionPublic:
     """Admin re-run: reset to ``submitted`` and queue validation again."""
     submission = crud.rerun(session, submission_id, fresh=fresh, settings=settings)
     _enqueue(session, queue, submission.id)
-    return public(session, submission, events=True)
+    return public(session, submission, viewer=admin, events=True)
 
 
 def quota(session: Session, user: User, *, settings: Settings) -> QuotaPublic:

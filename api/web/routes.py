@@ -18,8 +18,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
+from pydantic import Field
 
-from api.deps import SessionDep, SettingsDep
+from api.deps import MAX_ID, RowId, SessionDep, SettingsDep
 from api.errors import status_for
 from api.schemas import BenchmarkPublic, ResultsPublic
 from api.services import leaderboards as lb_service
@@ -136,6 +137,8 @@ def _error_page(request: Request, status: int, message: str) -> Response:
 
 
 router = APIRouter(route_class=HTMLRoute, include_in_schema=False)
+#: Ids in query strings, bounded like ``RowId`` so an absurd id is a 422 page, never a 500.
+WebId = Annotated[int, Field(ge=1, le=MAX_ID)]
 
 
 def render(
@@ -256,12 +259,14 @@ def model_page(
     session: SessionDep,
     settings: SettingsDep,
     viewer: WebViewer,
-    submission_id: int,
+    submission_id: RowId,
 ) -> HTMLResponse:
     """Everything about one entry: curves, p_A distribution, CIFAR-F maps, bands, the base
     classifier's robustness (seed 004), provenance."""
     results = lb_service.results(session, submission_id, viewer=viewer)
-    submission = sub_service.public(session, get_visible(session, submission_id, viewer=viewer))
+    submission = sub_service.public(
+        session, get_visible(session, submission_id, viewer=viewer), viewer=viewer
+    )
     bench = lb_service.benchmark(session, results.benchmark, viewer=viewer)
     context: dict[str, Any] = {
         "viewer": viewer,
@@ -345,7 +350,7 @@ def compare_page(
     session: SessionDep,
     settings: SettingsDep,
     viewer: WebViewer,
-    id: Annotated[list[int], Query()] = [],  # noqa: B006 (FastAPI reads the default)
+    id: Annotated[list[WebId], Query()] = [],  # noqa: B006 (FastAPI reads the default)
 ) -> HTMLResponse:
     """Two to four entries of one benchmark side by side, their curves overlaid."""
     ids = list(dict.fromkeys(id))
@@ -364,7 +369,10 @@ def compare_page(
             code="invalid_request",
         )
     bench = lb_service.benchmark(session, entries[0].benchmark, viewer=viewer)
-    submissions = [sub_service.public(session, get_visible(session, i, viewer=viewer)) for i in ids]
+    submissions = [
+        sub_service.public(session, get_visible(session, i, viewer=viewer), viewer=viewer)
+        for i in ids
+    ]
     curves = [
         figures.EntryCurves(
             _label(e),
@@ -477,7 +485,7 @@ def my_submissions(
 
 @router.get("/submissions/{submission_id}", response_class=HTMLResponse, name="web_status")
 def submission_status(
-    request: Request, session: SessionDep, viewer: WebViewer, submission_id: int
+    request: Request, session: SessionDep, viewer: WebViewer, submission_id: RowId
 ) -> Response:
     """State, reason, progress per test set and queue position; refreshes while active."""
     if viewer is None:
@@ -510,7 +518,7 @@ def _progress_by_test_set(
 
 @router.post("/submissions/{submission_id}/cancel", name="web_cancel")
 def cancel_submission(
-    request: Request, session: SessionDep, viewer: WebViewer, submission_id: int
+    request: Request, session: SessionDep, viewer: WebViewer, submission_id: RowId
 ) -> Response:
     check_same_origin(request)
     if viewer is None:

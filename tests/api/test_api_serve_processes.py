@@ -1,0 +1,129 @@
+"""``certbench serve`` uses several API processes (issue 19 §9) on the embedded defaults: SQLite
+and the embedded broker take concurrent uploads from every process, and start-up prepares what
+the processes share (migrations, broker tables) and removes partial uploads a killed run left
+(§7)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import drain_validations
+from service_factories import make_user, manifest, weights_bytes
+
+from api.commands import prepare_service
+from models.artifacts import INCOMING_DIR
+from models.db import dispose_engines, session_scope
+from models.queue import embedded_broker_path
+from models.settings import Settings
+
+ADMIN = [sys.executable, "-c", "from certbench.cli import main; main()"]
+
+
+def test_prepare_service_sweeps_partials_and_creates_the_broker(tmp_path: Path):
+    settings = Settings(data_dir=tmp_path / "data", environment="test")
+    incoming = settings.artifacts_dir / INCOMING_DIR
+    incoming.mkdir(parents=True)
+    stale = incoming / ".upload-killed.tmp"
+    stale.write_bytes(b"\0" * 4096)
+    old = time.time() - settings.partial_upload_grace_seconds - 1
+    os.utime(stale, (old, old))
+    try:
+        prepare_service(settings, load_benchmarks=False)
+    finally:
+        dispose_engines()
+    assert not stale.exists()
+    assert embedded_broker_path(settings).is_file()
+
+
+def _children(pid: int) -> list[str]:
+    """Command lines of the direct children of ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid:
+            found.append(command)
+    return found
+
+
+@pytest.mark.slow
+def test_serve_runs_several_api_processes_over_sqlite(tmp_path: Path):
+    port = _free_port()
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CERTBENCH_")}
+    env |= {"CERTBENCH_DATA_DIR": str(data), "CERTBENCH_PORT": str(port),
+            "CERTBENCH_QUOTA_CONCURRENT": "50"}  # fmt: skip
+    process = subprocess.Popen(
+        [*ADMIN, "serve", "--workers", "2", "--no-worker"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(base, process, time.monotonic() + 240)
+        spawned = [c for c in _children(process.pid) if "multiprocessing" in c]
+        assert len(spawned) >= 2, _children(process.pid)
+        settings = Settings(data_dir=data, environment="test")
+        with session_scope(settings) as session:
+            _, token = make_user(session, "alice")
+        headers = {"Authorization": f"Bearer {token}"}
+
+        def upload(i: int) -> int:
+            files = {
+                "weights": ("w.safetensors", weights_bytes(), "application/octet-stream"),
+                "manifest": (
+                    "m.json",
+                    json.dumps(manifest(benchmark="cifar10", name=f"model-{i}")),
+                    "application/json",
+                ),
+            }
+            with httpx.Client(timeout=120) as client:
+                return client.post(
+                    f"{base}/api/v1/submissions", headers=headers, files=files
+                ).status_code
+
+        with ThreadPoolExecutor(8) as pool:
+            statuses = list(pool.map(upload, range(8)))
+        assert statuses == [202] * 8
+        queued = drain_validations(settings)
+        assert sorted(queued) == list(range(1, 9))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=60)[0].decode(errors="replace")
+        dispose_engines()
+    assert "serving the API with 2 process(es)" in output
+
+
+def _wait_ready(base: str, process: subprocess.Popen, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "certbench serve exited early"
+        try:
+            if httpx.get(f"{base}/ready", timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(1)
+    raise AssertionError("certbench serve did not become ready in time")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -1,0 +1,67 @@
+"""One user's rejected upload never breaks another user's run (issue 19 §1), on the real stack:
+PostgreSQL, Redis, the API and a real ``certbench worker`` process.
+
+Weights are stored once per content. Alice's ResNet-20 runs; meanwhile Bob uploads the same bytes
+declared as a ResNet-56 (another manifest, so another artifact sharing the file). The worker
+rejects Bob's (state_dict_mismatch) between two of Alice's shards and releases his artifact; the
+file must stay, since Alice's run still needs it, and her remaining shards must run on it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from flow import put_benchmark, submit, wait_state
+from processes import wait_for
+from sqlalchemy import select
+from support import TEST_SETS, manifest, tiny_model, weights_bytes
+
+from models import storage
+from models.db import session_scope
+from models.entities import Shard, SubmissionEvent
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+N = 2000
+"""Samples per image: each shard takes seconds on CPU, so Bob's upload lands mid-run."""
+
+
+def test_a_rejected_upload_of_the_same_bytes_keeps_the_running_ones_weights(stack, tmp_path):
+    put_benchmark(stack.admin, stack.root / "shared-dataset", name="shared", n=N)
+    alice, bob = stack.submitter("alice-shared"), stack.submitter("bob-shared")
+    weights = weights_bytes(tiny_model(seed=21), tmp_path)
+    first = submit(alice, weights, manifest(benchmark="shared"))
+    assert first.status_code == 202, first.text
+    sid = first.json()["id"]
+
+    def mid_run() -> dict | None:
+        body = alice.get(f"/api/v1/submissions/{sid}").json()
+        assert body["state"] != "finished", "finished before the second upload"
+        return body if body["state"] == "running" and body["shards_done"] >= 1 else None
+
+    wait_for(mid_run, timeout=400, what="a first shard of alice's run", services=stack.services())
+    claim = manifest(benchmark="shared", architecture={"name": "cifar_resnet56", "kwargs": {}})
+    second = submit(bob, weights, claim)
+    assert second.status_code == 202, second.text
+    assert second.json()["weights_sha256"] == first.json()["weights_sha256"]
+    rejected = wait_state(
+        bob, second.json()["id"], {"rejected"}, services=stack.services(), timeout=400
+    )
+    assert rejected["reason"] == "state_dict_mismatch"
+
+    done = wait_state(alice, sid, {"finished"}, services=stack.services(), timeout=600)
+    assert done["shards_done"] == done["shards_total"] == 2 * len(TEST_SETS)
+    path = storage.resolve(
+        stack.settings.artifacts_dir, storage.weights_relpath(first.json()["weights_sha256"])
+    )
+    assert path.read_bytes() == weights
+    with session_scope(stack.settings) as session:
+        rejected_at = session.scalar(
+            select(SubmissionEvent.at).where(
+                SubmissionEvent.submission_id == second.json()["id"],
+                SubmissionEvent.to_state == "rejected",
+            )
+        )
+        later = session.scalars(
+            select(Shard).where(Shard.submission_id == sid, Shard.created_at > rejected_at)
+        ).all()
+    assert later, "every shard ran before the rejection: the interleaving was not exercised"
