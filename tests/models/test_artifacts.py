@@ -18,6 +18,7 @@ from models.errors import ConflictError
 from models.settings import Settings
 from models.states import Reason, SubmissionState
 from models.submissions import create_submission, rerun
+from models.work import get_work_item
 
 S = SubmissionState
 
@@ -46,7 +47,7 @@ def test_rejecting_one_artifact_keeps_the_file_another_uses(session: Session, se
         session, second.id, reason=Reason.STATE_DICT_MISMATCH.value, message="no", settings=settings
     )
     assert path.read_bytes() == upload().weights
-    item = pipeline.get_work_item(session, first.id, settings=settings)
+    item = get_work_item(session, first.id, settings=settings)
     assert item.weights_path == path
 
     # The last user gone, the file goes, for every artifact that shared it.
@@ -63,7 +64,7 @@ def test_rejecting_one_artifact_keeps_the_file_another_uses(session: Session, se
         session, user=alice, benchmark=benchmark, upload=upload(name="third"), settings=settings
     )
     assert path.read_bytes() == upload().weights
-    assert pipeline.get_work_item(session, again.id, settings=settings).weights_path == path
+    assert get_work_item(session, again.id, settings=settings).weights_path == path
 
 
 def test_finished_and_failed_runs_keep_their_weights(session: Session, settings: Settings):
