@@ -19,6 +19,7 @@ from models.entities import (
     User,
 )
 from models.leaderboard import HIGHER_IS_BETTER, LeaderboardPage
+from models.run_seeds import SeedView
 from models.stages.certification import TestSetResult
 from models.stages.pd_robustness import RobustnessResult
 from models.states import SubmissionState
@@ -117,7 +118,12 @@ class ProtocolPublic(BaseModel):
     n0: int
     n: int
     alpha: float
-    seed: int
+    seed: int = Field(
+        description=(
+            "public seed for local, reproducible CLI runs; the service never uses it: every "
+            "run draws its own secret seed (see a submission's `seed`)"
+        )
+    )
 
 
 class TestSetPublic(BaseModel):
@@ -250,6 +256,40 @@ class DatasetPublic(BaseModel):
 # ---- submissions ------------------------------------------------------------------------------
 
 
+class SeedPublic(BaseModel):
+    """The noise seed of a submission's current run (commit-reveal, ``models.run_seeds``)."""
+
+    kind: Literal["secret", "public"] = Field(
+        description=(
+            "secret: drawn for this run, committed at queue time, revealed when it ends; "
+            "public: the benchmark's public seed (runs from before commit-reveal)"
+        )
+    )
+    commitment: str = Field(
+        description="SHA-256 (hex) of the seed as written: `printf %s SEED | sha256sum`"
+    )
+    revealed: bool = Field(description="whether the run has ended and `value` is shown")
+    value: str | None = Field(
+        description=(
+            "the seed (0x-hex for a secret seed), null until the run has finished, failed or "
+            "been cancelled; `certbench certify ... --seed VALUE` reproduces the records"
+        )
+    )
+    drawn_at: datetime | None
+
+    @classmethod
+    def of(cls, seed: SeedView | None) -> SeedPublic | None:
+        if seed is None:
+            return None
+        return cls(
+            kind=seed.kind,  # type: ignore[arg-type]
+            commitment=seed.commitment,
+            revealed=seed.revealed,
+            value=seed.value,
+            drawn_at=seed.drawn_at,
+        )
+
+
 class EventPublic(BaseModel):
     at: datetime
     from_state: SubmissionState | None
@@ -290,6 +330,10 @@ class SubmissionPublic(BaseModel):
     finished_at: datetime | None
     heartbeat_at: datetime | None
     events: list[EventPublic] | None = None
+    seed: SeedPublic | None = Field(
+        default=None,
+        description="the run's noise seed: its commitment, and the seed once the run has ended",
+    )
 
     @classmethod
     def of(
@@ -298,6 +342,7 @@ class SubmissionPublic(BaseModel):
         *,
         queue_position: int | None,
         with_events: bool = False,
+        seed: SeedView | None = None,
     ) -> SubmissionPublic:
         artifact = submission.artifact
         return cls(
@@ -343,6 +388,7 @@ class SubmissionPublic(BaseModel):
             ]
             if with_events
             else None,
+            seed=SeedPublic.of(seed),
         )
 
 
@@ -665,6 +711,10 @@ class ResultsPublic(BaseModel):
     stages: list[StageResultPublic] = Field(
         default_factory=list,
         description="every stored stage result (each stage's summary per unit), for any stage",
+    )
+    seed: SeedPublic | None = Field(
+        default=None,
+        description="the run's noise seed: its commitment, and the seed once the run has ended",
     )
 
 

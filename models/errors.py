@@ -88,3 +88,11 @@ class ServiceUnavailableError(ServiceError):
     """A backing service (database, broker) cannot be reached; retry later."""
 
     code = "unavailable"
+
+
+class DatasetMismatchError(ServiceError):
+    """The data a worker loaded is not the data the benchmark definition pins (its content hash
+    differs, or the pin cannot be checked where the data is read): the run fails with reason
+    ``dataset_mismatch`` instead of scoring other bytes (``models.data_pins``)."""
+
+    code = "dataset_mismatch"

@@ -17,7 +17,7 @@ from sqlalchemy import ColumnElement, Select, and_, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from models import storage
+from models import run_seeds, storage
 from models.base import utcnow
 from models.entities import Artifact, Benchmark, Role, Submission, SubmissionEvent, User
 from models.errors import InvalidTransitionError, NotFoundError, QuotaExceededError
@@ -169,6 +169,7 @@ def create_submission(
         )
         session.add(submission)
         session.flush()
+        run_seeds.draw(session, submission.id)  # the run's secret noise seed, committed
         session.add(
             SubmissionEvent(submission_id=submission.id, to_state=S.SUBMITTED, message="uploaded")
         )

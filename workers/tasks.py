@@ -26,6 +26,7 @@ from certbench.errors import DataSourceError, ThreatModelError
 from models import pipeline, results, shards, storage
 from models.db import session_scope
 from models.entities import Submission
+from models.errors import DatasetMismatchError
 from models.settings import Settings, get_settings
 from models.stages import registry
 from models.stages.base import RunContext, ShardSpec
@@ -321,6 +322,8 @@ def _run_leased(
             f"{settings.shard_soft_time_limit_seconds} s; lower {size_setting} or raise "
             "CERTBENCH_SHARD_SOFT_TIME_LIMIT_SECONDS, then re-run",
         )
+    except DatasetMismatchError as err:
+        return _fail(settings, submission_id, Reason.DATASET_MISMATCH, str(err))
     except DataSourceError as err:
         return _fail(settings, submission_id, Reason.DATASET_UNAVAILABLE, str(err))
     except ThreatModelError as err:

@@ -16,11 +16,12 @@ from api.schemas import (
     Metrics,
     ResultsPublic,
     RobustnessPublic,
+    SeedPublic,
     StageResultPublic,
     TestSetResultPublic,
 )
 from models import leaderboard as lb
-from models import storage
+from models import run_seeds, storage
 from models.catalog import get_benchmark, list_benchmarks
 from models.entities import LeaderboardEntry, Submission, User
 from models.errors import NotFoundError
@@ -120,6 +121,21 @@ def results(session: Session, submission_id: int, *, viewer: User | None) -> Res
     """Per-test-set results (and the summary once finished) of a submission the viewer may see,
     with its base-classifier robustness where the benchmark measures it."""
     submission = get_visible(session, submission_id, viewer=viewer)
+    seed = SeedPublic.of(run_seeds.view(session, submission))
+    if not run_seeds.is_revealed(submission.state):
+        # Results are stored just before the run is marked finished and carry its seed: none
+        # is served until the run has ended (commit-reveal).
+        return ResultsPublic(
+            submission_id=submission.id,
+            benchmark=submission.benchmark.name,
+            model_name=submission.model_name,
+            state=submission.state,
+            protocol_version=submission.protocol_version,
+            manifest=dict(submission.artifact.manifest),
+            summary=None,
+            results=[],
+            seed=seed,
+        )
     entry = lb.entry_of(session, submission)
     robustness = lb.robustness_of(session, submission)
     return ResultsPublic(
@@ -141,14 +157,24 @@ def results(session: Session, submission_id: int, *, viewer: User | None) -> Res
         ],
         robustness=RobustnessPublic.of(robustness) if robustness is not None else None,
         stages=[StageResultPublic.of(row) for row in lb.stage_results(session, submission)],
+        seed=seed,
     )
 
 
 def records_file(
     session: Session, submission_id: int, test_set: str, *, viewer: User | None, settings: Settings
 ) -> Path:
-    """Path of the per-image records parquet of one test set. Raises NotFoundError."""
+    """Path of the per-image records parquet of one test set. Raises NotFoundError.
+
+    Merged records carry the run's seed in their metadata: they are served only once the run
+    has ended (commit-reveal); shard files are never served.
+    """
     submission = get_visible(session, submission_id, viewer=viewer)
+    if not run_seeds.is_revealed(submission.state):
+        raise NotFoundError(
+            f"submission {submission_id} is {submission.state}: its records are served once "
+            "the run has ended"
+        )
     result = lb.result_for(session, submission, test_set)
     path = storage.resolve(settings.artifacts_dir, result.records_path)
     if not path.is_file():

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from api.queue import JobQueue
 from api.schemas import QuotaPublic, SubmissionList, SubmissionPublic, TestSetProgress
 from api.services.intake import build_upload, read_capped
+from models import run_seeds
 from models import submissions as crud
 from models.entities import Submission, User
 from models.errors import ServiceUnavailableError
@@ -70,7 +71,10 @@ def _enqueue(session: Session, queue: JobQueue, submission_id: int) -> None:
 def public(session: Session, submission: Submission, *, events: bool = False) -> SubmissionPublic:
     """Public shape with the live queue position."""
     return SubmissionPublic.of(
-        submission, queue_position=crud.queue_position(session, submission), with_events=events
+        submission,
+        queue_position=crud.queue_position(session, submission),
+        with_events=events,
+        seed=run_seeds.view(session, submission),
     )
 
 

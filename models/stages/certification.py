@@ -2,7 +2,7 @@
 
 Units are the benchmark's test sets; a shard certifies images ``[start, stop)`` of one test set's
 protocol subset with ``certbench.smoothing.certify``, whose per-image random streams derive from
-(benchmark seed, test set, image index), so any sharding gives the records of one unsharded run.
+(the run's seed, test set, image index), so any sharding gives the records of one unsharded run.
 Merging computes each test set's metrics from its per-image records (``certbench.metrics``) and the
 leaderboard figures: mACR, certified accuracy on the radius grid, the p̂_A distribution (seed 001),
 band means (seed 000 Table 1). The stage's protocol is the benchmark's own (``protocol`` and
@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from models.entities import StageResult, TestSet
+from models.errors import StorageError
 from models.queue import DEFAULT_QUEUE
 from models.settings import Settings
 from models.stages.base import (
@@ -31,6 +32,7 @@ from models.stages.base import (
     StageOutcome,
     Unit,
     UnitResult,
+    run_seed_metadata,
 )
 from models.stages.registry import register
 from models.work import TestSetSpec, WorkItem
@@ -66,9 +68,10 @@ class Certification(Stage):
 
         from certbench.records import write_records
         from certbench.smoothing import certify
-        from models.stages.inputs import images_for, model_for
+        from models.stages.inputs import data_hashes, images_for, model_for
 
         test_set = _test_set(item, shard.unit)
+        hashes = data_hashes(test_set)  # raises DatasetMismatchError before any work
         images = images_for(test_set)
         window = slice(shard.start, shard.stop)
         done = 0
@@ -93,7 +96,8 @@ class Certification(Stage):
             test_set=test_set.name,
             on_record=on_record,
         )
-        write_records(records, context.target, metadata=records_metadata(item, test_set, shard))
+        metadata = {**records_metadata(item, test_set, shard), "data_hashes": hashes}
+        write_records(records, context.target, metadata=metadata)
         return ShardOutput(count=len(records))
 
     def merge(
@@ -131,6 +135,7 @@ class Certification(Stage):
         from certbench.records import read_table, table_to_records, write_records
 
         tables = [read_table(s.path) for s in sorted(shards, key=lambda s: s.start)]
+        hashes = shard_data_hashes(tables, test_set=test_set.name)
         records = table_to_records(
             pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
         )
@@ -143,6 +148,7 @@ class Certification(Stage):
                 "test_set": test_set.name,
                 "protocol_version": item.protocol_version,
                 "evaluator_version": context.evaluator_version,
+                **run_seed_metadata(item),
             },
         )
         summary = summarize(records)
@@ -161,7 +167,8 @@ class Certification(Stage):
             count=summary.count,
             seconds=float(sum(s.seconds for s in shards)),
             protocol={"n0": item.n0, "n": item.n, "alpha": item.alpha, "sigma": item.sigma},
-            seeds={"seed": item.seed},
+            seeds=run_seed_metadata(item),
+            data_hashes=hashes,
         )
 
     def all_metric_specs(self) -> list[MetricSpec]:
@@ -258,8 +265,37 @@ def leaderboard_metrics(item: WorkItem, results: Sequence[UnitResult]) -> dict[s
     return metrics
 
 
+def shard_data_hashes(tables: Sequence[Any], *, test_set: str) -> dict[str, str]:
+    """The data hashes every shard of a test set recorded (``models.stages.inputs.data_hashes``).
+
+    Raises StorageError when shards were computed on different bytes (the dataset changed
+    during the run): their records must not be merged. Shards written before data pinning
+    carry none and are skipped.
+    """
+    import json
+
+    from certbench.records import METADATA_KEY
+
+    seen = []
+    for table in tables:
+        raw = (table.schema.metadata or {}).get(METADATA_KEY)
+        found = json.loads(raw).get("data_hashes") if raw else None
+        if found and found not in seen:
+            seen.append(found)
+    if len(seen) > 1:
+        raise StorageError(
+            f"the shards of test set {test_set!r} were computed on different data "
+            f"({[h.get('sha256') for h in seen]}); re-run the submission fresh"
+        )
+    return dict(seen[0]) if seen else {}
+
+
 def records_metadata(item: WorkItem, test_set: TestSetSpec, shard: ShardSpec) -> dict[str, object]:
-    """What rides with a shard's parquet file, so it can be traced without the database."""
+    """What rides with a shard's parquet file, so it can be traced without the database.
+
+    Shard files are written while the run is going on, so they name the seed's commitment, never
+    the seed; the merged file (served once the run has ended) carries the seed itself.
+    """
     return {
         "submission_id": item.submission_id,
         "benchmark": item.benchmark,
@@ -268,7 +304,8 @@ def records_metadata(item: WorkItem, test_set: TestSetSpec, shard: ShardSpec) ->
         "start": shard.start,
         "stop": shard.stop,
         "protocol_version": item.protocol_version,
-        "seed": item.seed,
+        "seed_commitment": item.seed_commitment,
+        "seed_kind": item.seed_kind,
         "n0": item.n0,
         "n": item.n,
         "alpha": item.alpha,
