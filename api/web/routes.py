@@ -271,6 +271,11 @@ def model_page(
         "active": results.state in ACTIVE_STATES,
     }
     context["stage_sections"] = stage_web.sections(results, bench)
+    context["data_pins_rows"] = [
+        {"unit": row.unit, "hashes": row.data_hashes}
+        for row in results.stages
+        if row.stage == "certification" and row.data_hashes
+    ]
     if results.results:
         curves = figures.set_curves(session, results, viewer=viewer, settings=settings)
         context["charts"]["certified"] = figures.certified_accuracy_chart(results, curves)

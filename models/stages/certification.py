@@ -93,7 +93,7 @@ class Certification(Stage):
             seed=item.seed,
             device=context.device,
             indices=images.indices[window],
-            test_set=test_set.name,
+            test_set=stream_key(item, test_set),
             on_record=on_record,
         )
         metadata = {**records_metadata(item, test_set, shard), "data_hashes": hashes}
@@ -149,6 +149,7 @@ class Certification(Stage):
                 "protocol_version": item.protocol_version,
                 "evaluator_version": context.evaluator_version,
                 **run_seed_metadata(item),
+                "noise_stream_key": stream_key(item, test_set),
             },
         )
         summary = summarize(records)
@@ -265,6 +266,19 @@ def leaderboard_metrics(item: WorkItem, results: Sequence[UnitResult]) -> dict[s
     return metrics
 
 
+def stream_key(item: WorkItem, test_set: TestSetSpec) -> str:
+    """The test-set key of the per-image noise streams.
+
+    ``certbench certify``'s key, ``<config>/<split>``, so that the CLI reproduces a run from its
+    revealed seed with the options a user passes anyway (``--dataset --config --seed``). Runs
+    with the benchmark's public seed (from before commit-reveal) keep the key they were computed
+    with, the test set's name, so that resumed shards still match.
+    """
+    if item.seed_kind != "secret":
+        return test_set.name
+    return f"{test_set.config or 'default'}/{test_set.split}"
+
+
 def shard_data_hashes(tables: Sequence[Any], *, test_set: str) -> dict[str, str]:
     """The data hashes every shard of a test set recorded (``models.stages.inputs.data_hashes``).
 
@@ -306,6 +320,7 @@ def records_metadata(item: WorkItem, test_set: TestSetSpec, shard: ShardSpec) ->
         "protocol_version": item.protocol_version,
         "seed_commitment": item.seed_commitment,
         "seed_kind": item.seed_kind,
+        "noise_stream_key": stream_key(item, test_set),
         "n0": item.n0,
         "n": item.n,
         "alpha": item.alpha,

@@ -85,7 +85,7 @@ def test_kill_9_mid_submission_then_a_new_worker_finishes_it(stack, tmp_path):
         )
         reference = certify(
             model.eval(), images.as_float(), images.labels, sigma=0.25, n0=4, n=N,
-            alpha=0.001, seed=seed, indices=images.indices, test_set=name, device="cpu",
+            alpha=0.001, seed=seed, indices=images.indices, test_set=f"{name}/test", device="cpu",
         )  # fmt: skip
         assert [(r.index, r.prediction, r.n_a, r.n_y) for r in merged] == [
             (r.index, r.prediction, r.n_a, r.n_y) for r in reference

@@ -100,7 +100,7 @@ def test_sharded_records_equal_one_unsharded_certify(
             alpha=0.001,
             seed=seed,
             indices=images.indices,
-            test_set=name,
+            test_set=f"{name}/test",  # the noise stream key of `certbench certify`
             device="cpu",
         )
         assert [r.index for r in merged] == [0, 2]
