@@ -21,6 +21,7 @@ from models.entities import (
 from models.leaderboard import HIGHER_IS_BETTER, LeaderboardPage
 from models.run_seeds import SeedView
 from models.stages.certification import TestSetResult
+from models.stages.certification_intervals import CI_HIGH, CI_LOW, interval_keys
 from models.stages.pd_robustness import RobustnessResult
 from models.states import SubmissionState
 
@@ -435,10 +436,20 @@ PD_HELP = (
 )
 
 
+class IntervalPublic(BaseModel):
+    """A 95 % interval over the sampled images (``certbench.figure_intervals``)."""
+
+    ci_low: float | None
+    ci_high: float | None
+
+
 class Metrics(BaseModel):
     """Means over the benchmark's test sets (mACR = mean ACR; bands as in seed 000), and the
     base classifier's robustness (seed 004) where the benchmark has that stage. Figures of other
-    evaluation stages appear as further keys (their metric keys), null when not measured."""
+    evaluation stages appear as further keys (their metric keys), null when not measured.
+
+    Every certification figure carries its 95 % interval over the sampled images, both as
+    sibling fields ``<key>_ci_low``/``<key>_ci_high`` and in ``intervals``."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -466,14 +477,30 @@ class Metrics(BaseModel):
     test_sets: int
     count: int
     seconds: float
+    intervals: dict[str, IntervalPublic] = Field(
+        default_factory=dict,
+        description=(
+            "95 % interval over the sampled images of each certification figure (key → ci_low, "
+            "ci_high): Clopper-Pearson for a proportion on one test set, else a bootstrap over "
+            "source images shared by the test sets; null bounds for a figure not measured. "
+            "Empty for an entry aggregated before intervals (`certbench results "
+            "backfill-intervals` fills it)"
+        ),
+    )
 
     @classmethod
     def of(cls, entry: LeaderboardEntry) -> Metrics:
         figures = entry.metrics
         fixed = {"test_sets": entry.test_sets, "count": entry.count, "seconds": entry.seconds}
-        values = {name: figures.get(name) for name in cls.model_fields if name not in fixed}
+        declared = set(cls.model_fields) - {"intervals"}
+        values = {name: figures.get(name) for name in declared if name not in fixed}
         extra = {k: v for k, v in figures.items() if k not in cls.model_fields}
-        return cls(**values, **fixed, **extra)
+        intervals = {
+            key: IntervalPublic(ci_low=figures[key + CI_LOW], ci_high=figures.get(key + CI_HIGH))
+            for key in interval_keys()
+            if key + CI_LOW in figures
+        }
+        return cls(**values, **fixed, **extra, intervals=intervals)
 
 
 class LeaderboardRowPublic(BaseModel):
@@ -565,6 +592,15 @@ class TestSetResultPublic(BaseModel):
     protocol_version: str
     evaluator_version: str
     records_url: str
+    intervals: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "95 % intervals over this test set's images: acr (bootstrap), certified_accuracy by "
+            "radius, clean_accuracy and abstain_rate (Clopper-Pearson), pa_quantiles "
+            "(bootstrap), each {estimate, ci_low, ci_high, level, method}; pa_band_half_width "
+            "of the simultaneous band on the p_A curve"
+        ),
+    )
 
     @classmethod
     def of(cls, result: TestSetResult, *, records_url: str) -> TestSetResultPublic:
@@ -583,6 +619,7 @@ class TestSetResultPublic(BaseModel):
             protocol_version=result.protocol_version,
             evaluator_version=result.evaluator_version,
             records_url=records_url,
+            intervals=_json_safe(result.intervals),
         )
 
 

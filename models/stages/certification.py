@@ -12,7 +12,7 @@ band means (seed 000 Table 1). The stage's protocol is the benchmark's own (``pr
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -108,12 +108,19 @@ class Certification(Stage):
         settings: Settings,
     ) -> StageOutcome:
         """Merge each test set's shard records, compute its metrics and the leaderboard's."""
-        results = [
-            self._merge_test_set(item, ts, shards[ts.name], context) for ts in item.test_sets
-        ]
+        from certbench.records import write_table_atomic
+        from models.stages.certification_intervals import TERMS_UNIT, entry_intervals
+
+        merged = [self._merge_test_set(item, ts, shards[ts.name], context) for ts in item.test_sets]
+        results = [result for result, _ in merged]
+        bounds, terms = entry_intervals(
+            {r.unit: table for r, table in merged}, {ts.name: ts.band for ts in item.test_sets}
+        )
+        if terms is not None:
+            write_table_atomic(terms, context.target_for(TERMS_UNIT)[1])
         return StageOutcome(
             results=results,
-            metrics=leaderboard_metrics(item, results),
+            metrics={**leaderboard_metrics(item, results), **bounds},
             message=f"certified on {len(results)} test set(s)",
             entry={
                 "test_sets": len(results),
@@ -128,11 +135,13 @@ class Certification(Stage):
         test_set: TestSetSpec,
         shards: Sequence[RecordedShard],
         context: MergeContext,
-    ) -> UnitResult:
+    ) -> tuple[UnitResult, Any]:
+        """The test set's stored result and its merged records table."""
         import pyarrow as pa
 
         from certbench.metrics import summarize
-        from certbench.records import read_table, table_to_records, write_records
+        from certbench.records import read_table, records_to_table, table_to_records, write_records
+        from models.stages.certification_intervals import set_intervals
 
         tables = [read_table(s.path) for s in sorted(shards, key=lambda s: s.start)]
         hashes = shard_data_hashes(tables, test_set=test_set.name)
@@ -153,7 +162,8 @@ class Certification(Stage):
             },
         )
         summary = summarize(records)
-        return UnitResult(
+        table = records_to_table(records)
+        result = UnitResult(
             unit=test_set.name,
             summary={
                 "acr": summary.acr,
@@ -163,6 +173,7 @@ class Certification(Stage):
                 "pa_median": summary.pa_median,
                 "pa_quantiles": {f"{q:g}": v for q, v in summary.pa_quantiles.items()},
                 "protocol_version": item.protocol_version,
+                "intervals": set_intervals(table),
             },
             records_path=relpath,
             count=summary.count,
@@ -171,6 +182,7 @@ class Certification(Stage):
             seeds=run_seed_metadata(item),
             data_hashes=hashes,
         )
+        return result, table
 
     def all_metric_specs(self) -> list[MetricSpec]:
         hidden = [
@@ -348,6 +360,8 @@ class TestSetResult:
     protocol_version: str
     evaluator_version: str
     records_path: str
+    intervals: dict[str, Any] = field(default_factory=dict)
+    """95 % intervals of the figures (``FigureIntervals.to_dict``); empty before backfill."""
 
     @property
     def test_set_id(self) -> int:
@@ -371,4 +385,5 @@ class TestSetResult:
             protocol_version=summary["protocol_version"],
             evaluator_version=row.evaluator_version,
             records_path=row.records_path,
+            intervals=dict(summary.get("intervals") or {}),
         )
