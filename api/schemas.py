@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,6 +20,9 @@ from models.entities import (
 )
 from models.leaderboard import HIGHER_IS_BETTER, LeaderboardPage
 from models.run_seeds import SeedView
+
+if TYPE_CHECKING:
+    from certbench.intervals import PairedTest
 from models.stages.certification import TestSetResult
 from models.stages.certification_intervals import CI_HIGH, CI_LOW, interval_keys
 from models.stages.pd_robustness import RobustnessResult
@@ -503,6 +506,50 @@ class Metrics(BaseModel):
         return cls(**values, **fixed, **extra, intervals=intervals)
 
 
+class DifferencePublic(BaseModel):
+    estimate: float
+    ci_low: float
+    ci_high: float
+    level: float
+    method: str
+
+
+class PairedTestPublic(BaseModel):
+    """Entry A against entry B on the same images: the difference A − B of one figure (named by
+    its leaderboard key), its 95 % interval and the two-sided p-value of no difference."""
+
+    metric: str = Field(examples=["macr", "cert_acc_050", "band_low"])
+    estimate_a: float
+    estimate_b: float
+    difference: DifferencePublic
+    p_value: float
+    method: str = Field(examples=["paired cluster bootstrap", "exact mcnemar"])
+    tied: bool = Field(description="the difference is not significant at level `alpha` (0.05)")
+
+    @classmethod
+    def of(cls, metric: str, test: PairedTest, *, alpha: float) -> PairedTestPublic:
+        d = test.difference
+        return cls(
+            metric=metric,
+            estimate_a=test.estimate_a,
+            estimate_b=test.estimate_b,
+            difference=DifferencePublic(
+                estimate=d.estimate, ci_low=d.low, ci_high=d.high, level=d.level, method=d.method
+            ),
+            p_value=test.p_value,
+            method=test.method,
+            tied=not test.significant(alpha),
+        )
+
+
+class TiePublic(BaseModel):
+    """This entry against the entry ranked just above it, on the figure the page is sorted by."""
+
+    rank_above: int
+    tied: bool = Field(description="not significantly different from the entry above (p ≥ 0.05)")
+    test: PairedTestPublic
+
+
 class LeaderboardRowPublic(BaseModel):
     rank: int
     submission_id: int
@@ -522,6 +569,16 @@ class LeaderboardRowPublic(BaseModel):
     finished_at: datetime
     protocol_version: str
     metrics: Metrics
+    tied_with: int | None = Field(
+        default=None,
+        description=(
+            "rank of the entry just above when this entry does not differ significantly from it "
+            "in the sorted figure (paired test on the same images, p ≥ 0.05): shown as "
+            '"tied with #k"; null when it differs, for the first entry, or for a sort key '
+            "without paired tests (only mACR, certified accuracy and band means have them)"
+        ),
+    )
+    tie: TiePublic | None = Field(default=None, description="the test behind `tied_with`")
 
 
 class LeaderboardPublic(BaseModel):
@@ -753,6 +810,29 @@ class ResultsPublic(BaseModel):
         default=None,
         description="the run's noise seed: its commitment, and the seed once the run has ended",
     )
+
+
+class ComparedEntry(BaseModel):
+    submission_id: int
+    model_name: str
+    sigma: float
+
+
+class PairComparisonPublic(BaseModel):
+    a: int = Field(description="submission id of entry A")
+    b: int = Field(description="submission id of entry B")
+    tests: list[PairedTestPublic]
+
+
+class ComparisonPublic(BaseModel):
+    """Paired tests between entries of one benchmark, certified on the same images: mACR (ACR
+    for one test set) and band means by paired bootstrap over the shared source images,
+    certified accuracy at each radius by exact McNemar (one test set) or paired bootstrap."""
+
+    benchmark: str
+    alpha: float
+    entries: list[ComparedEntry]
+    pairs: list[PairComparisonPublic] = Field(description="every pair of the entries, A before B")
 
 
 class Health(BaseModel):

@@ -210,8 +210,9 @@ def figure_intervals(
     for group, members in (groups or {}).items():
         chosen = [a for name, a in zip(names, arrays, strict=True) if name in set(members)]
         if chosen:
-            out_groups[group] = _mean_interval([a.score for a in chosen], _shared(chosen),
-                                               level, resamples, seed)  # fmt: skip
+            out_groups[group] = _mean_interval(
+                [a.score for a in chosen], _shared(chosen), level, resamples, seed
+            )
     return FigureIntervals(
         acr=_mean_interval([a.score for a in arrays], *args),
         certified_accuracy={
@@ -296,8 +297,10 @@ def compare_terms(
     ``certified@0.5``), resampling the shared images. Raises RecordsError when the entries were
     certified on other images or lack the figure."""
     if not np.array_equal(a.index, b.index):
-        raise RecordsError("the entries were certified on different images; a paired test needs "
-                           "the same image indices in both")  # fmt: skip
+        raise RecordsError(
+            "the entries were certified on different images; a paired test needs "
+            "the same image indices in both"
+        )
     if key not in a.terms or key not in b.terms:
         raise RecordsError(f"figure {key!r} is not among the terms {sorted(a.terms)}")
     difference = a.terms[key] - b.terms[key]

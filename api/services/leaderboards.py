@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from sqlalchemy import func, select
@@ -10,21 +11,27 @@ from sqlalchemy.orm import Session
 from api.schemas import (
     HUB_URL,
     BenchmarkPublic,
+    ComparedEntry,
+    ComparisonPublic,
     DatasetPublic,
     FacetsPublic,
     LeaderboardPublic,
     Metrics,
+    PairComparisonPublic,
+    PairedTestPublic,
     ResultsPublic,
     RobustnessPublic,
     SeedPublic,
     StageResultPublic,
     TestSetResultPublic,
+    TiePublic,
 )
+from certbench.errors import RecordsError
+from models import comparisons, run_seeds, storage
 from models import leaderboard as lb
-from models import run_seeds, storage
 from models.catalog import get_benchmark, list_benchmarks
 from models.entities import LeaderboardEntry, Submission, User
-from models.errors import NotFoundError
+from models.errors import IntakeError, NotFoundError
 from models.settings import Settings
 from models.states import SubmissionState
 from models.submissions import get_visible, visibility_filter
@@ -111,10 +118,106 @@ def facets(session: Session, name: str, *, viewer: User | None) -> FacetsPublic:
 
 
 def leaderboard(
-    session: Session, name: str, query: lb.LeaderboardQuery, *, viewer: User | None
+    session: Session,
+    name: str,
+    query: lb.LeaderboardQuery,
+    *,
+    viewer: User | None,
+    settings: Settings | None = None,
 ) -> LeaderboardPublic:
-    page = lb.leaderboard(session, get_benchmark(session, name), query, viewer=viewer)
-    return LeaderboardPublic.of(page)
+    """A page of the leaderboard; with ``settings`` (where the records live), each row is marked
+    "tied with #k" when it does not differ significantly from the entry above in the sorted
+    figure (``models.comparisons``)."""
+    bench = get_benchmark(session, name)
+    page = lb.leaderboard(session, bench, query, viewer=viewer)
+    public = LeaderboardPublic.of(page)
+    if settings is None or comparisons.terms_key(query.sort) is None or not page.rows:
+        return public
+    above = None
+    if query.offset > 0:
+        before = lb.leaderboard(
+            session, bench, replace(query, offset=query.offset - 1, limit=1), viewer=viewer
+        )
+        above = [
+            (r.rank, comparisons.entry(session, r.submission, settings=settings))
+            for r in before.rows
+        ][:1]
+    ranked = [
+        (r.rank, comparisons.entry(session, r.submission, settings=settings)) for r in page.rows
+    ]
+    marks = comparisons.tie_marks(ranked, above[0] if above else None, query.sort)
+    key = comparisons.metric_name(comparisons.terms_key(query.sort) or "acr")
+    for row in public.rows:
+        mark = marks.get(row.submission_id)
+        if mark is not None:
+            test = PairedTestPublic.of(key, mark.test, alpha=comparisons.ALPHA_TIE)
+            row.tie = TiePublic(rank_above=mark.rank_above, tied=mark.tied, test=test)
+            row.tied_with = mark.rank_above if mark.tied else None
+    return public
+
+
+def compare(
+    session: Session,
+    name: str,
+    ids: list[int],
+    *,
+    radii: list[float],
+    viewer: User | None,
+    settings: Settings,
+) -> ComparisonPublic:
+    """Paired tests between every pair of the given entries of one benchmark.
+
+    Raises NotFoundError (an entry the viewer cannot see, or not on this benchmark),
+    IntakeError (fewer than 2 entries, an unfinished one, different images, records missing).
+    """
+    bench = get_benchmark(session, name)
+    if len(set(ids)) < 2:
+        raise IntakeError(
+            f"ids={ids}: compare needs at least 2 different entries, e.g. ?ids=3&ids=7",
+            code="invalid_request",
+        )
+    submissions = [get_visible(session, i, viewer=viewer) for i in dict.fromkeys(ids)]
+    for submission in submissions:
+        if submission.benchmark_id != bench.id:
+            raise NotFoundError(f"submission {submission.id} is not an entry of {name!r}")
+        if lb.entry_of(session, submission) is None:
+            raise IntakeError(
+                f"submission {submission.id} is {submission.state}, not a finished entry: only "
+                "finished entries can be compared",
+                code="invalid_request",
+            )
+    data = [comparisons.entry(session, s, settings=settings) for s in submissions]
+    keys = comparisons.comparison_keys(data, radii)
+    pairs = []
+    for i, a in enumerate(data):
+        for b in data[i + 1 :]:
+            tests = []
+            for key in keys:
+                try:
+                    test = comparisons.paired_test(a, b, key)
+                except RecordsError as err:
+                    raise IntakeError(
+                        f"submissions {a.submission_id} and {b.submission_id} cannot be "
+                        f"compared: {err}",
+                        code="invalid_request",
+                    ) from err
+                if test is None:
+                    raise NotFoundError(
+                        f"the per-image records of submission {a.submission_id} or "
+                        f"{b.submission_id} are missing on this server"
+                    )
+                metric = comparisons.metric_name(key)
+                tests.append(PairedTestPublic.of(metric, test, alpha=comparisons.ALPHA_TIE))
+            pairs.append(PairComparisonPublic(a=a.submission_id, b=b.submission_id, tests=tests))
+    return ComparisonPublic(
+        benchmark=name,
+        alpha=comparisons.ALPHA_TIE,
+        entries=[
+            ComparedEntry(submission_id=s.id, model_name=s.model_name, sigma=s.sigma)
+            for s in submissions
+        ],
+        pairs=pairs,
+    )
 
 
 def results(session: Session, submission_id: int, *, viewer: User | None) -> ResultsPublic:

@@ -55,12 +55,17 @@ def bound_keys() -> set[str]:
 
 def interval_metrics(intervals: FigureIntervals) -> dict[str, float | None]:
     """The stored bounds of every figure (None for a band the benchmark does not have)."""
-    by_key = {"macr": intervals.acr, "clean_accuracy": intervals.clean_accuracy,
-              "abstain_rate": intervals.abstain_rate}  # fmt: skip
-    by_key.update({RADIUS_KEYS[r]: i for r, i in intervals.certified_accuracy.items()
-                   if r in RADIUS_KEYS})  # fmt: skip
-    by_key.update({QUANTILE_KEYS[q]: i for q, i in intervals.pa_quantiles.items()
-                   if q in QUANTILE_KEYS})  # fmt: skip
+    by_key = {
+        "macr": intervals.acr,
+        "clean_accuracy": intervals.clean_accuracy,
+        "abstain_rate": intervals.abstain_rate,
+    }
+    by_key.update(
+        {RADIUS_KEYS[r]: i for r, i in intervals.certified_accuracy.items() if r in RADIUS_KEYS}
+    )
+    by_key.update(
+        {QUANTILE_KEYS[q]: i for q, i in intervals.pa_quantiles.items() if q in QUANTILE_KEYS}
+    )
     out: dict[str, float | None] = {}
     for key in interval_keys():
         band = key.removeprefix("band_") if key.startswith("band_") else None
