@@ -144,6 +144,14 @@ class TestSetPublic(BaseModel):
     num_images: int
     band: str | None
     attributes: dict[str, Any]
+    provenance: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "what the definition pins about the data: generator, generator_version, protocol "
+            "(CIFAR-F: paper or reference), generation_seed, source, source_revision, and the "
+            "content hash workers check (sha256 of the config's parquet shard) or hub_commit"
+        ),
+    )
 
     @classmethod
     def of(cls, test_set: TestSet) -> TestSetPublic:
@@ -159,6 +167,7 @@ class TestSetPublic(BaseModel):
             num_images=test_set.num_images,
             band=test_set.band,
             attributes=dict(test_set.attributes),
+            provenance=dict(test_set.provenance or {}),
         )
 
 

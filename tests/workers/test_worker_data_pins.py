@@ -83,6 +83,8 @@ def test_a_pinned_dataset_is_verified_and_its_hashes_recorded_and_shown(
     with TestClient(create_app(settings)) as client:
         page = client.get(f"/models/{submission.id}").text
         body = client.get(f"/api/v1/results/{submission.id}").json()
+        served = client.get("/api/v1/benchmarks/tiny").json()["test_sets"]
+    assert {t["name"]: t["provenance"] for t in served} == stored
     for name in TEST_SETS:
         assert config_sha256(dataset, name) in page
     hashes = {s["unit"]: s["data_hashes"]["sha256"] for s in body["stages"]}
