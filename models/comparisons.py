@@ -22,6 +22,7 @@ from functools import lru_cache
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models import storage
@@ -73,22 +74,38 @@ class Entry:
     terms_path: str | None
 
 
+def entries(
+    session: Session, submissions: Sequence[Submission], *, settings: Settings
+) -> dict[int, Entry]:
+    """The stored per-image data of the submissions' certification, by submission id (one
+    query for all of them: a leaderboard page asks for 50 at once)."""
+    ids = [s.id for s in submissions]
+    rows = session.execute(
+        select(StageResult.submission_id, StageResult.unit, StageResult.records_path).where(
+            StageResult.submission_id.in_(ids), StageResult.stage == "certification"
+        )
+    ).all()
+    records: dict[int, dict[str, str]] = {i: {} for i in ids}
+    for submission_id, unit, relpath in rows:
+        records[submission_id][unit] = str(storage.resolve(settings.artifacts_dir, relpath))
+    out = {}
+    for submission in submissions:
+        band_of = {ts.name: ts.band for ts in submission.benchmark.test_sets}
+        terms = storage.resolve(
+            settings.artifacts_dir, storage.test_set_records_relpath(submission.id, TERMS_UNIT)
+        )
+        out[submission.id] = Entry(
+            submission_id=submission.id,
+            records=records[submission.id],
+            bands={name: band_of.get(name) for name in records[submission.id]},
+            terms_path=str(terms) if terms.is_file() else None,
+        )
+    return out
+
+
 def entry(session: Session, submission: Submission, *, settings: Settings) -> Entry:
-    """The stored per-image data of a submission's certification."""
-    rows = session.query(StageResult).filter_by(submission_id=submission.id, stage="certification")
-    band_of = {ts.name: ts.band for ts in submission.benchmark.test_sets}
-    records = {
-        row.unit: str(storage.resolve(settings.artifacts_dir, row.records_path)) for row in rows
-    }
-    terms = storage.resolve(
-        settings.artifacts_dir, storage.test_set_records_relpath(submission.id, TERMS_UNIT)
-    )
-    return Entry(
-        submission_id=submission.id,
-        records=records,
-        bands={name: band_of.get(name) for name in records},
-        terms_path=str(terms) if terms.is_file() else None,
-    )
+    """The stored per-image data of one submission's certification."""
+    return entries(session, [submission], settings=settings)[submission.id]
 
 
 def _version(path: str) -> tuple[str, int, int]:

@@ -133,19 +133,14 @@ def leaderboard(
     public = LeaderboardPublic.of(page)
     if settings is None or comparisons.terms_key(query.sort) is None or not page.rows:
         return public
-    above = None
-    if query.offset > 0:
-        before = lb.leaderboard(
-            session, bench, replace(query, offset=query.offset - 1, limit=1), viewer=viewer
-        )
-        above = [
-            (r.rank, comparisons.entry(session, r.submission, settings=settings))
-            for r in before.rows
-        ][:1]
-    ranked = [
-        (r.rank, comparisons.entry(session, r.submission, settings=settings)) for r in page.rows
-    ]
-    marks = comparisons.tie_marks(ranked, above[0] if above else None, query.sort)
+    rows = list(page.rows)
+    if query.offset > 0:  # the entry just above the page's first row
+        previous = replace(query, offset=query.offset - 1, limit=1)
+        rows = lb.leaderboard(session, bench, previous, viewer=viewer).rows[:1] + rows
+    data = comparisons.entries(session, [r.submission for r in rows], settings=settings)
+    ranked = [(r.rank, data[r.submission.id]) for r in rows]
+    above = ranked.pop(0) if query.offset > 0 and len(ranked) > len(page.rows) else None
+    marks = comparisons.tie_marks(ranked, above, query.sort)
     key = comparisons.metric_name(comparisons.terms_key(query.sort) or "acr")
     for row in public.rows:
         mark = marks.get(row.submission_id)
@@ -186,7 +181,8 @@ def compare(
                 "finished entries can be compared",
                 code="invalid_request",
             )
-    data = [comparisons.entry(session, s, settings=settings) for s in submissions]
+    found = comparisons.entries(session, submissions, settings=settings)
+    data = [found[s.id] for s in submissions]
     keys = comparisons.comparison_keys(data, radii)
     pairs = []
     for i, a in enumerate(data):
