@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,7 +19,12 @@ from models.entities import (
     User,
 )
 from models.leaderboard import HIGHER_IS_BETTER, LeaderboardPage
+from models.run_seeds import SeedView
+
+if TYPE_CHECKING:
+    from certbench.intervals import PairedTest
 from models.stages.certification import TestSetResult
+from models.stages.certification_intervals import CI_HIGH, CI_LOW, interval_keys
 from models.stages.pd_robustness import RobustnessResult
 from models.states import SubmissionState
 
@@ -117,7 +122,12 @@ class ProtocolPublic(BaseModel):
     n0: int
     n: int
     alpha: float
-    seed: int
+    seed: int = Field(
+        description=(
+            "public seed for local, reproducible CLI runs; the service never uses it: every "
+            "run draws its own secret seed (see a submission's `seed`)"
+        )
+    )
 
 
 class TestSetPublic(BaseModel):
@@ -134,6 +144,14 @@ class TestSetPublic(BaseModel):
     num_images: int
     band: str | None
     attributes: dict[str, Any]
+    provenance: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "what the definition pins about the data: generator, generator_version, protocol "
+            "(CIFAR-F: paper or reference), generation_seed, source, source_revision, and the "
+            "content hash workers check (sha256 of the config's parquet shard) or hub_commit"
+        ),
+    )
 
     @classmethod
     def of(cls, test_set: TestSet) -> TestSetPublic:
@@ -149,6 +167,7 @@ class TestSetPublic(BaseModel):
             num_images=test_set.num_images,
             band=test_set.band,
             attributes=dict(test_set.attributes),
+            provenance=dict(test_set.provenance or {}),
         )
 
 
@@ -293,6 +312,40 @@ class DatasetPublic(BaseModel):
 # ---- submissions ------------------------------------------------------------------------------
 
 
+class SeedPublic(BaseModel):
+    """The noise seed of a submission's current run (commit-reveal, ``models.run_seeds``)."""
+
+    kind: Literal["secret", "public"] = Field(
+        description=(
+            "secret: drawn for this run, committed at queue time, revealed when it ends; "
+            "public: the benchmark's public seed (runs from before commit-reveal)"
+        )
+    )
+    commitment: str = Field(
+        description="SHA-256 (hex) of the seed as written: `printf %s SEED | sha256sum`"
+    )
+    revealed: bool = Field(description="whether the run has ended and `value` is shown")
+    value: str | None = Field(
+        description=(
+            "the seed (0x-hex for a secret seed), null until the run has finished, failed or "
+            "been cancelled; `certbench certify ... --seed VALUE` reproduces the records"
+        )
+    )
+    drawn_at: datetime | None
+
+    @classmethod
+    def of(cls, seed: SeedView | None) -> SeedPublic | None:
+        if seed is None:
+            return None
+        return cls(
+            kind=seed.kind,  # type: ignore[arg-type]
+            commitment=seed.commitment,
+            revealed=seed.revealed,
+            value=seed.value,
+            drawn_at=seed.drawn_at,
+        )
+
+
 class EventPublic(BaseModel):
     at: datetime
     from_state: SubmissionState | None
@@ -336,6 +389,10 @@ class SubmissionPublic(BaseModel):
     finished_at: datetime | None
     heartbeat_at: datetime | None
     events: list[EventPublic] | None = None
+    seed: SeedPublic | None = Field(
+        default=None,
+        description="the run's noise seed: its commitment, and the seed once the run has ended",
+    )
 
     @classmethod
     def of(
@@ -345,6 +402,7 @@ class SubmissionPublic(BaseModel):
         queue_position: int | None,
         show_duplicate_of: bool,
         with_events: bool = False,
+        seed: SeedView | None = None,
     ) -> SubmissionPublic:
         """``show_duplicate_of``: whether the viewer may see the original's id (not when it is
         another user's private or hidden entry)."""
@@ -392,6 +450,7 @@ class SubmissionPublic(BaseModel):
             ]
             if with_events
             else None,
+            seed=SeedPublic.of(seed),
         )
 
 
@@ -438,10 +497,20 @@ PD_HELP = (
 )
 
 
+class IntervalPublic(BaseModel):
+    """A 95 % interval over the sampled images (``certbench.figure_intervals``)."""
+
+    ci_low: float | None
+    ci_high: float | None
+
+
 class Metrics(BaseModel):
     """Means over the benchmark's test sets (mACR = mean ACR; bands as in seed 000), and the
     base classifier's robustness (seed 004) where the benchmark has that stage. Figures of other
-    evaluation stages appear as further keys (their metric keys), null when not measured."""
+    evaluation stages appear as further keys (their metric keys), null when not measured.
+
+    Every certification figure carries its 95 % interval over the sampled images, both as
+    sibling fields ``<key>_ci_low``/``<key>_ci_high`` and in ``intervals``."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -469,14 +538,74 @@ class Metrics(BaseModel):
     test_sets: int
     count: int
     seconds: float
+    intervals: dict[str, IntervalPublic] = Field(
+        default_factory=dict,
+        description=(
+            "95 % interval over the sampled images of each certification figure (key → ci_low, "
+            "ci_high): Clopper-Pearson for a proportion on one test set, else a bootstrap over "
+            "source images shared by the test sets; null bounds for a figure not measured. "
+            "Empty for an entry aggregated before intervals (`certbench results "
+            "backfill-intervals` fills it)"
+        ),
+    )
 
     @classmethod
     def of(cls, entry: LeaderboardEntry) -> Metrics:
         figures = entry.metrics
         fixed = {"test_sets": entry.test_sets, "count": entry.count, "seconds": entry.seconds}
-        values = {name: figures.get(name) for name in cls.model_fields if name not in fixed}
+        declared = set(cls.model_fields) - {"intervals"}
+        values = {name: figures.get(name) for name in declared if name not in fixed}
         extra = {k: v for k, v in figures.items() if k not in cls.model_fields}
-        return cls(**values, **fixed, **extra)
+        intervals = {
+            key: IntervalPublic(ci_low=figures[key + CI_LOW], ci_high=figures.get(key + CI_HIGH))
+            for key in interval_keys()
+            if key + CI_LOW in figures
+        }
+        return cls(**values, **fixed, **extra, intervals=intervals)
+
+
+class DifferencePublic(BaseModel):
+    estimate: float
+    ci_low: float
+    ci_high: float
+    level: float
+    method: str
+
+
+class PairedTestPublic(BaseModel):
+    """Entry A against entry B on the same images: the difference A − B of one figure (named by
+    its leaderboard key), its 95 % interval and the two-sided p-value of no difference."""
+
+    metric: str = Field(examples=["macr", "cert_acc_050", "band_low"])
+    estimate_a: float
+    estimate_b: float
+    difference: DifferencePublic
+    p_value: float
+    method: str = Field(examples=["paired cluster bootstrap", "exact mcnemar"])
+    tied: bool = Field(description="the difference is not significant at level `alpha` (0.05)")
+
+    @classmethod
+    def of(cls, metric: str, test: PairedTest, *, alpha: float) -> PairedTestPublic:
+        d = test.difference
+        return cls(
+            metric=metric,
+            estimate_a=test.estimate_a,
+            estimate_b=test.estimate_b,
+            difference=DifferencePublic(
+                estimate=d.estimate, ci_low=d.low, ci_high=d.high, level=d.level, method=d.method
+            ),
+            p_value=test.p_value,
+            method=test.method,
+            tied=not test.significant(alpha),
+        )
+
+
+class TiePublic(BaseModel):
+    """This entry against the entry ranked just above it, on the figure the page is sorted by."""
+
+    rank_above: int
+    tied: bool = Field(description="not significantly different from the entry above (p ≥ 0.05)")
+    test: PairedTestPublic
 
 
 ER_HELP = (
@@ -523,6 +652,16 @@ class LeaderboardRowPublic(BaseModel):
         description="ER on the benchmark aggregate for an OOD benchmark's entries (null on a "
         "clean benchmark, or with fewer than 3 matched entries at this σ); " + ER_HELP,
     )
+    tied_with: int | None = Field(
+        default=None,
+        description=(
+            "rank of the entry just above when this entry does not differ significantly from it "
+            "in the sorted figure (paired test on the same images, p ≥ 0.05): shown as "
+            '"tied with #k"; null when it differs, for the first entry, or for a sort key '
+            "without paired tests (only mACR, certified accuracy and band means have them)"
+        ),
+    )
+    tie: TiePublic | None = Field(default=None, description="the test behind `tied_with`")
 
 
 class LeaderboardPublic(BaseModel):
@@ -593,6 +732,15 @@ class TestSetResultPublic(BaseModel):
     protocol_version: str
     evaluator_version: str
     records_url: str
+    intervals: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "95 % intervals over this test set's images: acr (bootstrap), certified_accuracy by "
+            "radius, clean_accuracy and abstain_rate (Clopper-Pearson), pa_quantiles "
+            "(bootstrap), each {estimate, ci_low, ci_high, level, method}; pa_band_half_width "
+            "of the simultaneous band on the p_A curve"
+        ),
+    )
 
     @classmethod
     def of(cls, result: TestSetResult, *, records_url: str) -> TestSetResultPublic:
@@ -611,6 +759,7 @@ class TestSetResultPublic(BaseModel):
             protocol_version=result.protocol_version,
             evaluator_version=result.evaluator_version,
             records_url=records_url,
+            intervals=_json_safe(result.intervals),
         )
 
 
@@ -740,6 +889,33 @@ class ResultsPublic(BaseModel):
         default_factory=list,
         description="every stored stage result (each stage's summary per unit), for any stage",
     )
+    seed: SeedPublic | None = Field(
+        default=None,
+        description="the run's noise seed: its commitment, and the seed once the run has ended",
+    )
+
+
+class ComparedEntry(BaseModel):
+    submission_id: int
+    model_name: str
+    sigma: float
+
+
+class PairComparisonPublic(BaseModel):
+    a: int = Field(description="submission id of entry A")
+    b: int = Field(description="submission id of entry B")
+    tests: list[PairedTestPublic]
+
+
+class ComparisonPublic(BaseModel):
+    """Paired tests between entries of one benchmark, certified on the same images: mACR (ACR
+    for one test set) and band means by paired bootstrap over the shared source images,
+    certified accuracy at each radius by exact McNemar (one test set) or paired bootstrap."""
+
+    benchmark: str
+    alpha: float
+    entries: list[ComparedEntry]
+    pairs: list[PairComparisonPublic] = Field(description="every pair of the entries, A before B")
 
 
 class Health(BaseModel):

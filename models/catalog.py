@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from models.data_pins import DataPin, merged_pin, pinned_revision
 from models.entities import Benchmark, StageResult, Submission, TestSet
 from models.errors import BenchmarkDefinitionError, NotFoundError
 
@@ -76,6 +77,11 @@ class TestSetDefinition(ImageSource):
     name: Name
     band: Band | None = None
     attributes: dict[str, Any] = Field(default_factory=dict)
+    provenance: DataPin | None = Field(
+        default=None,
+        description="how this test set's data was made and its content hash (over the "
+        "definition's `provenance` defaults; see models.data_pins)",
+    )
 
     def num_images(self, protocol: Protocol) -> int:
         """Images certified."""
@@ -101,6 +107,11 @@ class BenchmarkDefinition(BaseModel):
     stages: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="evaluation stages beyond certification: stage name → its protocol block",
+    )
+    provenance: DataPin | None = Field(
+        default=None,
+        description="provenance shared by every test set (generator, protocol, seed, source); "
+        "each test set's own `provenance` adds to it (its content hash)",
     )
 
     @model_validator(mode="before")
@@ -152,6 +163,17 @@ class BenchmarkDefinition(BaseModel):
             return None
         model = registry.get(name).protocol_model
         return None if model is None else model.model_validate(self.stages[name])
+
+    @model_validator(mode="after")
+    def _consistent_pins(self) -> BenchmarkDefinition:
+        """A pinned Hub commit and an explicit revision must agree."""
+        for test_set in self.test_sets:
+            pinned_revision(
+                test_set.revision,
+                merged_pin(self.provenance, test_set.provenance),
+                name=test_set.name,
+            )
+        return self
 
     @model_validator(mode="after")
     def _unique_names(self) -> BenchmarkDefinition:
@@ -266,6 +288,7 @@ def _apply(
         test_set.num_images = spec.num_images(protocol)
         test_set.band = spec.band
         test_set.attributes = dict(spec.attributes)
+        test_set.provenance = merged_pin(definition.provenance, spec.provenance)
         if spec.name not in existing:
             benchmark.test_sets.append(test_set)
 

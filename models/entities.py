@@ -145,6 +145,11 @@ class TestSet(Base):
     num_images: Mapped[int] = mapped_column(Integer)
     band: Mapped[str | None] = mapped_column(String(16))
     attributes: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # Where the test set's bytes come from and their content hash (``models.data_pins``);
+    # empty for a test set whose definition pins nothing.
+    provenance: Mapped[dict[str, Any]] = mapped_column(
+        JSON, default=dict, server_default=text("'{}'")
+    )
 
     benchmark: Mapped[Benchmark] = relationship(back_populates="test_sets")
 
@@ -415,3 +420,23 @@ class LeaderboardEntry(Base):
             if name in registry.metric_keys():
                 return self.metrics.get(name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+class RunSeed(Base):
+    """The noise seed of a submission's current evaluation run (``models.run_seeds``).
+
+    ``kind`` ``secret``: drawn with ``secrets`` when the run was queued; only ``commitment``
+    (SHA-256 of ``seed`` as written) is shown until the run ends, then ``seed`` is revealed.
+    ``public``: the benchmark's public seed (rows from before commit-reveal). Kept apart from
+    ``submissions`` so that no code serialising a submission can carry the secret by accident.
+    """
+
+    __tablename__ = "run_seeds"
+
+    submission_id: Mapped[int] = mapped_column(
+        ForeignKey("submissions.id", ondelete="CASCADE"), primary_key=True
+    )
+    kind: Mapped[str] = mapped_column(String(8))
+    seed: Mapped[str] = mapped_column(String(80))
+    commitment: Mapped[str] = mapped_column(String(64))
+    drawn_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from models import artifacts, storage, work
+from models import artifacts, run_seeds, storage, work
 from models.base import utcnow
 from models.entities import (
     LeaderboardEntry,
@@ -216,6 +216,8 @@ def reset_for_rerun(
 
     ``fresh`` drops recorded shards, results and the leaderboard entry (and their files);
     otherwise finished shards are kept and the run resumes. False if the state did not allow it.
+    The rerun gets a fresh secret noise seed unless it resumes recorded shards, which keep the
+    seed they were computed with (``models.run_seeds``).
     """
     artifact = get_submission(session, submission_id).artifact
     if artifact.weights_path is None:
@@ -242,6 +244,7 @@ def reset_for_rerun(
             settings.artifacts_dir, storage.submission_records_dir(submission_id)
         )
         _remove_tree(folder)
+    run_seeds.redraw_for_rerun(session, submission_id)
     submission = get_submission(session, submission_id)
     submission.progress = 0.0 if fresh else submission.progress
     submission.shards_done = 0 if fresh else submission.shards_done

@@ -71,6 +71,7 @@ class Reason(StrEnum):
     LEASE_EXPIRED = "lease_expired"
     WORKER_ERROR = "worker_error"
     DATASET_UNAVAILABLE = "dataset_unavailable"
+    DATASET_MISMATCH = "dataset_mismatch"
     ANCHORS_UNAVAILABLE = "anchors_unavailable"
     ARTIFACT_MISSING = "artifact_missing"
     TIME_LIMIT = "time_limit"

@@ -24,7 +24,7 @@ from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from models import artifacts
+from models import artifacts, run_seeds
 from models.base import utcnow
 from models.entities import Artifact, Benchmark, Role, Submission, SubmissionEvent, User
 from models.errors import (
@@ -240,6 +240,7 @@ def _create_once(
         )
         session.add(submission)
         session.flush()
+        run_seeds.draw(session, submission.id)  # the run's secret noise seed, committed
         session.add(
             SubmissionEvent(submission_id=submission.id, to_state=S.SUBMITTED, message="uploaded")
         )

@@ -13,8 +13,10 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from models import storage
+from models.data_pins import pinned_revision
 from models.entities import Submission, TestSet
 from models.errors import NotFoundError
+from models.run_seeds import run_seed, seed_text
 from models.settings import Settings
 from models.states import SubmissionState
 
@@ -35,6 +37,9 @@ class TestSetSpec:
     subset_limit: int | None
     num_images: int
     band: str | None = None
+    sha256: str | None = None
+    """The pinned content hash of the data (``models.data_pins``); None: not pinned."""
+    hub_commit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,9 @@ class WorkItem:
     """Everything a worker needs to validate and evaluate one submission.
 
     ``stages`` holds the stored protocol of every stage beyond certification the benchmark runs
-    (stage name → JSON row); each stage resolves its own block.
+    (stage name → JSON row); each stage resolves its own block. ``seed`` is the run's noise seed
+    (``models.run_seeds``): secret until the run ends, so it is left out of ``repr`` (logs,
+    tracebacks) and files written before the end carry ``seed_commitment`` instead.
     """
 
     submission_id: int
@@ -54,12 +61,19 @@ class WorkItem:
     n0: int
     n: int
     alpha: float
-    seed: int
+    seed: int = field(repr=False)
     protocol_version: str
     manifest: dict[str, Any]
     weights_path: Path | None
     test_sets: tuple[TestSetSpec, ...]
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seed_commitment: str = ""
+    seed_kind: str = "public"
+
+    @property
+    def seed_text(self) -> str:
+        """The seed as revealed (``0x…`` for a secret seed, decimal for a public one)."""
+        return seed_text(self.seed) if self.seed_kind == "secret" else str(self.seed)
 
 
 def get_submission(session: Session, submission_id: int) -> Submission:
@@ -90,6 +104,7 @@ def get_work_item(session: Session, submission_id: int, *, settings: Settings) -
     """Snapshot of a submission for a worker. Raises NotFoundError."""
     submission = get_submission(session, submission_id)
     benchmark = submission.benchmark
+    seed, seed_row = run_seed(session, submission)
     artifact = submission.artifact
     weights = (
         storage.resolve(settings.artifacts_dir, artifact.weights_path)
@@ -102,12 +117,14 @@ def get_work_item(session: Session, submission_id: int, *, settings: Settings) -
             name=ts.name,
             source=dataset_source(ts, settings),
             config=ts.config,
-            revision=ts.revision,
+            revision=pinned_revision(ts.revision, ts.provenance or {}, name=ts.name),
             split=ts.split,
             subset_skip=ts.subset_skip,
             subset_limit=ts.subset_limit,
             num_images=ts.num_images,
             band=ts.band,
+            sha256=(ts.provenance or {}).get("sha256"),
+            hub_commit=(ts.provenance or {}).get("hub_commit"),
         )
         for ts in benchmark.test_sets
     )
@@ -121,10 +138,12 @@ def get_work_item(session: Session, submission_id: int, *, settings: Settings) -
         n0=benchmark.n0,
         n=benchmark.n,
         alpha=benchmark.alpha,
-        seed=benchmark.seed,
+        seed=seed,
         protocol_version=submission.protocol_version,
         manifest=dict(artifact.manifest),
         weights_path=weights,
         test_sets=specs,
         stages={name: dict(row) for name, row in (benchmark.stages or {}).items()},
+        seed_commitment=seed_row.commitment if seed_row is not None else "",
+        seed_kind=seed_row.kind if seed_row is not None else "public",
     )

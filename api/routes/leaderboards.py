@@ -5,15 +5,19 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
+from pydantic import Field
 
-from api.deps import OptionalUser, SessionDep
-from api.schemas import ERROR_RESPONSES, FacetsPublic, LeaderboardPublic
+from api.deps import OptionalUser, SessionDep, SettingsDep
+from api.schemas import ERROR_RESPONSES, ComparisonPublic, FacetsPublic, LeaderboardPublic
 from api.services import leaderboards as service
+from certbench.metrics import RADII
+from models.errors import IntakeError
 from models.leaderboard import SORT_COLUMNS, LeaderboardQuery
 
 router = APIRouter(prefix="/leaderboards", tags=["leaderboards"], responses=ERROR_RESPONSES)
 
 SortKey = Literal[tuple(SORT_COLUMNS)]  # type: ignore[valid-type]
+MAX_COMPARED = 10
 
 
 @router.get("/{benchmark}/facets", response_model=FacetsPublic)
@@ -22,9 +26,54 @@ def get_facets(session: SessionDep, viewer: OptionalUser, benchmark: str) -> Fac
     return service.facets(session, benchmark, viewer=viewer)
 
 
+@router.get("/{benchmark}/compare", response_model=ComparisonPublic)
+def compare_entries(
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: OptionalUser,
+    benchmark: str,
+    ids: Annotated[
+        list[str],
+        Query(
+            description="submission ids of 2 to 10 finished entries: repeat (ids=3&ids=7) or "
+            "comma-separate (ids=3,7)"
+        ),
+    ],
+    radius: Annotated[
+        list[Annotated[float, Field(ge=0, le=10)]] | None,
+        Query(description="radii for certified accuracy; default 0, 0.25, 0.5, 0.75, 1"),
+    ] = None,
+) -> ComparisonPublic:
+    """Paired tests between every pair of the entries (same images): mACR (ACR for one test
+    set) and band means by paired bootstrap over the shared source images, certified accuracy at
+    each radius by exact McNemar (one test set) or paired bootstrap; differences with 95 %
+    intervals, p-values, and ``tied`` where a difference is not significant at 5 %."""
+    parsed = _ids(ids)
+    return service.compare(
+        session, benchmark, parsed, radii=radius or list(RADII), viewer=viewer, settings=settings
+    )
+
+
+def _ids(values: list[str]) -> list[int]:
+    out = []
+    for value in (part.strip() for v in values for part in v.split(",")):
+        if not value.isdigit() or int(value) < 1:
+            raise IntakeError(
+                f"ids: {value!r} is not a submission id; pass ids=3&ids=7 or ids=3,7",
+                code="invalid_request",
+            )
+        out.append(int(value))
+    if not 2 <= len(out) <= MAX_COMPARED:
+        raise IntakeError(
+            f"ids: compare 2 to {MAX_COMPARED} entries, got {len(out)}", code="invalid_request"
+        )
+    return out
+
+
 @router.get("/{benchmark}", response_model=LeaderboardPublic)
 def get_leaderboard(
     session: SessionDep,
+    settings: SettingsDep,
     viewer: OptionalUser,
     benchmark: str,
     sort: Annotated[
@@ -50,9 +99,13 @@ def get_leaderboard(
     protocol_version: Annotated[str | None, Query(max_length=32)] = None,
 ) -> LeaderboardPublic:
     """Finished, visible entries ranked by ``sort``; ``rank`` counts within the filtered list.
-    Hidden and private entries appear only for their owner and admins. On an OOD benchmark each
-    row also carries ``effective_robustness`` on the benchmark aggregate, fitted on read across
-    the entries you can see (not a sort key; see ``/api/v1/analysis``)."""
+    Hidden and private entries appear only for their owner and admins. Every certification
+    figure carries its 95 % interval (``metrics.intervals``, ``<key>_ci_low``/``_ci_high``);
+    sorted by mACR, certified accuracy or a band, ``tied_with`` marks an entry that does not
+    differ significantly from the one above (paired test on the same images).
+    On an OOD benchmark each row also carries ``effective_robustness`` on the benchmark
+    aggregate, fitted on read across the entries you can see (not a sort key; see
+    ``/api/v1/analysis``)."""
     query = LeaderboardQuery(
         sort=sort,
         order=order,
@@ -67,5 +120,5 @@ def get_leaderboard(
         baseline=baseline,
         protocol_version=protocol_version,
     )
-    page = service.leaderboard(session, benchmark, query, viewer=viewer)
+    page = service.leaderboard(session, benchmark, query, viewer=viewer, settings=settings)
     return service.with_effective_robustness(session, page, viewer=viewer)

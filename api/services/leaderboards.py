@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -12,21 +13,28 @@ from api.schemas import (
     HUB_URL,
     BenchmarkPublic,
     BenchmarkSummary,
+    ComparedEntry,
+    ComparisonPublic,
     DatasetPublic,
     ERCellPublic,
     FacetsPublic,
     LeaderboardPublic,
     Metrics,
+    PairComparisonPublic,
+    PairedTestPublic,
     ResultsPublic,
     RobustnessPublic,
+    SeedPublic,
     StageResultPublic,
     TestSetResultPublic,
+    TiePublic,
 )
+from certbench.errors import RecordsError
+from models import comparisons, run_seeds, storage
 from models import leaderboard as lb
-from models import storage
 from models.catalog import get_benchmark, list_benchmarks
 from models.entities import Benchmark, LeaderboardEntry, Submission, User
-from models.errors import NotFoundError
+from models.errors import IntakeError, NotFoundError
 from models.settings import Settings
 from models.states import SubmissionState
 from models.submissions import get_visible, visibility_filter
@@ -160,10 +168,102 @@ def facets(session: Session, name: str, *, viewer: User | None) -> FacetsPublic:
 
 
 def leaderboard(
-    session: Session, name: str, query: lb.LeaderboardQuery, *, viewer: User | None
+    session: Session,
+    name: str,
+    query: lb.LeaderboardQuery,
+    *,
+    viewer: User | None,
+    settings: Settings | None = None,
 ) -> LeaderboardPublic:
-    page = lb.leaderboard(session, get_benchmark(session, name), query, viewer=viewer)
-    return LeaderboardPublic.of(page)
+    """A page of the leaderboard; with ``settings`` (where the records live), each row is marked
+    "tied with #k" when it does not differ significantly from the entry above in the sorted
+    figure (``models.comparisons``)."""
+    bench = get_benchmark(session, name)
+    page = lb.leaderboard(session, bench, query, viewer=viewer)
+    public = LeaderboardPublic.of(page)
+    if settings is None or comparisons.terms_key(query.sort) is None or not page.rows:
+        return public
+    rows = list(page.rows)
+    if query.offset > 0:  # the entry just above the page's first row
+        previous = replace(query, offset=query.offset - 1, limit=1)
+        rows = lb.leaderboard(session, bench, previous, viewer=viewer).rows[:1] + rows
+    data = comparisons.entries(session, [r.submission for r in rows], settings=settings)
+    ranked = [(r.rank, data[r.submission.id]) for r in rows]
+    above = ranked.pop(0) if query.offset > 0 and len(ranked) > len(page.rows) else None
+    marks = comparisons.tie_marks(ranked, above, query.sort)
+    key = comparisons.metric_name(comparisons.terms_key(query.sort) or "acr")
+    for row in public.rows:
+        mark = marks.get(row.submission_id)
+        if mark is not None:
+            test = PairedTestPublic.of(key, mark.test, alpha=comparisons.ALPHA_TIE)
+            row.tie = TiePublic(rank_above=mark.rank_above, tied=mark.tied, test=test)
+            row.tied_with = mark.rank_above if mark.tied else None
+    return public
+
+
+def compare(
+    session: Session,
+    name: str,
+    ids: list[int],
+    *,
+    radii: list[float],
+    viewer: User | None,
+    settings: Settings,
+) -> ComparisonPublic:
+    """Paired tests between every pair of the given entries of one benchmark.
+
+    Raises NotFoundError (an entry the viewer cannot see, or not on this benchmark),
+    IntakeError (fewer than 2 entries, an unfinished one, different images, records missing).
+    """
+    bench = get_benchmark(session, name)
+    if len(set(ids)) < 2:
+        raise IntakeError(
+            f"ids={ids}: compare needs at least 2 different entries, e.g. ?ids=3&ids=7",
+            code="invalid_request",
+        )
+    submissions = [get_visible(session, i, viewer=viewer) for i in dict.fromkeys(ids)]
+    for submission in submissions:
+        if submission.benchmark_id != bench.id:
+            raise NotFoundError(f"submission {submission.id} is not an entry of {name!r}")
+        if lb.entry_of(session, submission) is None:
+            raise IntakeError(
+                f"submission {submission.id} is {submission.state}, not a finished entry: only "
+                "finished entries can be compared",
+                code="invalid_request",
+            )
+    found = comparisons.entries(session, submissions, settings=settings)
+    data = [found[s.id] for s in submissions]
+    keys = comparisons.comparison_keys(data, radii)
+    pairs = []
+    for i, a in enumerate(data):
+        for b in data[i + 1 :]:
+            tests = []
+            for key in keys:
+                try:
+                    test = comparisons.paired_test(a, b, key)
+                except RecordsError as err:
+                    raise IntakeError(
+                        f"submissions {a.submission_id} and {b.submission_id} cannot be "
+                        f"compared: {err}",
+                        code="invalid_request",
+                    ) from err
+                if test is None:
+                    raise NotFoundError(
+                        f"the per-image records of submission {a.submission_id} or "
+                        f"{b.submission_id} are missing on this server"
+                    )
+                metric = comparisons.metric_name(key)
+                tests.append(PairedTestPublic.of(metric, test, alpha=comparisons.ALPHA_TIE))
+            pairs.append(PairComparisonPublic(a=a.submission_id, b=b.submission_id, tests=tests))
+    return ComparisonPublic(
+        benchmark=name,
+        alpha=comparisons.ALPHA_TIE,
+        entries=[
+            ComparedEntry(submission_id=s.id, model_name=s.model_name, sigma=s.sigma)
+            for s in submissions
+        ],
+        pairs=pairs,
+    )
 
 
 def with_effective_robustness(
@@ -191,6 +291,21 @@ def results(session: Session, submission_id: int, *, viewer: User | None) -> Res
     """Per-test-set results (and the summary once finished) of a submission the viewer may see,
     with its base-classifier robustness where the benchmark measures it."""
     submission = get_visible(session, submission_id, viewer=viewer)
+    seed = SeedPublic.of(run_seeds.view(session, submission))
+    if not run_seeds.is_revealed(submission.state):
+        # Results are stored just before the run is marked finished and carry its seed: none
+        # is served until the run has ended (commit-reveal).
+        return ResultsPublic(
+            submission_id=submission.id,
+            benchmark=submission.benchmark.name,
+            model_name=submission.model_name,
+            state=submission.state,
+            protocol_version=submission.protocol_version,
+            manifest=dict(submission.artifact.manifest),
+            summary=None,
+            results=[],
+            seed=seed,
+        )
     entry = lb.entry_of(session, submission)
     robustness = lb.robustness_of(session, submission)
     return ResultsPublic(
@@ -212,14 +327,24 @@ def results(session: Session, submission_id: int, *, viewer: User | None) -> Res
         ],
         robustness=RobustnessPublic.of(robustness) if robustness is not None else None,
         stages=[StageResultPublic.of(row) for row in lb.stage_results(session, submission)],
+        seed=seed,
     )
 
 
 def records_file(
     session: Session, submission_id: int, test_set: str, *, viewer: User | None, settings: Settings
 ) -> Path:
-    """Path of the per-image records parquet of one test set. Raises NotFoundError."""
+    """Path of the per-image records parquet of one test set. Raises NotFoundError.
+
+    Merged records carry the run's seed in their metadata: they are served only once the run
+    has ended (commit-reveal); shard files are never served.
+    """
     submission = get_visible(session, submission_id, viewer=viewer)
+    if not run_seeds.is_revealed(submission.state):
+        raise NotFoundError(
+            f"submission {submission_id} is {submission.state}: its records are served once "
+            "the run has ended"
+        )
     result = lb.result_for(session, submission, test_set)
     path = storage.resolve(settings.artifacts_dir, result.records_path)
     if not path.is_file():

@@ -10,6 +10,7 @@ from api.queue import JobQueue
 from api.schemas import QuotaPublic, SubmissionList, SubmissionPublic, TestSetProgress
 from api.services.intake import build_upload
 from api.services.upload_stream import ReceivedUpload, receive_upload
+from models import run_seeds
 from models import submissions as crud
 from models.entities import Submission, User
 from models.errors import IntakeError, ServiceUnavailableError
@@ -120,6 +121,7 @@ def public(
         queue_position=crud.queue_position(session, submission),
         with_events=events,
         show_duplicate_of=original is not None and crud.can_see(original, viewer),
+        seed=run_seeds.view(session, submission),
     )
 
 

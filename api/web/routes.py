@@ -52,6 +52,7 @@ from api.web.leaderboard_view import (
 )
 from certbench.architectures import available_architectures
 from certbench.errors import CertbenchError
+from certbench.metrics import RADII
 from models.accounts import authenticate
 from models.catalog import get_benchmark
 from models.errors import AuthenticationError, IntakeError, NotFoundError
@@ -193,6 +194,7 @@ def _parse_sigma(sigma: str) -> float | None:
 def leaderboard_page(
     request: Request,
     session: SessionDep,
+    settings: SettingsDep,
     viewer: WebViewer,
     benchmark: str,
     sort: Annotated[str, Query(max_length=32)] = "macr",
@@ -223,7 +225,9 @@ def leaderboard_page(
         baseline=baseline,
         flagged=flagged,
     )
-    board = lb_service.leaderboard(session, benchmark, filters.query(), viewer=viewer)
+    board = lb_service.leaderboard(
+        session, benchmark, filters.query(), viewer=viewer, settings=settings
+    )
     # The page needs the benchmark's description, not its entry count: the service's count query
     # would double the page's database time, and ``board.total`` already counts this view.
     bench = BenchmarkPublic.of(get_benchmark(session, benchmark), entries=board.total)
@@ -280,6 +284,11 @@ def model_page(
         "active": results.state in ACTIVE_STATES,
     }
     context["stage_sections"] = stage_web.sections(results, bench)
+    context["data_pins_rows"] = [
+        {"unit": row.unit, "hashes": row.data_hashes}
+        for row in results.stages
+        if row.stage == "certification" and row.data_hashes
+    ]
     if results.results:
         curves = figures.set_curves(session, results, viewer=viewer, settings=settings)
         context["charts"]["certified"] = figures.certified_accuracy_chart(results, curves)
@@ -393,6 +402,13 @@ def compare_page(
     corruptions = [
         {row.corruption: row for row in figures.corruption_rows(e.results)} for e in entries
     ]
+    try:
+        paired = lb_service.compare(
+            session, bench.name, ids, radii=list(RADII), viewer=viewer, settings=settings
+        )
+        paired_problem = ""
+    except (IntakeError, NotFoundError) as err:  # e.g. an unfinished entry: the page still shows
+        paired, paired_problem = None, str(err)
     corruption_bands = {name: row.band for rows in corruptions for name, row in rows.items()}
     return render(
         request,
@@ -407,6 +423,9 @@ def compare_page(
             "corruption_names": list(corruption_bands),
             "corruption_bands": corruption_bands,
             "stage_sections": stage_web.compare_sections(entries, bench),
+            "paired": paired,
+            "paired_problem": paired_problem,
+            "names": {e.submission_id: _label(e) for e in entries},
         },
     )
 

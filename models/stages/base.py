@@ -212,7 +212,10 @@ class Stage:
         """The reason code a run fails with when ``run`` raises ``error`` (None: a crash, failed
         as ``worker_error`` with its traceback logged). Missing data is the operator's to fix."""
         from certbench.errors import DataSourceError
+        from models.errors import DatasetMismatchError
 
+        if isinstance(error, DatasetMismatchError):
+            return "dataset_mismatch"
         return "dataset_unavailable" if isinstance(error, DataSourceError) else None
 
     # ---- presentation ---------------------------------------------------------------------------
@@ -235,3 +238,15 @@ class Stage:
         """Records folder of a unit, relative to ``records/<submission>/``."""
         prefix = self.records_prefix or f"_{self.name}"
         return f"{prefix}/{unit}" if unit else prefix
+
+
+def run_seed_metadata(item: WorkItem) -> dict[str, str]:
+    """The run's seed as revealed with its results (merged records, stored result seeds):
+    ``certbench certify ... --seed <seed>`` reproduces the records. Only ever written where it
+    is served after the run has ended (``api.services.leaderboards`` checks the state). Stages
+    put it in their merged records' metadata and in ``UnitResult.seeds``."""
+    return {
+        "seed": item.seed_text,
+        "seed_kind": item.seed_kind,
+        "seed_commitment": item.seed_commitment,
+    }

@@ -2,7 +2,7 @@
 
 Units are the benchmark's test sets; a shard certifies images ``[start, stop)`` of one test set's
 protocol subset with ``certbench.smoothing.certify``, whose per-image random streams derive from
-(benchmark seed, test set, image index), so any sharding gives the records of one unsharded run.
+(the run's seed, test set, image index), so any sharding gives the records of one unsharded run.
 Merging computes each test set's metrics from its per-image records (``certbench.metrics``) and the
 leaderboard figures: mACR, certified accuracy on the radius grid, the p̂_A distribution (seed 001),
 band means (seed 000 Table 1). The stage's protocol is the benchmark's own (``protocol`` and
@@ -12,12 +12,13 @@ band means (seed 000 Table 1). The stage's protocol is the benchmark's own (``pr
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from models.entities import StageResult, TestSet
+from models.errors import StorageError
 from models.queue import DEFAULT_QUEUE
 from models.settings import Settings
 from models.stages.base import (
@@ -31,6 +32,7 @@ from models.stages.base import (
     StageOutcome,
     Unit,
     UnitResult,
+    run_seed_metadata,
 )
 from models.stages.registry import register
 from models.work import TestSetSpec, WorkItem
@@ -66,9 +68,10 @@ class Certification(Stage):
 
         from certbench.records import write_records
         from certbench.smoothing import certify
-        from models.stages.inputs import images_for, model_for
+        from models.stages.inputs import data_hashes, images_for, model_for
 
         test_set = _test_set(item, shard.unit)
+        hashes = data_hashes(test_set)  # raises DatasetMismatchError before any work
         images = images_for(test_set)
         window = slice(shard.start, shard.stop)
         done = 0
@@ -90,10 +93,11 @@ class Certification(Stage):
             seed=item.seed,
             device=context.device,
             indices=images.indices[window],
-            test_set=test_set.name,
+            test_set=stream_key(item, test_set),
             on_record=on_record,
         )
-        write_records(records, context.target, metadata=records_metadata(item, test_set, shard))
+        metadata = {**records_metadata(item, test_set, shard), "data_hashes": hashes}
+        write_records(records, context.target, metadata=metadata)
         return ShardOutput(count=len(records))
 
     def merge(
@@ -104,12 +108,19 @@ class Certification(Stage):
         settings: Settings,
     ) -> StageOutcome:
         """Merge each test set's shard records, compute its metrics and the leaderboard's."""
-        results = [
-            self._merge_test_set(item, ts, shards[ts.name], context) for ts in item.test_sets
-        ]
+        from certbench.records import write_table_atomic
+        from models.stages.certification_intervals import TERMS_UNIT, entry_intervals
+
+        merged = [self._merge_test_set(item, ts, shards[ts.name], context) for ts in item.test_sets]
+        results = [result for result, _ in merged]
+        bounds, terms = entry_intervals(
+            {r.unit: table for r, table in merged}, {ts.name: ts.band for ts in item.test_sets}
+        )
+        if terms is not None:
+            write_table_atomic(terms, context.target_for(TERMS_UNIT)[1])
         return StageOutcome(
             results=results,
-            metrics=leaderboard_metrics(item, results),
+            metrics={**leaderboard_metrics(item, results), **bounds},
             message=f"certified on {len(results)} test set(s)",
             entry={
                 "test_sets": len(results),
@@ -124,13 +135,16 @@ class Certification(Stage):
         test_set: TestSetSpec,
         shards: Sequence[RecordedShard],
         context: MergeContext,
-    ) -> UnitResult:
+    ) -> tuple[UnitResult, Any]:
+        """The test set's stored result and its merged records table."""
         import pyarrow as pa
 
         from certbench.metrics import summarize
-        from certbench.records import read_table, table_to_records, write_records
+        from certbench.records import read_table, records_to_table, table_to_records, write_records
+        from models.stages.certification_intervals import set_intervals
 
         tables = [read_table(s.path) for s in sorted(shards, key=lambda s: s.start)]
+        hashes = shard_data_hashes(tables, test_set=test_set.name)
         records = table_to_records(
             pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
         )
@@ -143,10 +157,13 @@ class Certification(Stage):
                 "test_set": test_set.name,
                 "protocol_version": item.protocol_version,
                 "evaluator_version": context.evaluator_version,
+                **run_seed_metadata(item),
+                "noise_stream_key": stream_key(item, test_set),
             },
         )
         summary = summarize(records)
-        return UnitResult(
+        table = records_to_table(records)
+        result = UnitResult(
             unit=test_set.name,
             summary={
                 "acr": summary.acr,
@@ -156,13 +173,16 @@ class Certification(Stage):
                 "pa_median": summary.pa_median,
                 "pa_quantiles": {f"{q:g}": v for q, v in summary.pa_quantiles.items()},
                 "protocol_version": item.protocol_version,
+                "intervals": set_intervals(table),
             },
             records_path=relpath,
             count=summary.count,
             seconds=float(sum(s.seconds for s in shards)),
             protocol={"n0": item.n0, "n": item.n, "alpha": item.alpha, "sigma": item.sigma},
-            seeds={"seed": item.seed},
+            seeds=run_seed_metadata(item),
+            data_hashes=hashes,
         )
+        return result, table
 
     def all_metric_specs(self) -> list[MetricSpec]:
         hidden = [
@@ -258,8 +278,50 @@ def leaderboard_metrics(item: WorkItem, results: Sequence[UnitResult]) -> dict[s
     return metrics
 
 
+def stream_key(item: WorkItem, test_set: TestSetSpec) -> str:
+    """The test-set key of the per-image noise streams.
+
+    ``certbench certify``'s key, ``<config>/<split>``, so that the CLI reproduces a run from its
+    revealed seed with the options a user passes anyway (``--dataset --config --seed``). Runs
+    with the benchmark's public seed (from before commit-reveal) keep the key they were computed
+    with, the test set's name, so that resumed shards still match.
+    """
+    if item.seed_kind != "secret":
+        return test_set.name
+    return f"{test_set.config or 'default'}/{test_set.split}"
+
+
+def shard_data_hashes(tables: Sequence[Any], *, test_set: str) -> dict[str, str]:
+    """The data hashes every shard of a test set recorded (``models.stages.inputs.data_hashes``).
+
+    Raises StorageError when shards were computed on different bytes (the dataset changed
+    during the run): their records must not be merged. Shards written before data pinning
+    carry none and are skipped.
+    """
+    import json
+
+    from certbench.records import METADATA_KEY
+
+    seen = []
+    for table in tables:
+        raw = (table.schema.metadata or {}).get(METADATA_KEY)
+        found = json.loads(raw).get("data_hashes") if raw else None
+        if found and found not in seen:
+            seen.append(found)
+    if len(seen) > 1:
+        raise StorageError(
+            f"the shards of test set {test_set!r} were computed on different data "
+            f"({[h.get('sha256') for h in seen]}); re-run the submission fresh"
+        )
+    return dict(seen[0]) if seen else {}
+
+
 def records_metadata(item: WorkItem, test_set: TestSetSpec, shard: ShardSpec) -> dict[str, object]:
-    """What rides with a shard's parquet file, so it can be traced without the database."""
+    """What rides with a shard's parquet file, so it can be traced without the database.
+
+    Shard files are written while the run is going on, so they name the seed's commitment, never
+    the seed; the merged file (served once the run has ended) carries the seed itself.
+    """
     return {
         "submission_id": item.submission_id,
         "benchmark": item.benchmark,
@@ -268,7 +330,9 @@ def records_metadata(item: WorkItem, test_set: TestSetSpec, shard: ShardSpec) ->
         "start": shard.start,
         "stop": shard.stop,
         "protocol_version": item.protocol_version,
-        "seed": item.seed,
+        "seed_commitment": item.seed_commitment,
+        "seed_kind": item.seed_kind,
+        "noise_stream_key": stream_key(item, test_set),
         "n0": item.n0,
         "n": item.n,
         "alpha": item.alpha,
@@ -296,6 +360,8 @@ class TestSetResult:
     protocol_version: str
     evaluator_version: str
     records_path: str
+    intervals: dict[str, Any] = field(default_factory=dict)
+    """95 % intervals of the figures (``FigureIntervals.to_dict``); empty before backfill."""
 
     @property
     def test_set_id(self) -> int:
@@ -319,4 +385,5 @@ class TestSetResult:
             protocol_version=summary["protocol_version"],
             evaluator_version=row.evaluator_version,
             records_path=row.records_path,
+            intervals=dict(summary.get("intervals") or {}),
         )

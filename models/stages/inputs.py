@@ -13,9 +13,12 @@ from pathlib import Path
 
 from torch import nn
 
-from certbench.data import ImageSet, Subset, load_images
+from certbench.data import ImageSet, Subset, config_files, load_images, source_kind
 from certbench.errors import DataSourceError
 from certbench.loading import load_manifest, load_model
+from certbench.provenance import LOCAL_KINDS, config_sha256
+from models.data_pins import UNPINNED, VERIFIED_COMMIT, VERIFIED_SHA256
+from models.errors import DatasetMismatchError
 from models.work import TestSetSpec, WorkItem
 
 
@@ -38,13 +41,72 @@ def model_for(item: WorkItem, device: object) -> nn.Module:
     )
 
 
-@lru_cache(maxsize=4)
 def images_for(spec: TestSetSpec) -> ImageSet:
-    """The protocol subset of a set of images, decoded once per worker process.
+    """The protocol subset of a set of images, decoded once per worker process, after checking
+    the bytes against the definition's pin (``data_hashes``; the hash is cached per file
+    version, so the check costs a ``stat`` per shard).
 
-    Raises DataSourceError when the source is unavailable or its size contradicts the benchmark
-    definition (shards would then cover the wrong images).
+    Raises DatasetMismatchError when the data is not what the definition pins, DataSourceError
+    when the source is unavailable or its size contradicts the benchmark definition (shards would
+    then cover the wrong images).
     """
+    data_hashes(spec)
+    return _decoded(spec)
+
+
+def data_hashes(spec: TestSetSpec) -> dict[str, str]:
+    """What a result records about the data it was computed on, checked against the pin.
+
+    ``sha256``: the content hash of the config's parquet shard(s) (``config_sha256``), for a
+    local Hub-layout folder; ``source``/``revision``: the Hub id and revision loaded, or the kind
+    of local folder (never its path); ``verified``: ``sha256``, ``hub_commit`` or ``unpinned``.
+
+    Raises DatasetMismatchError when a pinned hash differs or cannot be checked on this source.
+    """
+    kind, hub_id = source_kind(spec.source)
+    out: dict[str, str] = {"source": hub_id if kind == "hub" else LOCAL_KINDS[kind]}
+    if kind == "hub":
+        out["revision"] = spec.revision or "unpinned"
+    if kind == "folder":
+        out["sha256"] = _content_sha256(spec.source, spec.config, spec.split)
+    if spec.sha256 is not None:
+        if "sha256" not in out:
+            if spec.hub_commit is None or kind != "hub":
+                raise DatasetMismatchError(
+                    f"test set {spec.name!r} pins sha256 {spec.sha256} but its data is read from "
+                    f"a {out['source']}, whose content hash cannot be checked: point the "
+                    "definition's `folder` at a local Hub-layout copy or pin `hub_commit`"
+                )
+        elif out["sha256"] != spec.sha256:
+            raise DatasetMismatchError(
+                f"test set {spec.name!r} (config {spec.config!r}): the data on this worker has "
+                f"sha256 {out['sha256']} but the benchmark definition pins {spec.sha256}; "
+                "restore the published files (certbench.provenance.config_sha256 prints a "
+                "copy's hash) or load a definition version that pins this data"
+            )
+        else:
+            out["verified"] = VERIFIED_SHA256
+    if "verified" not in out:
+        out["verified"] = VERIFIED_COMMIT if spec.hub_commit and kind == "hub" else UNPINNED
+    return out
+
+
+def _content_sha256(source: str, config: str | None, split: str) -> str:
+    """``config_sha256`` cached per version (path, size, mtime) of the files it hashes."""
+    files = config_files(source, config, split)
+    versions = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    return _hash_files(source, config, split, versions)
+
+
+@lru_cache(maxsize=64)
+def _hash_files(
+    source: str, config: str | None, split: str, versions: tuple[tuple[str, int, int], ...]
+) -> str:
+    return config_sha256(source, config, split)
+
+
+@lru_cache(maxsize=4)
+def _decoded(spec: TestSetSpec) -> ImageSet:
     images = load_images(
         spec.source,
         config=spec.config,
@@ -59,3 +121,7 @@ def images_for(spec: TestSetSpec) -> ImageSet:
             f"{spec.num_images}; fix the definition or the dataset"
         )
     return images
+
+
+# Tests and tools that rewrite a dataset in place drop the decoded copies with this.
+images_for.cache_clear = _decoded.cache_clear  # type: ignore[attr-defined]

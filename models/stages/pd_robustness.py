@@ -3,7 +3,7 @@
 Seed 004's protocol on the submission's base classifier (no smoothing), on the benchmark's clean
 subset: ℓ∞ APGD-CE + APGD-T, each example then projected into the ℓ∞ ∩ PD ball, and PD-aware
 APGD; robust accuracy is the worse of the two. Every image's attacks are seeded from
-(benchmark seed, "pd", image index), so any split into shards gives the records of one run.
+(the run's secret seed, "pd", image index), so any split into shards gives the records of one run.
 
 The anchor bank is read from ``Settings.anchors_dir``; when the file is absent the first shard
 builds it from the training split (greedy k-centre, seeded) and writes it atomically, so every
@@ -38,6 +38,7 @@ from models.stages.base import (
     StageOutcome,
     Unit,
     UnitResult,
+    run_seed_metadata,
 )
 from models.stages.registry import register
 from models.work import TestSetSpec, WorkItem, resolve_source
@@ -197,7 +198,7 @@ class PDRobustness(Stage):
             "shard_index": str(shard.shard_index),
             "start": str(shard.start),
             "stop": str(shard.stop),
-            "seed": str(item.seed),
+            "seed_commitment": item.seed_commitment,  # the seed is secret until the run ends
             "anchors_sha256": bank_digest,
         }
         report.write(context.target, metadata=metadata)
@@ -233,6 +234,7 @@ class PDRobustness(Stage):
                 "submission_id": str(item.submission_id),
                 "benchmark": item.benchmark,
                 "evaluator_version": context.evaluator_version,
+                **run_seed_metadata(item),
             },
         )
         figures = report.summary()
@@ -243,7 +245,11 @@ class PDRobustness(Stage):
             count=int(figures["count"]),
             seconds=float(sum(s.seconds for s in recorded)),
             protocol={**spec.describe(), "anchors_sha256": banks.pop()},
-            seeds={"seed": item.seed, "attack_seed_tag": "pd", "anchor_seed": spec.anchor_seed},
+            seeds={
+                **run_seed_metadata(item),
+                "attack_seed_tag": "pd",
+                "anchor_seed": spec.anchor_seed,
+            },
         )
         return StageOutcome(
             results=[result],

@@ -21,7 +21,7 @@ from conftest import Stack, postgres_database, redis_database, running_stack
 from flow import put_benchmark, submit, wait_state
 from processes import start_worker, wait_for
 from sqlalchemy import select
-from support import TEST_SETS, manifest, tiny_model, weights_bytes
+from support import TEST_SETS, manifest, revealed_seed, tiny_model, weights_bytes
 
 from certbench.data import Subset, load_images
 from certbench.records import read_records
@@ -73,13 +73,15 @@ def _check_records(stack: Stack, definition: dict, sid: int, model) -> None:
     keys = Counter((s.unit, s.shard_index) for s in _shards(stack, sid))
     assert len(keys) == 2 * len(TEST_SETS) and set(keys.values()) == {1}
     records_dir = stack.settings.artifacts_dir / storage.submission_records_dir(sid)
+    with session_scope(stack.settings) as session:
+        seed = revealed_seed(session, sid)
     for name in TEST_SETS:
         merged = read_records(records_dir / f"{name}.parquet")
         images = load_images(definition["test_sets"][0]["folder"], config=name,
                              subset=Subset(skip=2))  # fmt: skip
         reference = certify(
             model.eval(), images.as_float(), images.labels, sigma=0.25, n0=4, n=N,
-            alpha=0.001, seed=7, indices=images.indices, test_set=name, device="cpu",
+            alpha=0.001, seed=seed, indices=images.indices, test_set=f"{name}/test", device="cpu",
         )  # fmt: skip
         assert [(r.index, r.prediction, r.n_a, r.n_y) for r in merged] == [
             (r.index, r.prediction, r.n_a, r.n_y) for r in reference

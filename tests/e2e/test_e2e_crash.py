@@ -17,7 +17,7 @@ import pytest
 from flow import put_benchmark, submit, wait_state
 from processes import wait_for
 from sqlalchemy import select
-from support import TEST_SETS, manifest, tiny_model, weights_bytes
+from support import TEST_SETS, manifest, revealed_seed, tiny_model, weights_bytes
 
 from certbench.data import Subset, load_images
 from certbench.records import read_records
@@ -73,6 +73,7 @@ def test_kill_9_mid_submission_then_a_new_worker_finishes_it(stack, tmp_path):
         results = certification_results(session, sid)
         assert sorted(r.test_set.name for r in results) == sorted(TEST_SETS)
         assert session.get(Submission, sid).reason == "completed"
+        seed = revealed_seed(session, sid)
 
     records_dir = stack.settings.artifacts_dir / storage.submission_records_dir(sid)
     for name in TEST_SETS:
@@ -84,7 +85,7 @@ def test_kill_9_mid_submission_then_a_new_worker_finishes_it(stack, tmp_path):
         )
         reference = certify(
             model.eval(), images.as_float(), images.labels, sigma=0.25, n0=4, n=N,
-            alpha=0.001, seed=7, indices=images.indices, test_set=name, device="cpu",
+            alpha=0.001, seed=seed, indices=images.indices, test_set=f"{name}/test", device="cpu",
         )  # fmt: skip
         assert [(r.index, r.prediction, r.n_a, r.n_y) for r in merged] == [
             (r.index, r.prediction, r.n_a, r.n_y) for r in reference

@@ -15,7 +15,7 @@ import pytest
 from flow import put_benchmark, submit, wait_state
 from processes import wait_for
 from sqlalchemy import select
-from support import manifest, tiny_model, weights_bytes
+from support import manifest, revealed_seed, tiny_model, weights_bytes
 from toy_stage import UNITS, expected_values
 
 from models.db import session_scope
@@ -64,8 +64,8 @@ def test_a_plugin_stage_survives_kill_9_and_lands_exactly_once(stack, tmp_path):
     assert set(keys) == {(u, i) for u in UNITS for i in range(IMAGES)}
     assert set(keys.values()) == {1}  # exactly once, although a shard was cut off mid-run
     assert {r.worker.split("@")[0] for r in rows} == {killed, f"e2e{stack.workers_started}"}
-    expected = expected_values(SEED, IMAGES)
     with session_scope(stack.settings) as session:
+        expected = expected_values(revealed_seed(session, sid), IMAGES)  # the run's own seed
         results = session.scalars(
             select(StageResult).where(StageResult.submission_id == sid, StageResult.stage == "toy")
         ).all()

@@ -2,7 +2,7 @@
 
 It proves the stage contract: this module is all it takes to add a stage (its protocol block,
 units, run, merge and a leaderboard metric) — nothing in the pipeline, the tasks, the lease or the
-migrations knows it. Each image's value is a deterministic function of (benchmark seed, image
+migrations knows it. Each image's value is a deterministic function of (the run's seed, image
 index), computed slowly (``seconds_per_image``) so a test can kill the worker in the middle of a
 shard; ``expected_values`` is the reference an undisturbed run must reproduce.
 """
@@ -31,6 +31,7 @@ from models.stages.base import (
     StageOutcome,
     Unit,
     UnitResult,
+    run_seed_metadata,
 )
 from models.stages.registry import register
 from models.work import WorkItem
@@ -111,7 +112,7 @@ class ToyStage(Stage):
                     records_path=relpath,
                     count=len(values),
                     seconds=sum(s.seconds for s in recorded),
-                    seeds={"seed": item.seed},
+                    seeds=run_seed_metadata(item),
                 )
             )
         return StageOutcome(

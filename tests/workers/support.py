@@ -21,10 +21,10 @@ from torch import nn
 
 from certbench.architectures import build_classifier
 from certbench.loading import save_weights
-from models import submissions
+from models import run_seeds, submissions
 from models.accounts import create_user
 from models.catalog import get_benchmark, parse_definition, upsert_benchmark
-from models.entities import Benchmark, User
+from models.entities import Benchmark, Submission, User
 from models.settings import Settings
 from models.submissions import Upload
 
@@ -194,3 +194,12 @@ def create_submission(
         settings=settings,
     )
     return submission.id
+
+
+def revealed_seed(session: Session, submission_id: int) -> int:
+    """The run seed the service revealed for an ended submission (``models.run_seeds``)."""
+    view = run_seeds.view(session, session.get(Submission, submission_id))
+    if view is None or view.value is None:
+        raise AssertionError(f"submission {submission_id} has no revealed seed: {view}")
+    assert run_seeds.commitment(view.value) == view.commitment
+    return run_seeds.parse(view.value)

@@ -1,0 +1,239 @@
+"""Paired comparisons of leaderboard entries, from their stored per-image data: the tests of
+``GET /api/v1/leaderboards/{benchmark}/compare`` and the leaderboard's "tied with #k" marks.
+
+Two entries of one benchmark were certified on the same images, so they are compared image by
+image (``certbench.intervals``): a paired bootstrap over the shared source images for ACR/mACR,
+a band's mean ACR, and certified accuracy averaged over several test sets; exact McNemar for
+certified accuracy on a benchmark of one test set. The paired bootstraps read each entry's image
+terms (one small file, ``certification_intervals.TERMS_UNIT``), or, for an entry aggregated
+before they existed, its records (slower; cached per process by file version).
+
+"Tied with #k": the entry ranked just above does not differ significantly (two-sided p ≥ 0.05)
+in the figure the page is sorted by; each adjacent pair is one test (no multiplicity
+correction), as ``certbench.intervals.tied_with_above`` defines it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import pairwise
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from models import storage
+from models.entities import StageResult, Submission
+from models.settings import Settings
+from models.stages.certification import BANDS, RADIUS_KEYS
+from models.stages.certification_intervals import TERMS_UNIT, terms_sets
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from certbench.figure_intervals import ImageTerms
+    from certbench.intervals import PairedTest
+
+ALPHA_TIE = 0.05
+#: Leaderboard sort keys whose ranks carry tie marks → the figure's image-terms key.
+TIE_KEYS: dict[str, str] = {
+    "macr": "acr",
+    "acr": "acr",
+    **{key: f"certified@{radius:g}" for radius, key in RADIUS_KEYS.items()},
+    **{f"band_{band}": f"acr:{band}" for band in BANDS},
+}
+
+
+def terms_key(sort: str) -> str | None:
+    """The image-terms key of a sort key, None for a figure without paired tests."""
+    return TIE_KEYS.get(sort)
+
+
+def metric_name(key: str) -> str:
+    """A terms key as the leaderboard names the figure (``macr``, ``cert_acc_050``,
+    ``band_low``; ``certified_accuracy@0.3`` off the leaderboard's radius grid)."""
+    if key == "acr":
+        return "macr"
+    if key.startswith("acr:"):
+        return f"band_{key[4:]}"
+    radius = float(key.removeprefix("certified@"))
+    return RADIUS_KEYS.get(radius, f"certified_accuracy@{radius:g}")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What a paired test needs of one finished entry: its test sets' records (name → path and
+    band) and its image-terms file (None when absent)."""
+
+    submission_id: int
+    records: dict[str, str]
+    bands: dict[str, str | None]
+    terms_path: str | None
+
+
+def entries(
+    session: Session, submissions: Sequence[Submission], *, settings: Settings
+) -> dict[int, Entry]:
+    """The stored per-image data of the submissions' certification, by submission id (one
+    query for all of them: a leaderboard page asks for 50 at once)."""
+    ids = [s.id for s in submissions]
+    rows = session.execute(
+        select(StageResult.submission_id, StageResult.unit, StageResult.records_path).where(
+            StageResult.submission_id.in_(ids), StageResult.stage == "certification"
+        )
+    ).all()
+    records: dict[int, dict[str, str]] = {i: {} for i in ids}
+    for submission_id, unit, relpath in rows:
+        records[submission_id][unit] = str(storage.resolve(settings.artifacts_dir, relpath))
+    out = {}
+    for submission in submissions:
+        band_of = {ts.name: ts.band for ts in submission.benchmark.test_sets}
+        terms = storage.resolve(
+            settings.artifacts_dir, storage.test_set_records_relpath(submission.id, TERMS_UNIT)
+        )
+        out[submission.id] = Entry(
+            submission_id=submission.id,
+            records=records[submission.id],
+            bands={name: band_of.get(name) for name in records[submission.id]},
+            terms_path=str(terms) if terms.is_file() else None,
+        )
+    return out
+
+
+def entry(session: Session, submission: Submission, *, settings: Settings) -> Entry:
+    """The stored per-image data of one submission's certification."""
+    return entries(session, [submission], settings=settings)[submission.id]
+
+
+def _version(path: str) -> tuple[str, int, int]:
+    stat = os.stat(path)
+    return path, stat.st_mtime_ns, stat.st_size
+
+
+@lru_cache(maxsize=64)
+def _table(version: tuple[str, int, int]) -> pa.Table:
+    from certbench.records import read_table
+
+    return read_table(version[0])
+
+
+def _tables(data: Entry) -> dict[str, pa.Table] | None:
+    """The entry's records tables, None when a file is missing on this server."""
+    try:
+        return {name: _table(_version(path)) for name, path in data.records.items()}
+    except FileNotFoundError:
+        return None
+
+
+@lru_cache(maxsize=1024)
+def _terms_file(version: tuple[str, int, int]) -> ImageTerms:
+    from certbench.figure_intervals import ImageTerms
+
+    table = _table(version)
+    return ImageTerms.from_table(table, terms_sets(table))
+
+
+@lru_cache(maxsize=256)
+def _terms_from_records(
+    versions: tuple[tuple[str, int, int], ...],
+    names: tuple[str, ...],
+    bands: tuple[str | None, ...],
+) -> ImageTerms:
+    from certbench.figure_intervals import image_terms
+    from models.stages.certification_intervals import band_groups
+
+    tables = {name: _table(v) for name, v in zip(names, versions, strict=True)}
+    groups = band_groups(dict(zip(names, bands, strict=True)))
+    return image_terms(tables, groups=groups)
+
+
+def image_terms_of(data: Entry) -> ImageTerms | None:
+    """The entry's image terms: its terms file, else computed from its records (None when
+    records are missing or its test sets do not share their images)."""
+    from certbench.errors import RecordsError
+
+    try:
+        if data.terms_path is not None:
+            return _terms_file(_version(data.terms_path))
+        names = tuple(sorted(data.records))
+        versions = tuple(_version(data.records[name]) for name in names)
+        return _terms_from_records(versions, names, tuple(data.bands[n] for n in names))
+    except (FileNotFoundError, RecordsError):
+        return None
+
+
+def paired_test(a: Entry, b: Entry, key: str) -> PairedTest | None:
+    """A − B on the figure ``key`` (an image-terms key); None when the per-image data is not on
+    this server. Raises RecordsError when the entries were certified on different images."""
+    from certbench.figure_intervals import compare_terms
+    from certbench.intervals import compare_acr, compare_certified_accuracy
+
+    one_set = len(a.records) == 1 and len(b.records) == 1
+    if not (one_set and key.startswith("certified@")):
+        ta, tb = image_terms_of(a), image_terms_of(b)
+        if ta is not None and tb is not None and key in ta.terms and key in tb.terms:
+            return compare_terms(ta, tb, key)
+    ra, rb = _tables(a), _tables(b)
+    if ra is None or rb is None:
+        return None
+    if key.startswith("acr:"):
+        band = key[4:]
+        ra = {n: t for n, t in ra.items() if a.bands.get(n) == band}
+        rb = {n: t for n, t in rb.items() if b.bands.get(n) == band}
+        if not ra or not rb:
+            return None
+    if key.startswith("certified@"):
+        radius = float(key.removeprefix("certified@"))
+        if one_set:
+            return compare_certified_accuracy(
+                next(iter(ra.values())), next(iter(rb.values())), radius
+            )
+        return compare_certified_accuracy(ra, rb, radius)
+    return compare_acr(ra, rb)
+
+
+@dataclass(frozen=True)
+class TieMark:
+    """How an entry stands against the entry ranked just above it."""
+
+    rank_above: int
+    test: PairedTest
+    tied: bool
+
+
+def tie_marks(
+    ranked: Sequence[tuple[int, Entry]],
+    above: tuple[int, Entry] | None,
+    sort: str,
+    *,
+    alpha: float = ALPHA_TIE,
+) -> dict[int, TieMark]:
+    """Submission id → its mark against the entry ranked just above (``above`` is the entry
+    before the page's first row, if any). Entries without per-image data get none."""
+    from certbench.errors import RecordsError
+
+    key = terms_key(sort)
+    if key is None:
+        return {}
+    chain = ([above] if above is not None else []) + list(ranked)
+    marks = {}
+    for (rank_above, upper), (_, lower) in pairwise(chain):
+        try:
+            test = paired_test(upper, lower, key)
+        except RecordsError:
+            continue
+        if test is not None:
+            marks[lower.submission_id] = TieMark(rank_above, test, not test.significant(alpha))
+    return marks
+
+
+def comparison_keys(data: Sequence[Entry], radii: Sequence[float]) -> list[str]:
+    """The figures a comparison of these entries tests: mACR, certified accuracy at each
+    radius, and each band all of them have."""
+    keys = ["acr", *(f"certified@{r:g}" for r in radii)]
+    shared_bands = set.intersection(*({b for b in d.bands.values() if b} for d in data))
+    keys += [f"acr:{band}" for band in BANDS if band in shared_bands]
+    return keys
