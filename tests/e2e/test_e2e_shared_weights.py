@@ -17,7 +17,7 @@ from support import TEST_SETS, manifest, tiny_model, weights_bytes
 
 from models import storage
 from models.db import session_scope
-from models.entities import Shard, SubmissionEvent
+from models.entities import StageShard, SubmissionEvent
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -62,6 +62,8 @@ def test_a_rejected_upload_of_the_same_bytes_keeps_the_running_ones_weights(stac
             )
         )
         later = session.scalars(
-            select(Shard).where(Shard.submission_id == sid, Shard.created_at > rejected_at)
+            select(StageShard).where(
+                StageShard.submission_id == sid, StageShard.created_at > rejected_at
+            )
         ).all()
     assert later, "every shard ran before the rejection: the interleaving was not exercised"
