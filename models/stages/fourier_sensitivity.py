@@ -47,6 +47,7 @@ from models.stages.base import (
     StageOutcome,
     Unit,
     UnitResult,
+    run_seed_metadata,
 )
 from models.stages.registry import register
 from models.work import TestSetSpec, WorkItem, resolve_source
@@ -292,7 +293,8 @@ class FourierSensitivity(Stage):
             "submission_id": item.submission_id,
             "benchmark": item.benchmark,
             "unit": shard.unit,
-            "seed": item.seed,
+            # shard files exist before the run ends: the commitment only (commit-reveal)
+            "seed_commitment": item.seed_commitment,
             "sigma": item.sigma if spec.smoothed else None,
             "stream": spec.stream,
             "sensitivity": spec.sensitivity.model_dump(mode="json"),
@@ -340,7 +342,7 @@ class FourierSensitivity(Stage):
                 "evaluator_version": context.evaluator_version,
                 "sensitivity": spec.sensitivity.model_dump(mode="json"),
                 "sigma": item.sigma if spec.smoothed else None,
-                "seed": item.seed,
+                **run_seed_metadata(item),
                 "stream": spec.stream,
             },
         )
@@ -362,7 +364,7 @@ class FourierSensitivity(Stage):
             count=len(records),
             seconds=seconds,
             protocol=spec.describe(),
-            seeds={"seed": item.seed, "stream": spec.stream},
+            seeds={**run_seed_metadata(item), "stream": spec.stream},
         )
         return StageOutcome(
             results=[result],

@@ -18,6 +18,7 @@ from support import (
     create_submission,
     load_benchmark,
     manifest,
+    revealed_seed,
     tiny_definition,
     tiny_model,
     weights_bytes,
@@ -30,7 +31,7 @@ from certbench.fourier_heatmap import assemble_heatmap, summarize_heatmap
 from certbench.fourier_protocol import get_protocol
 from certbench.fourier_records import read_sensitivity_records
 from certbench.fourier_sensitivity import sensitivity_records
-from models import pipeline, storage
+from models import pipeline, run_seeds, storage
 from models.entities import MetricValue, StageResult, StageShard, Submission
 from models.settings import Settings
 from models.stages import inputs
@@ -109,8 +110,8 @@ def _timeless(records: list[Any]) -> list[Any]:
     ]
 
 
-def _direct(dataset: Path, *, sigma: float | None, model_seed: int = 3) -> list[Any]:
-    """One unsharded call of the core on the same images, points, seed and stream key."""
+def _direct(dataset: Path, *, sigma: float | None, seed: int, model_seed: int = 3) -> list[Any]:
+    """One unsharded call of the core on the same images, points, run seed and stream key."""
     images = load_images(dataset, config=TEST_SETS[0], subset=Subset(skip=2))
     protocol = get_protocol("quick", n0=4, n=16, stride=8, skip=2, images=2)
     return sensitivity_records(
@@ -120,7 +121,7 @@ def _direct(dataset: Path, *, sigma: float | None, model_seed: int = 3) -> list[
         images.indices,
         protocol.points(32),
         protocol,
-        SEED,
+        seed,
         sigma=sigma,
         test_set=f"{TEST_SETS[0]}/test",
         batch_size=64,
@@ -151,7 +152,7 @@ def test_fourier_shards_run_on_their_queue_and_merge_into_one_direct_run(
 
     result = _result(session, sid)
     merged = read_sensitivity_records(storage.resolve(settings.artifacts_dir, result.records_path))
-    direct = _direct(dataset, sigma=0.25)
+    direct = _direct(dataset, sigma=0.25, seed=revealed_seed(session, sid))
     # any sharding and batch size: the records of one direct call, in its order
     assert _timeless(merged) == _timeless(direct)
     assert all(r.certified is not None and r.certified.n == 16 for r in merged)
@@ -160,8 +161,11 @@ def test_fourier_shards_run_on_their_queue_and_merge_into_one_direct_run(
     assert result.summary["heatmap"] == heatmap.to_dict()
     assert result.summary["bands"] == bands
     assert result.summary["label"] == "quick+custom" and result.count == POINTS * 2
+    view = run_seeds.view(session, session.get(Submission, sid))
     assert "folder" not in result.protocol and result.seeds == {
-        "seed": SEED,
+        "seed": view.value,
+        "seed_kind": "secret",
+        "seed_commitment": view.commitment,
         "stream": "clean/test",
     }
     metrics = {
@@ -251,7 +255,10 @@ def test_a_fresh_rerun_drops_fourier_shards_results_and_files(
     worker.run_all()
     assert _submission(session, sid).state == S.FINISHED
     assert _fourier_shards(session, sid) == 4
-    assert _timeless(read_sensitivity_records(records)) == _timeless(before)
+    # a fresh rerun draws a new secret seed (commit-reveal): the records of that seed
+    again = _direct(dataset, sigma=0.25, seed=revealed_seed(session, sid))
+    assert _timeless(read_sensitivity_records(records)) == _timeless(again)
+    assert len(again) == len(before)
 
 
 def test_a_base_only_map_skips_smoothing_and_leaves_the_acr_columns_empty(
@@ -263,7 +270,8 @@ def test_a_base_only_map_skips_smoothing_and_leaves_the_acr_columns_empty(
     worker.run_all()
     result = _result(session, sid)
     merged = read_sensitivity_records(storage.resolve(settings.artifacts_dir, result.records_path))
-    assert merged == _direct(dataset, sigma=None)  # no timing field without CERTIFY
+    # no timing field without CERTIFY
+    assert merged == _direct(dataset, sigma=None, seed=revealed_seed(session, sid))
     assert all(r.certified is None for r in merged)
     assert result.summary["heatmap"]["acr"] is None and result.summary["sigma"] is None
     values = {
