@@ -46,6 +46,17 @@ def _seed(settings) -> str:
     return token
 
 
+#: The compare endpoint takes ids repeated or comma-separated; "2 to 10 ids in total across both
+#: forms" is not expressible in OpenAPI, so schema-valid ids can be too few: a 422 names it.
+COMPARE = "GET /api/v1/leaderboards/{benchmark}/compare"
+
+
+def _stated_exception(label: str, check: str, interaction: object) -> bool:
+    response = getattr(interaction, "response", None)
+    status = getattr(response, "status_code", None)
+    return label == COMPARE and check == "positive_data_acceptance" and status == 422
+
+
 def _failures(schema: schemathesis.schemas.BaseSchema) -> tuple[list[str], int]:
     """Every failed check and engine error of a run, and the number of requests made."""
     found, requests = [], 0
@@ -56,6 +67,8 @@ def _failures(schema: schemathesis.schemas.BaseSchema) -> tuple[list[str], int]:
                 for check in checks:
                     if check.status == Status.FAILURE:
                         interaction = event.recorder.interactions.get(case_id)
+                        if _stated_exception(event.recorder.label, check.name, interaction):
+                            continue
                         where = interaction.request.uri if interaction else "?"
                         found.append(f"{event.recorder.label}: {check.name} ({where})")
         elif isinstance(event, events.NonFatalError):

@@ -37,6 +37,20 @@ def _children(pid: int) -> list[int]:
         return [int(p) for p in handle.read().split()]
 
 
+def _worker_children(pid: int) -> list[int]:
+    """Children of ``pid`` running ``certbench worker`` (serve also starts API processes)."""
+    out = []
+    for child in _children(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except FileNotFoundError:
+            continue
+        if b"worker" in argv:
+            out.append(child)
+    return out
+
+
 def test_serve_with_nothing_configured_certifies_a_submission(tmp_path):
     env = service_env(CERTBENCH_DATA_DIR=str(tmp_path / "data"), **ENV)
     settings = settings_from_env(env)
@@ -58,7 +72,7 @@ def test_serve_with_nothing_configured_certifies_a_submission(tmp_path):
     worker_pids: list[int] = []
     try:
         wait_for(lambda: _answers(base), timeout=300, what="certbench serve", services=(serve,))
-        worker_pids = _children(serve.pid)
+        worker_pids = _worker_children(serve.pid)
         assert len(worker_pids) == 1, "serve should start exactly one embedded worker"
         put_benchmark(admin, tmp_path / "dataset")
         user = admin.post("/api/v1/admin/users", json={"name": "erin"}).json()
