@@ -390,7 +390,7 @@ def test_model_page_shows_robustness_table_chart_and_protocol(
         stored = robustness_result(session, sid)
         figures, records_path = dict(stored.figures), stored.records_path
     section = html[html.index('id="robustness"') : html.index('aria-labelledby="sets-h"')]
-    assert "Robustness of the base classifier (seed 004)" in section
+    assert "Robustness of the base classifier (Projected Displacement, Muthukumar et al.)" in section
     assert f'id="base-accuracy">{figures["clean_accuracy"] * 100:.1f}%<' in section
     for eps in (8, 16):
         row = section[section.index(f'<tr data-eps="{eps}">') :].split("</tr>")[0]
@@ -437,7 +437,7 @@ def test_model_page_shows_robustness_table_chart_and_protocol(
 
 def test_model_page_says_when_robustness_is_absent(anonymous: TestClient, site: Site) -> None:
     legacy = anonymous.get(f"/models/{site.seeded.entries['webclean']['Alpha']}").text
-    assert "Robustness of the base classifier (seed 004)" in legacy
+    assert "Robustness of the base classifier (Projected Displacement, Muthukumar et al.)" in legacy
     assert "Not measured for this entry" in legacy and 'id="robustness-bars"' not in legacy
     plain = anonymous.get(f"/models/{site.seeded.entries['webbands']['Alpha']}").text
     assert "This benchmark has no robustness stage" in plain
@@ -448,11 +448,11 @@ def test_compare_page_has_robustness_rows(anonymous: TestClient, site: Site) -> 
     ids = site.seeded.entries["webclean"]
     html = anonymous.get(f"/compare?id={ids['Alpha']}&id={ids['Echo']}").text
     entries = _entries(site, "webclean")
-    assert "Base classifier, not smoothed (seed 004)" in html
+    assert "Base classifier, not smoothed (Projected Displacement, Muthukumar et al.)" in html
     for key in ROBUSTNESS_KEYS:
         row = html[html.index(f'<tr data-key="{key}">') :].split("</tr>")[0]
         cells = re.findall(r'<td class="num">([^<]*)</td>', row)
         assert cells == ["–", f"{getattr(entries[ids['Echo']], key) * 100:.1f}%"], key
     bands = site.seeded.entries["webbands"]
     other = anonymous.get(f"/compare?id={bands['Alpha']}&id={bands['Echo']}").text
-    assert "seed 004" not in other and 'data-key="pd_acc_8"' not in other
+    assert "Muthukumar" not in other and 'data-key="pd_acc_8"' not in other
