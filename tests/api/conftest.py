@@ -4,6 +4,7 @@ users with real tokens, and a consumer that reads what the API queued for the wo
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 from service_db import BACKENDS, MigratedTemplates, service_settings, templates
 from service_factories import load_tiny, make_user
 
-REDIS_URL = "redis://127.0.0.1:6379/13"
+#: Redis database of the API tests (13); CERTBENCH_TEST_REDIS_DB picks another so that two
+#: checkouts can run their suites side by side without flushing each other's queues.
+REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('CERTBENCH_TEST_REDIS_DB', '13')}"
 HOW_TO_START_REDIS = (
     "Redis is required for the integration tests and is not reachable at {url} ({err}). Start it "
     "(e.g. `redis-server --daemonize yes` or `service redis-server start`)."
