@@ -61,7 +61,7 @@ from models.stages.lens_block import (
     work_sizes,
 )
 from models.stages.registry import register
-from models.work import TestSetSpec, WorkItem, resolve_source
+from models.work import TestSetSpec, WorkItem, image_source_spec
 
 __all__ = [
     "BASE", "KINDS", "METRICS", "PAPER", "PRESETS", "SMOOTHED", "SMOOTHED_SUFFIX", "FourierLens",
@@ -108,17 +108,7 @@ class LensSpec:
 def lens_spec(row: Mapping[str, Any], settings: Settings) -> LensSpec:
     """Resolve a benchmark's stored ``fourier_lens`` row."""
     return LensSpec(
-        images=TestSetSpec(
-            id=0,
-            name="_fourier_lens",
-            source=resolve_source(row.get("folder"), row["repo"], settings),
-            config=row.get("config"),
-            revision=row.get("revision"),
-            split=row["split"],
-            subset_skip=row["subset_skip"],
-            subset_limit=row["subset_limit"],
-            num_images=row["num_images"],
-        ),
+        images=image_source_spec(row, name="_fourier_lens", settings=settings),
         parameters=dict(row["parameters"]),
         kinds=tuple(row["run_kinds"]),
         seed=int(row["lens_seed"]),

@@ -50,7 +50,7 @@ from models.stages.base import (
     run_seed_metadata,
 )
 from models.stages.registry import register
-from models.work import TestSetSpec, WorkItem, resolve_source
+from models.work import TestSetSpec, WorkItem, image_source_spec
 
 if TYPE_CHECKING:
     from certbench.fourier_sensitivity import SensitivityRecord
@@ -170,17 +170,7 @@ class FourierSpec:
 def fourier_spec(protocol: Mapping[str, Any], settings: Settings) -> FourierSpec:
     """Resolve a benchmark's stored block (``protocol_row``) for a worker."""
     return FourierSpec(
-        images=TestSetSpec(
-            id=0,
-            name="_fourier_sensitivity",
-            source=resolve_source(protocol.get("folder"), protocol["repo"], settings),
-            config=protocol.get("config"),
-            revision=protocol.get("revision"),
-            split=protocol["split"],
-            subset_skip=protocol["subset_skip"],
-            subset_limit=protocol["subset_limit"],
-            num_images=protocol["num_images"],
-        ),
+        images=image_source_spec(protocol, name="_fourier_sensitivity", settings=settings),
         sensitivity=SensitivityProtocol.model_validate(protocol["sensitivity"]),
         smoothed=protocol["smoothed"],
         grid_size=protocol["grid_size"],

@@ -13,7 +13,7 @@ from pydantic import Field, field_validator
 
 from models.catalog import ImageSource
 from models.settings import Settings
-from models.work import TestSetSpec, WorkItem, resolve_source
+from models.work import TestSetSpec, WorkItem, image_source_spec
 
 if TYPE_CHECKING:
     from certbench.weather_attack import AttackConfig
@@ -108,17 +108,7 @@ class WeatherSpec:
 def weather_spec(protocol: Mapping[str, Any], settings: Settings) -> WeatherSpec:
     """Resolve a benchmark's stored weather-attack row."""
     return WeatherSpec(
-        images=TestSetSpec(
-            id=0,
-            name="_weather_attack",
-            source=resolve_source(protocol.get("folder"), protocol["repo"], settings),
-            config=protocol.get("config"),
-            revision=protocol.get("revision"),
-            split=protocol["split"],
-            subset_skip=protocol["subset_skip"],
-            subset_limit=protocol["subset_limit"],
-            num_images=protocol["num_images"],
-        ),
+        images=image_source_spec(protocol, name="_weather_attack", settings=settings),
         weathers=tuple(protocol["weathers"]),
         severities=tuple(protocol["severities"]),
         seed=protocol["seed"],
