@@ -5,8 +5,12 @@ The science is ``certbench.fourier_sensitivity`` (one call per grid point, the c
 engine's CERTIFY inside): for every distinct basis image U_ij of the centred grid, each test image
 becomes x + r·ε·U_ij, and the heatmap cell is the smoothed classifier's ACR over the images (at
 the submission's σ) beside the base classifier's accuracy (always computed, one forward pass per
-image). Seeds: the benchmark's, and the stream key ``<config or "default">/<split>``, the CLI's,
-so ``certbench fourier-heatmap --seed <benchmark seed>`` on the same images gives the same records.
+image). Seeds: the run's secret seed (``item.seed``, commit-reveal: ``models.run_seeds``; shard
+files carry its commitment, merged records the revealed seed) and the stream key
+``<config or "default">/<split>``, the CLI's, so ``certbench fourier-heatmap --seed <revealed>``
+on the same images gives the same records. Both draws come from that seed: CERTIFY's noise and
+each image's random perturbation sign (``certbench.fourier_basis``); the grid and the images are
+fixed by the protocol, so no draw needs the public seed.
 
 Sharding by grid points. A shard is a few grid points × ALL the images: every unit of the stage
 is a run of consecutive distinct points (``points_per_shard`` of them), computed by one shard.

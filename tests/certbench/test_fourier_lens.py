@@ -138,6 +138,40 @@ def test_records_do_not_depend_on_sharding_or_batch_size(sigma):
     assert {r.kind for r in whole} == set(SMALL.kinds)
 
 
+def test_pairs_seed_draws_the_paths_and_seed_only_the_noise_and_projections():
+    """``pairs_seed`` (public: what every entry is measured on) draws the pairs; ``seed`` (the
+    run's secret in the service) draws the smoothed noise and the random Jacobian projections
+    and nothing else; ``pairs_seed`` defaults to ``seed``."""
+    model, (images, labels) = linear_model(), clean_set()
+    secret, other = 2**127 + 12345, 2**127 + 67890  # 128-bit, as the service draws
+
+    def run(protocol: LensProtocol, seed: int, pairs_seed: int | None = 3) -> list[LensRecord]:
+        return lens_records(model, images, labels, mean=MEAN, std=STD, protocol=protocol,
+                            seed=seed, pairs_seed=pairs_seed)  # fmt: skip
+
+    base = run(SMALL, secret)  # exact Jacobian, softmax paths: no draw of `seed`
+    assert all(fields_equal(a, b) for a, b in zip(base, run(SMALL, other), strict=True))
+    assert [(r.source, r.target) for r in base] != [
+        (r.source, r.target) for r in run(SMALL, secret, pairs_seed=4)
+    ]
+    assert all(
+        fields_equal(a, b) for a, b in zip(run(SMALL, 3, None), run(SMALL, 3, 3), strict=True)
+    )
+
+    smoothed = dataclasses.replace(SMALL, sigma=0.5, noise_samples=4, kinds=("amplitude",))
+    a, b = run(smoothed, secret), run(smoothed, other)
+    assert [(r.source, r.target) for r in a] == [(r.source, r.target) for r in b]  # same paths
+    assert [r.hff for r in a] != [r.hff for r in b]  # other noise, other votes
+    assert all(fields_equal(x, y) for x, y in zip(a, run(smoothed, secret), strict=True))
+
+    projected = dataclasses.replace(SMALL, jacobian_projections=2, kinds=("jacobian",))
+    assert [r.jacobian_sq for r in run(projected, secret)] != [
+        r.jacobian_sq for r in run(projected, other)
+    ]
+    with pytest.raises(LensError, match="non-negative"):
+        run(SMALL, -1)
+
+
 def test_records_follow_the_plan_and_trace_dataset_indices():
     model, (images, labels) = linear_model(), clean_set()
     indices = torch.arange(len(labels)) * 10 + 3
