@@ -439,6 +439,14 @@ def _path_length(context: _Context, kind: str, pair: np.ndarray) -> int:
 
 # --------------------------------------------------------------------------- Jacobian
 
+MIN_ROWS = 8
+"""Jacobian batches are zero-padded to at least this many rows. CPU kernels (oneDNN) take other
+code paths for batches of one or two, and their round-off can flip a ReLU whose input is near 0,
+which changes the piecewise-constant Jacobian by far more than round-off (0.1 % seen on one
+image of a ResNet-20, so a shard holding one Jacobian image disagreed with an unsharded run).
+Padded, an image's Jacobian does not depend on how many images share its batch; the weather
+attack pads its forwards for the same reason (``certbench.weather_objectives.MIN_ROWS``)."""
+
 
 def jacobian_sq_norms(
     model: nn.Module,
@@ -456,7 +464,11 @@ def jacobian_sq_norms(
     ``projections = n > 0``: Hoffman et al.'s random projections, K·‖vᵀJ‖² averaged over n unit
     vectors v uniform on the sphere (one per image and projection, seeded by ``seeds``), an
     unbiased estimate of ‖J‖²_F. The entry's Jacobian norm is √(mean over images).
+    Batches are padded to ``MIN_ROWS`` (see there); padded rows get no cotangent.
     """
+    rows = len(x)
+    if rows < MIN_ROWS:
+        x = torch.cat([x, x.new_zeros((MIN_ROWS - rows, *x.shape[1:]))])
     z = normalise(x, mean, std).to(torch.float32).requires_grad_(True)
     with torch.enable_grad():
         logits = model(denormalise(z, mean, std).to(torch.float32))
@@ -464,16 +476,16 @@ def jacobian_sq_norms(
         total = torch.zeros(len(z), dtype=torch.float64, device=z.device)
         count = classes if projections == 0 else projections
         for r in range(count):
+            v = torch.zeros_like(logits)
             if projections == 0:
-                v = torch.zeros_like(logits)
-                v[:, r] = 1.0
+                v[:rows, r] = 1.0
                 scale = 1.0
             else:
-                v = _unit_vectors(seeds, r, classes, len(z)).to(logits.device, logits.dtype)
+                v[:rows] = _unit_vectors(seeds, r, classes, rows).to(logits.device, logits.dtype)
                 scale = classes / projections
             (grad,) = torch.autograd.grad(logits, z, v, retain_graph=r + 1 < count)
             total += scale * grad.double().flatten(1).pow(2).sum(1)
-    return total.cpu().numpy()
+    return total[:rows].cpu().numpy()
 
 
 def _unit_vectors(seeds: Sequence[int] | None, r: int, classes: int, count: int) -> torch.Tensor:
