@@ -11,16 +11,21 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from support import (
+    CIFAR10_CLASSES,
+    SOURCE_SIZE,
+    TEST_SETS,
     create_submission,
     load_benchmark,
     manifest,
     tiny_definition,
     tiny_model,
     weights_bytes,
+    write_hub_folder,
 )
 
 from models import run_seeds, storage
@@ -37,6 +42,20 @@ from workers.names import RUN_SHARD, VALIDATE
 MODEL_SEED = 3
 BENCH_SEED = 7
 """The tiny benchmark's public seed (``tiny_definition``'s default)."""
+
+
+def write_model_labelled_dataset(root: Path, *, seed: int, model_seed: int = MODEL_SEED) -> Path:
+    """The tiny layout (random images, both test sets) labelled with the tiny model's own clean
+    predictions, so every image starts correct and an attack has something to break (a random
+    network is right on random labels only by chance)."""
+    rng = np.random.default_rng(seed)
+    model = tiny_model(seed=model_seed).eval()
+    for config in TEST_SETS:
+        images = rng.integers(0, 256, size=(SOURCE_SIZE, 3, 32, 32), dtype=np.uint8)
+        with torch.no_grad():
+            labels = model(torch.from_numpy(images).float() / 255).argmax(1).numpy()
+        write_hub_folder(root, config, images, labels, class_names=CIFAR10_CLASSES)
+    return root
 
 
 def load_stage_benchmark(
@@ -73,6 +92,23 @@ def is_shard(message: Any, stage: str, sid: int | None = None, index: int | None
         and (sid is None or message.args[0] == sid)
         and (index is None or message.args[3] == index)
     )
+
+
+def run_delivering_twice(worker: Any, stage: str, sid: int, unit: str) -> list[object]:
+    """Run every task, delivering the submission's first ``unit`` shard of ``stage`` twice (as
+    after a lost acknowledgement); the outcomes of that shard's deliveries."""
+
+    def twice(message: Any) -> bool:
+        return is_shard(message, stage, sid, 0) and message.args[2] == unit
+
+    worker.run_next()
+    for message in worker.pending():
+        worker.take()
+        worker.execute(message)
+        if twice(message):
+            worker.execute(message)
+    worker.run_all()
+    return [outcome for message, outcome in worker.ran if twice(message)]
 
 
 def count_shards(session: Session, stage: str, sid: int | None = None) -> int:

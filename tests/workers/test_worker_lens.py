@@ -20,10 +20,10 @@ from stage_support import (
     BENCH_SEED,
     count_shards,
     fresh,
-    is_shard,
     load_stage_benchmark,
     model_files,
     results_by_unit,
+    run_delivering_twice,
     run_keeping_the_seed_secret,
     run_unit,
     submit,
@@ -93,10 +93,6 @@ def lens_block(dataset: Path, **changes: Any) -> dict[str, Any]:
 @pytest.fixture
 def lens_benchmark(session: Session, dataset: Path) -> str:
     return load_stage_benchmark(session, dataset, STAGE, lens_block(dataset))
-
-
-def _lens(message: Any, sid: int | None = None, index: int | None = None) -> bool:
-    return is_shard(message, STAGE, sid, index)
 
 
 def _direct(
@@ -259,15 +255,8 @@ def test_a_redelivered_lens_shard_is_recorded_once(
     settings, session, lens_benchmark, worker, tmp_path
 ):
     sid = submit(session, settings, tmp_path)
-    worker.run_next()
-    for message in worker.pending():
-        worker.take()
-        worker.execute(message)
-        if _lens(message, sid, 0) and message.args[2] == "base":
-            worker.execute(message)  # delivered twice, e.g. after a lost acknowledgement
-    worker.run_all()
+    outcomes = run_delivering_twice(worker, STAGE, sid, "base")
     assert fresh(session, sid).state == S.FINISHED
-    outcomes = [out for m, out in worker.ran if _lens(m, sid, 0) and m.args[2] == "base"]
     assert outcomes == ["recorded: 1 lens unit(s)", "already recorded"]
     assert count_shards(session, STAGE, sid) == 10
 

@@ -9,9 +9,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-import torch
 import typer
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
@@ -20,22 +18,21 @@ from stage_support import (
     MODEL_SEED,
     count_shards,
     fresh,
-    is_shard,
     load_stage_benchmark,
     model_files,
     results_by_unit,
+    run_delivering_twice,
     run_keeping_the_seed_secret,
     run_unit,
     submit,
     validated_item,
+    write_model_labelled_dataset,
 )
 from support import (
-    CIFAR10_CLASSES,
     SOURCE_SIZE,
     TEST_SETS,
     revealed_seed,
     tiny_model,
-    write_hub_folder,
 )
 from typer.testing import CliRunner
 
@@ -85,23 +82,11 @@ def weather_block(dataset: Path, **changes: Any) -> dict[str, Any]:
 def weather_dataset(tmp_path: Path) -> Path:
     """The tiny layout labelled with the model's own clean predictions, so every image starts
     correct and the attack has something to break."""
-    root = tmp_path / "weather-dataset"
-    rng = np.random.default_rng(11)
-    model = tiny_model(seed=MODEL_SEED).eval()
-    for config in TEST_SETS:
-        images = rng.integers(0, 256, size=(SOURCE_SIZE, 3, 32, 32), dtype=np.uint8)
-        with torch.no_grad():
-            labels = model(torch.from_numpy(images).float() / 255).argmax(1).numpy()
-        write_hub_folder(root, config, images, labels, class_names=CIFAR10_CLASSES)
-    return root
+    return write_model_labelled_dataset(tmp_path / "weather-dataset", seed=11)
 
 
 def _load(session: Session, dataset: Path, **changes: Any) -> str:
     return load_stage_benchmark(session, dataset, STAGE, weather_block(dataset, **changes))
-
-
-def _weather(message: Any, sid: int | None = None, index: int | None = None) -> bool:
-    return is_shard(message, STAGE, sid, index)
 
 
 def _results(session: Session, sid: int) -> dict[str, StageResult]:
@@ -406,15 +391,8 @@ def test_a_redelivered_weather_shard_is_recorded_once(
 ):
     _load(session, weather_dataset, smoothed=False, examples=0)
     sid = submit(session, settings, tmp_path)
-    worker.run_next()
-    for message in worker.pending():
-        worker.take()
-        worker.execute(message)
-        if _weather(message, sid, 0) and message.args[2] == "rain-1":
-            worker.execute(message)  # delivered twice, e.g. after a lost acknowledgement
-    worker.run_all()
+    outcomes = run_delivering_twice(worker, STAGE, sid, "rain-1")
     assert fresh(session, sid).state == S.FINISHED
-    outcomes = [out for m, out in worker.ran if _weather(m, sid, 0) and m.args[2] == "rain-1"]
     assert outcomes == ["recorded: 1 image(s) attacked", "already recorded"]
     assert count_shards(session, STAGE, sid) == 4  # rain-1 and snow-1, 2 one-image shards each
 
