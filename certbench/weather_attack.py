@@ -26,20 +26,15 @@ Protocol (``AttackConfig``; Δ in ``certbench.weather_threat``):
 
 Randomness is per image, so records do not depend on the batch size or on how a test set is
 sharded into image ranges (CPU; on CUDA the renderer's ``scatter_add`` and cuDNN add run-to-run
-float noise). Two seeds, decided per draw:
-
-- ``AttackConfig.seed``, the random weather sets' seed (public: ``certbench generate weather
-  --seed``), draws restart 0's start only. That start *is* the published random test set's
-  image, which defines random-weather accuracy and must be the same for every entry.
-- ``run_seed`` draws everything that is the evaluation's own randomness: the starts of
-  restarts r ≥ 1 (``derive_seed(run_seed, "weather-attack", weather, severity, index, r)``),
-  SmoothAdv's fixed noise vectors (``derive_seed(run_seed, "weather-smoothadv", ...)``) and
-  CERTIFY's noise. None means ``config.seed`` (one seed for a local run, as before). The
-  leaderboard service passes the run's secret seed (commit-reveal): randomized smoothing's
-  certificate assumes noise independent of the classifier, and an attack whose starts and noise
-  are known in advance can be defeated by a model fitted to exactly those points (as the PD
-  stage keeps its APGD starts secret). The revealed seed reproduces the records
-  (``certbench weather-attack --seed <revealed> --weather-seed <sets' seed>``).
+float noise). Two seeds, decided per draw. ``AttackConfig.seed`` (the random weather sets',
+public) draws restart 0's start only: the published random test set's image, which defines
+random-weather accuracy for every entry alike. ``run_seed`` (None: ``config.seed``) draws the
+evaluation's own randomness: the starts of restarts r ≥ 1, SmoothAdv's fixed noise vectors and
+CERTIFY's noise. The service passes the run's secret seed (commit-reveal): smoothing's
+certificate assumes noise independent of the classifier, and starts and noise known in advance
+could be defeated by a model fitted to exactly those points (the PD stage keeps its APGD starts
+secret alike); ``certbench weather-attack --seed <revealed> --weather-seed <sets' seed>``
+reproduces a run.
 """
 
 from __future__ import annotations

@@ -347,6 +347,7 @@ def test_lens_figures_are_rest_fields_sort_keys_and_a_model_page_section(
         assert f"{figure['mean']:.3f}" in section and "paper+custom" in section
         assert "2 Fourier pairs × 10 images" in section and "2 Jacobian images (exact)" in section
         assert "pixel pairs" not in section  # kinds the benchmark does not run are not described
+        assert f"public seed {BENCH_SEED}" in section and "this run's noise seed" in section
         board = client.get("/leaderboards/tiny?sort=hff_amplitude&order=asc").text
         assert (
             'data-key="hff_amplitude"' in board and 'data-key="hff_amplitude_smoothed"' not in board

@@ -222,6 +222,7 @@ def test_weather_shards_run_on_their_queue_and_fill_leaderboard_and_page(
         assert 'data-weather="snow" data-severity="1"' in section
         assert f"{expected['weather_worst_rain'] * 100:.1f}%" in section
         assert 'id="weather-bars"' in section
+        assert f"public seed {BENCH_SEED}" in section and "this run's noise seed" in section
         url = f"/models/{sid}/files/{STAGE}/examples-rain-1.png"
         assert f'src="{url}"' in section
         assert str(settings.artifacts_dir) not in html and str(weather_dataset) not in html
