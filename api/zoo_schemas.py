@@ -3,9 +3,9 @@ where to download them, and the owner's request to publish or withdraw them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from certbench.licenses import WEIGHTS_LICENSES
 from models.entities import Submission
@@ -84,17 +84,37 @@ class EntryWeightsPublic(BaseModel):
         )
 
 
-class WeightsPublication(BaseModel):
-    """``PATCH /api/v1/submissions/{id}/weights``: publish or withdraw an entry's weights."""
+WeightsLicense = Literal[WEIGHTS_LICENSES]  # type: ignore[valid-type]
 
-    model_config = ConfigDict(extra="forbid")
+
+class WeightsPublication(BaseModel):
+    """``PATCH /api/v1/submissions/{id}/weights``: publish the weights under a licence, or
+    withdraw them. Publishing names the licence every time (an SPDX identifier as spelled in
+    the list)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={
+            "if": {"properties": {"public": {"const": True}}},
+            "then": {"required": ["license"], "properties": {"license": {"type": "string"}}},
+        },
+    )
 
     public: bool = Field(
         description="true: anyone may download the weights once the entry has finished (if the "
         "entry itself is public); false: withdraw them"
     )
-    license: str | None = Field(
+    license: WeightsLicense | None = Field(
         default=None,
-        max_length=64,
-        description=LICENSE_HELP + " (case-insensitive); omitted: keep the stored licence",
+        description=LICENSE_HELP + "; required to publish, optional (and kept) to withdraw",
     )
+
+    @model_validator(mode="after")
+    def _license_to_publish(self) -> WeightsPublication:
+        if self.public and self.license is None:
+            raise ValueError(
+                "publishing the weights needs a licence: send e.g. "
+                '{"public": true, "license": "CC-BY-4.0"}'
+            )
+        return self

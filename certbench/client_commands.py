@@ -464,8 +464,7 @@ def download(
 def publish_weights(
     submission_id: SubmissionId,
     license: Annotated[
-        str | None,
-        typer.Option(help="SPDX licence, e.g. CC-BY-4.0 or MIT (default: the one chosen before)."),
+        str | None, typer.Option(help="SPDX licence to publish under, e.g. CC-BY-4.0 or MIT.")
     ] = None,
     withdraw: Annotated[bool, typer.Option(help="Stop serving the weights instead.")] = False,
     server: Server = None,
@@ -473,10 +472,17 @@ def publish_weights(
 ) -> None:
     """Publish a submission's weights in the model zoo under a licence (anyone may download
     them once the entry has finished, if the entry is public), or withdraw them."""
+    from certbench.client import ClientError
+
     _, errors = _consoles()
     with _connect(server, token, need_token=True) as client:
         if withdraw:
             updated = client.withdraw_weights(submission_id)
+        elif license is None:
+            raise ClientError(
+                "--license is required to publish weights (e.g. --license CC-BY-4.0); "
+                "--withdraw stops serving them"
+            )
         else:
             updated = client.publish_weights(submission_id, license)
     from certbench.client_render import weights_text

@@ -288,12 +288,10 @@ class Client:
                 )
             time.sleep(delay)
 
-    def publish_weights(self, submission_id: int, license: str | None = None) -> Submission:
-        """Publish the entry's weights in the model zoo under ``license`` (SPDX; None keeps
-        the licence chosen before). Only the submitter can."""
-        body: dict[str, Any] = {"public": True}
-        if license is not None:
-            body["license"] = _license(license)
+    def publish_weights(self, submission_id: int, license: str) -> Submission:
+        """Publish the entry's weights in the model zoo under ``license`` (an SPDX identifier,
+        ``certbench.licenses``; any letter case). Only the submitter can."""
+        body = {"public": True, "license": _license(license)}
         return Submission.from_json(
             self._object("PATCH", f"{API}/submissions/{submission_id}/weights", json=body)
         )

@@ -6,13 +6,13 @@ and admins; another user's private or hidden entry answers exactly like a missin
 from __future__ import annotations
 
 import hashlib
+from html import unescape
 
 from conftest import Actors, drain_validations
 from fastapi.testclient import TestClient
 from service_factories import finished_submission, manifest, multipart, weights_bytes
 from sqlalchemy.orm import Session
 
-from certbench.licenses import WEIGHTS_LICENSES
 from models import storage
 from models.catalog import get_benchmark
 from models.entities import Submission, User
@@ -156,13 +156,19 @@ def test_owner_publishes_and_withdraws_with_patch(
     entry = _finished(session, settings)
     url = f"{SUBMISSIONS}/{entry}/weights"
     no_licence = client.patch(url, headers=actors.alice, json={"public": True})
-    assert no_licence.status_code == 422 and no_licence.json()["code"] == "license_required"
-    assert client.patch(url, headers=actors.bob, json={"public": True, "license": "MIT"}
-                        ).status_code == 404  # fmt: skip
-    assert client.patch(url, json={"public": True, "license": "MIT"}).status_code == 401
-    admin = client.patch(url, headers=actors.admin, json={"public": True, "license": "MIT"})
+    assert no_licence.status_code == 422 and "needs a licence" in no_licence.json()["message"]
+    for spelling in ("mit", "WTFPL"):
+        bad = client.patch(url, headers=actors.alice, json={"public": True, "license": spelling})
+        assert bad.status_code == 422 and "'CC-BY-4.0'" in bad.json()["message"]
+    not_a_flag = client.patch(url, headers=actors.alice, json={"public": "true", "license": "MIT"})
+    assert not_a_flag.status_code == 422
+    mit = {"public": True, "license": "MIT"}
+    assert client.patch(url, headers=actors.bob, json=mit).status_code == 404
+    assert client.patch(url, json=mit).status_code == 401
+    admin = client.patch(url, headers=actors.admin, json=mit)
     assert admin.status_code == 403 and admin.json()["code"] == "not_owner"
-    published = client.patch(url, headers=actors.alice, json={"public": True, "license": "mit"})
+    assert client.get(f"{ENTRIES}/{entry}/weights").status_code == 403
+    published = client.patch(url, headers=actors.alice, json=mit)
     assert published.status_code == 200, published.text
     assert published.json()["weights"]["license"] == "MIT"
     assert client.get(f"{ENTRIES}/{entry}/weights").status_code == 200
@@ -170,12 +176,9 @@ def test_owner_publishes_and_withdraws_with_patch(
     assert withdrawn.status_code == 200 and withdrawn.json()["weights"] is None
     assert withdrawn.json()["weights_license"] == "MIT", "withdrawing keeps the licence"
     assert client.get(f"{ENTRIES}/{entry}/weights").status_code == 403
-    again = client.patch(url, headers=actors.alice, json={"public": True})
-    assert again.status_code == 200 and again.json()["weights"]["license"] == "MIT"
-    bad = client.patch(url, headers=actors.alice, json={"public": True, "license": "WTFPL"})
-    assert bad.status_code == 422 and bad.json()["code"] == "invalid_license"
-    for name in WEIGHTS_LICENSES[:3]:
-        assert name in bad.json()["message"]
+    relicensed = client.patch(url, headers=actors.alice, json={"public": True, "license": "0BSD"})
+    assert relicensed.status_code == 200 and relicensed.json()["weights"]["license"] == "0BSD"
+    assert client.get(f"{ENTRIES}/{entry}/weights").headers["x-weights-license"] == "0BSD"
 
 
 def test_owner_learns_when_the_weights_are_no_longer_stored(
@@ -187,3 +190,20 @@ def test_owner_learns_when_the_weights_are_no_longer_stored(
     gone = client.get(f"{ENTRIES}/{entry}/weights")
     assert gone.status_code == 404 and gone.json()["code"] == "weights_missing"
     assert str(settings.artifacts_dir) not in gone.text
+
+
+def test_model_page_links_published_weights_and_their_licence(
+    client: TestClient, actors: Actors, settings: Settings, session: Session
+):
+    published = _finished(session, settings, seed=1, weights_public=True,
+                          weights_license="CC-BY-4.0")  # fmt: skip
+    unpublished = _finished(session, settings, seed=2)
+    page = client.get(f"/models/{published}").text
+    zoo = page[page.index('id="weights-download"') :].split("</dd>")[0]
+    assert f'href="{ENTRIES}/{published}/weights" download' in zoo
+    assert f'href="{ENTRIES}/{published}/manifest" download' in zoo
+    assert "https://spdx.org/licenses/CC-BY-4.0.html" in zoo and ">CC-BY-4.0</a>" in zoo
+    assert f'load_model("tiny", {published}, server="http://testserver")' in unescape(zoo)
+    other = client.get(f"/models/{unpublished}").text
+    zoo = other[other.index('id="weights-download"') :].split("</dd>")[0]
+    assert "weights not published" in zoo and f"{ENTRIES}/" not in zoo

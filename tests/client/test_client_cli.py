@@ -136,6 +136,8 @@ def test_publish_and_download_weights(cli: typer.Typer, live: Live, tmp_path: Pa
     refused = run(cli, "download", entry, "--out", str(out), "--server", live.url)
     assert refused.exit_code == 2 and "has not published its weights" in refused.output
     assert not out.exists() or list(out.iterdir()) == []
+    unnamed = run(cli, "publish-weights", entry, *alice)
+    assert unnamed.exit_code == 2 and "--license is required" in unnamed.output
     bad = run(cli, "publish-weights", entry, "--license", "BSD", *alice)
     assert bad.exit_code == 2 and "BSD-3-Clause" in bad.output
     published = run(cli, "publish-weights", entry, "--license", "cc-by-4.0", *alice)
