@@ -20,7 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -62,7 +61,7 @@ class _ResultsGroup(TyperGroup):
     """``certbench results ID`` runs ``certbench results show ID``; the group's other
     sub-commands (``backfill-intervals``) keep their names."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # typer's vendored click Context
         first = next((a for a in args if not a.startswith("-")), None)
         if first is not None and first not in self.commands and "--help" not in args:
             args = ["show", *args]

@@ -207,6 +207,12 @@ class Client:
         is called with (bytes sent, bytes total) while the weights upload. Returns the new
         submission (``state == "duplicate"`` when identical to an existing one)."""
         weights = Path(weights)
+        if weights_public and weights_license is None:
+            raise ClientError(
+                "publishing the weights needs a licence: pass weights_license (an SPDX "
+                "identifier such as CC-BY-4.0 or MIT)",
+                code="license_required",
+            )
         manifest_bytes = _manifest_bytes(manifest)
         form = {"private": _flag(private), "extra_data": _flag(extra_data)}
         if venue:

@@ -116,4 +116,7 @@ def test_a_bad_licence_is_refused_before_uploading(live: Live, tmp_path: Path):
             client.submit(weights, manifest_path, weights_public=True, weights_license="GPL3")
         assert err.value.status is None and err.value.code == "invalid_license"
         assert "GPL-3.0-only" in err.value.message
+        with pytest.raises(ClientError) as unnamed:
+            client.submit(weights, manifest_path, weights_public=True)
+        assert unnamed.value.code == "license_required" and unnamed.value.status is None
         assert client.me().quota is not None and client.me().quota.submissions_today == 0
