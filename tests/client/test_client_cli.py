@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
+import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -167,3 +170,17 @@ def test_cancel(cli: typer.Typer, live: Live, tmp_path: Path):
     assert again.exit_code == 2 and "HTTP 409" in again.output
     status = run(cli, "status", str(created["id"]), *alice)
     assert status.exit_code == 1 and "cancelled_by_user" in status.output
+
+
+def test_the_commands_are_registered_and_light():
+    """Listed in the plug-in group, and importing them loads neither httpx, rich nor torch
+    (``certbench --help`` stays fast)."""
+    assert "certbench.client_commands:register" in {
+        e.value for e in entry_points(group="certbench.commands")
+    }
+    code = (
+        "import sys, certbench.client_commands, models.results_commands; "
+        "print(sorted(m for m in ('httpx', 'rich', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
