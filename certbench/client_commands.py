@@ -1,6 +1,7 @@
-"""The researcher's commands: ``certbench login``, ``submit``, ``status``, ``cancel``,
-``results``, ``leaderboard``, ``download`` and ``publish-weights``, talking to a certbench
-server over its REST API (``certbench.client``).
+"""The researcher's commands: ``certbench login``, ``logout``, ``submit``, ``status``,
+``cancel``, ``results`` and ``leaderboard`` (and, from ``certbench.zoo_commands``, ``download``
+and ``publish-weights``), talking to a certbench server over its REST API
+(``certbench.client``).
 
 Server: ``--server``, else CERTBENCH_SERVER, else the config file of ``certbench login``, else
 http://127.0.0.1:8000. Token: ``--token``, else CERTBENCH_TOKEN, else the token the config file
@@ -14,47 +15,29 @@ commands, so ``certbench --help`` stays fast.
 
 from __future__ import annotations
 
-import functools
-import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
+
+from certbench import zoo_commands
+from certbench.client_options import (
+    EXIT_RUN_FAILED,
+    AsJson,
+    Server,
+    SubmissionId,
+    Token,
+    client_errors,
+    connect,
+    consoles,
+    echo_json,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from certbench.client import Client, Submission
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-#: Exit status of a run that ended without results (failed, rejected, cancelled).
-EXIT_RUN_FAILED = 1
-#: Exit status of a refused or impossible request.
-EXIT_ERROR = 2
-
-Server = Annotated[
-    str | None,
-    typer.Option(
-        "--server",
-        help="Server URL (default: CERTBENCH_SERVER, else the one `certbench login` stored, "
-        "else http://127.0.0.1:8000).",
-        show_default=False,
-    ),
-]
-Token = Annotated[
-    str | None,
-    typer.Option(
-        "--token",
-        help="API token (default: CERTBENCH_TOKEN, else the one `certbench login` stored for "
-        "this server).",
-        show_default=False,
-    ),
-]
-AsJson = Annotated[bool, typer.Option("--json", help="Print the server's JSON instead.")]
-SubmissionId = Annotated[int, typer.Argument(help="Submission id.", min=1, show_default=False)]
 
 
 class _ResultsGroup(TyperGroup):
@@ -91,65 +74,8 @@ def register(app: typer.Typer) -> None:
     app.command()(status)
     app.command()(cancel)
     app.command()(leaderboard)
-    app.command()(download)
-    app.command("publish-weights")(publish_weights)
     mount_results(app)
-
-
-# ---- plumbing ------------------------------------------------------------------------------
-
-
-def _consoles() -> tuple[Console, Console]:
-    """(stdout for results, stderr for progress and messages)."""
-    from rich.console import Console
-
-    return Console(), Console(stderr=True, soft_wrap=True)
-
-
-def client_errors(command: F) -> F:
-    """Show a refused or impossible request as one line on stderr and exit 2; Ctrl-C leaves a
-    line saying the server keeps going."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from certbench.client import AuthenticationFailed
-        from certbench.errors import CertbenchError
-
-        try:
-            return command(*args, **kwargs)
-        except AuthenticationFailed as err:
-            _, errors = _consoles()
-            errors.print(f"[bold red]error:[/] {err}", highlight=False)
-            errors.print(
-                "Pass --token, set CERTBENCH_TOKEN, or run `certbench login --server URL "
-                "--token TOKEN` (an admin creates tokens with `certbench admin create-token`).",
-                highlight=False,
-            )
-            raise typer.Exit(EXIT_ERROR) from err
-        except CertbenchError as err:
-            _, errors = _consoles()
-            errors.print(f"[bold red]error:[/] {err}", highlight=False)
-            raise typer.Exit(EXIT_ERROR) from err
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _connect(server: str | None, token: str | None, *, need_token: bool) -> Client:
-    """A Client for the resolved server and token; refuses early when a token is needed and
-    none was found."""
-    from certbench.client import Client, ClientError, resolve
-
-    found = resolve(server, token)
-    if need_token and found.token is None:
-        raise ClientError(
-            f"no API token for {found.server}: pass --token, set CERTBENCH_TOKEN, or run "
-            f"`certbench login --server {found.server} --token TOKEN`"
-        )
-    return Client(found.server, found.token)
-
-
-def _echo_json(document: Any) -> None:
-    typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+    zoo_commands.register(app)
 
 
 # ---- account ---------------------------------------------------------------------------------
@@ -176,7 +102,7 @@ def login(
     config.server = url
     config.tokens[url] = secret
     path = save_config(config, config_path())
-    _, errors = _consoles()
+    _, errors = consoles()
     errors.print(
         f"logged in to {url} as {me.name} ({me.role}); token stored in {path}",
         highlight=False,
@@ -194,7 +120,7 @@ def logout(server: Server = None) -> None:
     if config.server == url:
         config.server = None
     save_config(config, config_path())
-    _, errors = _consoles()
+    _, errors = consoles()
     what = "forgot the token" if removed else "no token was stored"
     errors.print(f"{what} for {url}", highlight=False)
 
@@ -236,8 +162,8 @@ def submit(
     and print its results. Exits 1 when the run fails or is rejected, with the reason."""
     from certbench.client_render import transfer_bar
 
-    out, errors = _consoles()
-    with _connect(server, token, need_token=True) as client:
+    out, errors = consoles()
+    with connect(server, token, need_token=True) as client:
         with transfer_bar(errors, f"uploading {weights.name}") as update:
             created = client.submit(
                 weights,
@@ -252,7 +178,7 @@ def submit(
         _report_created(errors, created)
         if not wait:
             if as_json:
-                _echo_json(dict(created.raw))
+                echo_json(dict(created.raw))
             else:
                 errors.print(f"follow it: certbench status {created.id}", highlight=False)
             return
@@ -307,17 +233,17 @@ def _finish(
             highlight=False,
         )
         if as_json:
-            _echo_json(dict(final.raw))
+            echo_json(dict(final.raw))
         raise typer.Exit(EXIT_RUN_FAILED)
     source = final.duplicate_of if final.state == "duplicate" else final.id
     if source is None:  # a duplicate of an entry this user may not see
         errors.print(final.message, highlight=False)
         if as_json:
-            _echo_json(dict(final.raw))
+            echo_json(dict(final.raw))
         return
     results = client.results(source)
     if as_json:
-        _echo_json(dict(results.raw))
+        echo_json(dict(results.raw))
         return
     out.print(results_table(results))
     if results.summary is not None:
@@ -336,13 +262,13 @@ def status(
     each test set's images done."""
     from certbench.client_render import status_table
 
-    out, errors = _consoles()
-    with _connect(server, token, need_token=True) as client:
+    out, errors = consoles()
+    with connect(server, token, need_token=True) as client:
         current = client.submission(submission_id)
         if wait:
             current = _follow(client, errors, current)
         if as_json:
-            _echo_json(dict(current.raw))
+            echo_json(dict(current.raw))
             return
         out.print(status_table(current, client.progress(submission_id)))
         if current.unsuccessful:
@@ -352,8 +278,8 @@ def status(
 @client_errors
 def cancel(submission_id: SubmissionId, server: Server = None, token: Token = None) -> None:
     """Cancel a waiting or running submission of yours."""
-    _, errors = _consoles()
-    with _connect(server, token, need_token=True) as client:
+    _, errors = consoles()
+    with connect(server, token, need_token=True) as client:
         cancelled = client.cancel(submission_id)
     errors.print(f"submission {cancelled.id}: {cancelled.state}", highlight=False)
 
@@ -370,11 +296,11 @@ def show_results(
     the summary the leaderboard ranks by (public entries need no token)."""
     from certbench.client_render import results_table, summary_table
 
-    out, errors = _consoles()
-    with _connect(server, token, need_token=False) as client:
+    out, errors = consoles()
+    with connect(server, token, need_token=False) as client:
         results = client.results(submission_id)
     if as_json:
-        _echo_json(dict(results.raw))
+        echo_json(dict(results.raw))
         return
     if not results.results:
         errors.print(
@@ -407,8 +333,8 @@ def leaderboard(
     """A benchmark's ranked entries (public ones; with a token, also your own private ones)."""
     from certbench.client_render import leaderboard_table
 
-    out, _ = _consoles()
-    with _connect(server, token, need_token=False) as client:
+    out, _ = consoles()
+    with connect(server, token, need_token=False) as client:
         board = client.leaderboard(
             benchmark,
             sort=sort,
@@ -419,71 +345,6 @@ def leaderboard(
             search=search,
         )
     if as_json:
-        _echo_json(dict(board.raw))
+        echo_json(dict(board.raw))
         return
     out.print(leaderboard_table(board))
-
-
-# ---- model zoo -----------------------------------------------------------------------------
-
-
-@client_errors
-def download(
-    entry: Annotated[int, typer.Argument(help="Entry (submission id).", min=1)],
-    out: Annotated[
-        Path, typer.Option(help="Folder to write the files into.", file_okay=False)
-    ] = Path(),
-    benchmark: Annotated[
-        str | None, typer.Option(help="Refuse unless the entry is on this benchmark.")
-    ] = None,
-    server: Server = None,
-    token: Token = None,
-) -> None:
-    """Download an entry's published weights and manifest, verified by SHA-256
-    (`<benchmark>-entry-<id>.safetensors` and `.json`). Load them in Python with
-    certbench.zoo.load_model(benchmark, entry)."""
-    from certbench.client_render import transfer_bar
-    from certbench.zoo import download as fetch
-
-    stdout, errors = _consoles()
-    with (
-        _connect(server, token, need_token=False) as client,
-        transfer_bar(errors, f"entry {entry}") as update,
-    ):
-        files = fetch(entry, benchmark=benchmark, out=out, client=client, on_progress=update)
-    info = files.entry
-    licence = info.license or "not published: only for you, the owner (or an admin)"
-    stdout.print(f"weights  {files.weights}  (sha256 {info.sha256}, verified)", highlight=False)
-    stdout.print(f"manifest {files.manifest}", highlight=False)
-    stdout.print(f"licence  {licence}", highlight=False)
-    stdout.print(f"load it: certbench.zoo.load_model({info.benchmark!r}, {entry})", highlight=False)
-
-
-@client_errors
-def publish_weights(
-    submission_id: SubmissionId,
-    license: Annotated[
-        str | None, typer.Option(help="SPDX licence to publish under, e.g. CC-BY-4.0 or MIT.")
-    ] = None,
-    withdraw: Annotated[bool, typer.Option(help="Stop serving the weights instead.")] = False,
-    server: Server = None,
-    token: Token = None,
-) -> None:
-    """Publish a submission's weights in the model zoo under a licence (anyone may download
-    them once the entry has finished, if the entry is public), or withdraw them."""
-    from certbench.client import ClientError
-
-    _, errors = _consoles()
-    with _connect(server, token, need_token=True) as client:
-        if withdraw:
-            updated = client.withdraw_weights(submission_id)
-        elif license is None:
-            raise ClientError(
-                "--license is required to publish weights (e.g. --license CC-BY-4.0); "
-                "--withdraw stops serving them"
-            )
-        else:
-            updated = client.publish_weights(submission_id, license)
-    from certbench.client_render import weights_text
-
-    errors.print(f"submission {updated.id}: weights {weights_text(updated)}", highlight=False)
