@@ -58,6 +58,8 @@ def test_docs_pages_reference_no_external_host(client: TestClient, page: str) ->
         assert not parts.scheme and not parts.netloc and url.startswith("/"), url
         assert client.get(url).status_code == 200, url
     assert "fonts.googleapis" not in html
+    policy = response.headers["content-security-policy"]
+    assert "default-src 'self'" in policy and "img-src 'self' data:" in policy
     if page == "/docs":
         assert '"validatorUrl": null' in html  # no call to validator.swagger.io
 
