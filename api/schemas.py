@@ -18,7 +18,7 @@ from models.entities import (
     TestSet,
     User,
 )
-from models.leaderboard import HIGHER_IS_BETTER, LeaderboardPage
+from models.leaderboard import HIGHER_IS_BETTER, LeaderboardPage, benchmark_sort_keys
 from models.run_seeds import SeedView
 
 if TYPE_CHECKING:
@@ -212,6 +212,15 @@ class BenchmarkPublic(BaseModel):
             "name (``robustness`` repeats the pd_robustness one)"
         ),
     )
+    sort_keys: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "the leaderboard's sort keys → the column label the web page shows: every figure "
+            "of the rows' `metrics` this benchmark stores (same names), then sigma, submitted, "
+            "finished and model_name"
+        ),
+        examples=[{"macr": "mACR", "cert_acc_050": "r = 0.5", "sigma": "σ"}],
+    )
 
     @classmethod
     def of(cls, benchmark: Benchmark, *, entries: int) -> BenchmarkPublic:
@@ -237,6 +246,7 @@ class BenchmarkPublic(BaseModel):
             stages={
                 name: public_protocol(row) or {} for name, row in (benchmark.stages or {}).items()
             },
+            sort_keys=benchmark_sort_keys(benchmark),
         )
 
 

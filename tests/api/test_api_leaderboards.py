@@ -80,8 +80,9 @@ def test_leaderboard_sorting_filters_paging(
     assert client.get(url, params={"search": "weak"}).json()["total"] == 1
     owner = client.get(url, headers=actors.alice).json()
     assert "mine-only" in [r["model_name"] for r in owner["rows"]]
+    bogus = client.get(url, params={"sort": "bogus"})
+    assert bogus.status_code == 422 and bogus.json()["code"] == "invalid_sort"
     for params, code in (
-        ({"sort": "bogus"}, 422),
         ({"order": "sideways"}, 422),
         ({"limit": 0}, 422),
         ({"limit": 10_000}, 422),
