@@ -54,6 +54,16 @@ def test_benchmarks_and_datasets(client: TestClient, entries: dict[str, int]):
             "configs": ["set0", "set1"],
             "load_example": 'from datasets import load_dataset; ds = load_dataset("certbench/tiny",'
             ' "set0", split="test")',
+            "sources": [
+                {
+                    "kind": "hub",
+                    "repo": "certbench/tiny",
+                    "revision": None,
+                    "sha256": None,
+                    "pinned": False,
+                    "label": "certbench/tiny on the Hub (latest revision, not pinned)",
+                }
+            ],
         }
     ]
 
