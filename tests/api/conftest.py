@@ -26,9 +26,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 from service_db import BACKENDS, MigratedTemplates, service_settings, templates
 from service_factories import load_tiny, make_user
 
-#: Redis database of the API tests (13); CERTBENCH_TEST_REDIS_DB picks another so that two
-#: checkouts can run their suites side by side without flushing each other's queues.
-REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('CERTBENCH_TEST_REDIS_DB', '13')}"
+#: The API tests' Redis database: 13, minus the pytest-xdist worker's number (gw1 → 12), so that
+#: parallel workers never flush each other's queues; CERTBENCH_TEST_REDIS_DB overrides it (two
+#: checkouts side by side). The e2e tests claim databases below API_REDIS_DATABASES only.
+API_REDIS_DATABASES = range(10, 14)
+
+
+def _redis_db() -> str:
+    explicit = os.environ.get("CERTBENCH_TEST_REDIS_DB")
+    if explicit:
+        return explicit
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    return str(API_REDIS_DATABASES[-1] - worker)
+
+
+REDIS_URL = f"redis://127.0.0.1:6379/{_redis_db()}"
 HOW_TO_START_REDIS = (
     "Redis is required for the integration tests and is not reachable at {url} ({err}). Start it "
     "(e.g. `redis-server --daemonize yes` or `service redis-server start`)."

@@ -34,6 +34,9 @@ from models.settings import Settings
 POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
 REDIS_LOCK = "certbench-e2e-owner"
+#: Databases the e2e tests may claim: 14, 15 and 1..9 (10..13 belong to the API tests, one per
+#: pytest-xdist worker; see tests/api/conftest.py).
+E2E_REDIS_DATABASES = [15, 14, *range(9, 0, -1)]
 
 START_POSTGRES = (
     "PostgreSQL is not reachable at 127.0.0.1:5432 (database `test`, user postgres, trust auth): "
@@ -95,12 +98,15 @@ def redis_database() -> Iterator[str]:
         redis.Redis(REDIS_HOST, REDIS_PORT, socket_connect_timeout=5).ping()
     except redis.exceptions.ConnectionError as err:
         pytest.fail(START_REDIS.format(err=err), pytrace=False)
-    for index in range(15, 0, -1):
+    for index in E2E_REDIS_DATABASES:
         client = redis.Redis(REDIS_HOST, REDIS_PORT, db=index)
         if client.dbsize() == 0 and client.set(REDIS_LOCK, token, nx=True, ex=3600):
             break
     else:
-        pytest.fail("every Redis database 1..15 is in use; flush an unused one", pytrace=False)
+        pytest.fail(
+            f"every Redis database of {E2E_REDIS_DATABASES} is in use; flush an unused one",
+            pytrace=False,
+        )
     try:
         yield f"redis://{REDIS_HOST}:{REDIS_PORT}/{index}"
     finally:
