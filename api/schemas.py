@@ -212,6 +212,23 @@ class BenchmarkPublic(BaseModel):
             "name (``robustness`` repeats the pd_robustness one)"
         ),
     )
+    data_available: bool | None = Field(
+        default=None,
+        description="whether this machine holds the benchmark's data (its local folders, local "
+        "copies of its Hub datasets or the `datasets` cache); submissions to a benchmark without "
+        "it are refused (422 dataset_unavailable). Null where the service does not check "
+        "(CERTBENCH_REQUIRE_LOCAL_DATA=false)",
+    )
+    data_hint: str | None = Field(
+        default=None,
+        description="when data_available is false: what is missing and the command that fixes "
+        "it, e.g. `certbench datasets fetch cifar10`",
+        examples=[
+            "the Hub data set(s) uoft-cs/cifar10 are not on this machine; an operator fixes it "
+            "with `certbench datasets fetch cifar10` where the service runs (or by pointing the "
+            "definition's `folder` at a local copy)"
+        ],
+    )
 
     @classmethod
     def of(cls, benchmark: Benchmark, *, entries: int) -> BenchmarkPublic:
@@ -267,6 +284,23 @@ class BenchmarkSummary(BaseModel):
     entries: int = Field(description="finished public entries on the leaderboard")
     robustness: dict[str, Any] | None = Field(
         default=None, description="protocol of the base-classifier robustness stage (seed 004)"
+    )
+    data_available: bool | None = Field(
+        default=None,
+        description="whether this machine holds the benchmark's data (its local folders, local "
+        "copies of its Hub datasets or the `datasets` cache); submissions to a benchmark without "
+        "it are refused (422 dataset_unavailable). Null where the service does not check "
+        "(CERTBENCH_REQUIRE_LOCAL_DATA=false)",
+    )
+    data_hint: str | None = Field(
+        default=None,
+        description="when data_available is false: what is missing and the command that fixes "
+        "it, e.g. `certbench datasets fetch cifar10`",
+        examples=[
+            "the Hub data set(s) uoft-cs/cifar10 are not on this machine; an operator fixes it "
+            "with `certbench datasets fetch cifar10` where the service runs (or by pointing the "
+            "definition's `folder` at a local copy)"
+        ],
     )
     test_set_count: int
     test_sets: list[TestSetBrief]

@@ -76,6 +76,8 @@ class Upload:
     extra_data: bool = False
     venue: str | None = None
     staged: StagedWeights | None = None
+    is_baseline: bool = False
+    """A reference entry the service submits itself (``api.services.reference_entries``)."""
 
     @property
     def weights_sha256(self) -> str:
@@ -237,6 +239,7 @@ def _create_once(
             venue=upload.venue,
             protocol_version=benchmark.protocol_version,
             dedup_key=key,
+            is_baseline=upload.is_baseline,
         )
         session.add(submission)
         session.flush()

@@ -84,20 +84,45 @@ def get_submission(session: Session, submission_id: int) -> Submission:
     return submission
 
 
-def resolve_source(folder: str | None, repo: str, settings: Settings) -> str:
-    """A local folder when the definition names one (relative ones under datasets_dir), else the
-    Hub repo id."""
+def resolve_source(
+    folder: str | None, repo: str, settings: Settings, *, revision: str | None = None
+) -> str:
+    """Where a set of images is read from on this deployment.
+
+    A local folder when the definition names one (relative ones under ``datasets_dir``); else the
+    local copy of the Hub repo, ``<datasets_dir>/<org>/<name>`` (``certbench datasets fetch``),
+    when it exists and no revision is pinned (a copy does not say which revision it holds); else
+    the Hub repo id.
+    """
     if folder:
         path = Path(folder)
         if not path.is_absolute() and settings.datasets_dir is not None:
             path = settings.datasets_dir / path
         return str(path)
+    if revision is None:
+        mirror = hub_mirror(repo, settings)
+        if mirror is not None and mirror.is_dir():
+            return str(mirror)
     return repo
+
+
+def hub_mirror(repo: str, settings: Settings) -> Path | None:
+    """``<datasets_dir>/<org>/<name>``: where a local copy of Hub dataset ``repo`` lives (None for
+    a repo id that is not ``org/name``)."""
+    parts = repo.split("/")
+    if len(parts) != 2 or not all(p and p not in (".", "..") for p in parts):
+        return None
+    if settings.datasets_dir is None:
+        return None
+    return settings.datasets_dir / parts[0] / parts[1]
 
 
 def dataset_source(test_set: TestSet, settings: Settings) -> str:
     """Where a test set's images are read from on this deployment."""
-    return resolve_source(test_set.dataset_folder, test_set.dataset_repo, settings)
+    revision = pinned_revision(test_set.revision, test_set.provenance or {}, name=test_set.name)
+    return resolve_source(
+        test_set.dataset_folder, test_set.dataset_repo, settings, revision=revision
+    )
 
 
 def get_work_item(session: Session, submission_id: int, *, settings: Settings) -> WorkItem:

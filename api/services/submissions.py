@@ -73,6 +73,7 @@ def _accept(
         is_private=received.private,
         extra_data=received.extra_data,
         venue=received.venue,
+        settings=settings,
     )
     submission = crud.create_submission(
         session, user=user, benchmark=benchmark, upload=upload, settings=settings

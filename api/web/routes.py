@@ -156,9 +156,12 @@ def render(
 
 
 @router.get("/", response_class=HTMLResponse, name="web_home")
-def home(request: Request, session: SessionDep, viewer: WebViewer) -> HTMLResponse:
-    """Benchmarks grouped by base dataset, with their dataset links and current top entries."""
-    benchmarks = lb_service.benchmarks(session, viewer=viewer)
+def home(
+    request: Request, session: SessionDep, settings: SettingsDep, viewer: WebViewer
+) -> HTMLResponse:
+    """Benchmarks grouped by base dataset, with their dataset links and current top entries (and
+    "data not available here" with the fix where this machine lacks a benchmark's data)."""
+    benchmarks = lb_service.benchmarks(session, viewer=viewer, settings=settings)
     cards = []
     for bench in benchmarks:
         top = lb_service.leaderboard(
@@ -230,7 +233,10 @@ def leaderboard_page(
     )
     # The page needs the benchmark's description, not its entry count: the service's count query
     # would double the page's database time, and ``board.total`` already counts this view.
-    bench = BenchmarkPublic.of(get_benchmark(session, benchmark), entries=board.total)
+    found = get_benchmark(session, benchmark)
+    bench = BenchmarkPublic.of(found, entries=board.total).model_copy(
+        update=lb_service.data_fields(found, settings)
+    )
     board = lb_service.with_effective_robustness(session, board, viewer=viewer)
     return render(
         request,

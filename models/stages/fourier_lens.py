@@ -111,7 +111,9 @@ def lens_spec(row: Mapping[str, Any], settings: Settings) -> LensSpec:
         images=TestSetSpec(
             id=0,
             name="_fourier_lens",
-            source=resolve_source(row.get("folder"), row["repo"], settings),
+            source=resolve_source(
+                row.get("folder"), row["repo"], settings, revision=row.get("revision")
+            ),
             config=row.get("config"),
             revision=row.get("revision"),
             split=row["split"],

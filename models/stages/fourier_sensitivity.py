@@ -173,7 +173,12 @@ def fourier_spec(protocol: Mapping[str, Any], settings: Settings) -> FourierSpec
         images=TestSetSpec(
             id=0,
             name="_fourier_sensitivity",
-            source=resolve_source(protocol.get("folder"), protocol["repo"], settings),
+            source=resolve_source(
+                protocol.get("folder"),
+                protocol["repo"],
+                settings,
+                revision=protocol.get("revision"),
+            ),
             config=protocol.get("config"),
             revision=protocol.get("revision"),
             split=protocol["split"],

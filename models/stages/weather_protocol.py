@@ -111,7 +111,12 @@ def weather_spec(protocol: Mapping[str, Any], settings: Settings) -> WeatherSpec
         images=TestSetSpec(
             id=0,
             name="_weather_attack",
-            source=resolve_source(protocol.get("folder"), protocol["repo"], settings),
+            source=resolve_source(
+                protocol.get("folder"),
+                protocol["repo"],
+                settings,
+                revision=protocol.get("revision"),
+            ),
             config=protocol.get("config"),
             revision=protocol.get("revision"),
             split=protocol["split"],
