@@ -224,10 +224,14 @@ class BenchmarkPublic(BaseModel):
         description="when data_available is false: what is missing and the command that fixes "
         "it, e.g. `certbench datasets fetch cifar10`",
         examples=[
-            "the Hub data set(s) uoft-cs/cifar10 are not on this machine; an operator fixes it "
-            "with `certbench datasets fetch cifar10` where the service runs (or by pointing the "
-            "definition's `folder` at a local copy)"
+            "uoft-cs/cifar10 not on this machine: run `certbench datasets fetch cifar10` where "
+            "the service runs, or point the definition's `folder` at a local copy"
         ],
+    )
+    data_command: str | None = Field(
+        default=None,
+        description="when Hub data is missing: the one command that fetches it",
+        examples=["certbench datasets fetch cifar10"],
     )
 
     @classmethod
@@ -297,10 +301,14 @@ class BenchmarkSummary(BaseModel):
         description="when data_available is false: what is missing and the command that fixes "
         "it, e.g. `certbench datasets fetch cifar10`",
         examples=[
-            "the Hub data set(s) uoft-cs/cifar10 are not on this machine; an operator fixes it "
-            "with `certbench datasets fetch cifar10` where the service runs (or by pointing the "
-            "definition's `folder` at a local copy)"
+            "uoft-cs/cifar10 not on this machine: run `certbench datasets fetch cifar10` where "
+            "the service runs, or point the definition's `folder` at a local copy"
         ],
+    )
+    data_command: str | None = Field(
+        default=None,
+        description="when Hub data is missing: the one command that fetches it",
+        examples=["certbench datasets fetch cifar10"],
     )
     test_set_count: int
     test_sets: list[TestSetBrief]

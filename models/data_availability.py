@@ -53,23 +53,29 @@ class DataAvailability:
     missing_folders: tuple[str, ...] = ()
 
     @property
+    def command(self) -> str | None:
+        """The one command that fetches the missing Hub data (None when none is missing)."""
+        if not self.missing_repos:
+            return None
+        names = " ".join(_ALIAS_OF.get(repo, repo) for repo in self.missing_repos)
+        return f"certbench datasets fetch {names}"
+
+    @property
     def hint(self) -> str | None:
-        """What to tell a submitter or operator (None when everything is here)."""
+        """What is missing and how to fix it (None when everything is here)."""
         if self.available:
             return None
         parts = []
         if self.missing_repos:
-            names = " ".join(_ALIAS_OF.get(repo, repo) for repo in self.missing_repos)
             parts.append(
-                f"the Hub data set(s) {', '.join(self.missing_repos)} are not on this machine; "
-                f"an operator fixes it with `certbench datasets fetch {names}` where the service "
-                "runs (or by pointing the definition's `folder` at a local copy)"
+                f"{', '.join(self.missing_repos)} not on this machine: run `{self.command}` "
+                "where the service runs, or point the definition's `folder` at a local copy"
             )
         if self.missing_folders:
             parts.append(
-                f"the local folder(s) {', '.join(self.missing_folders)} named by the definition "
-                "are missing under CERTBENCH_DATASETS_DIR; an operator copies the data there (Hub "
-                "layout or torchvision CIFAR) or loads a definition whose `folder` points at it"
+                f"local folder(s) {', '.join(self.missing_folders)} missing under "
+                "CERTBENCH_DATASETS_DIR: copy the data there (Hub layout or torchvision CIFAR) "
+                "or load a definition whose `folder` points at it"
             )
         return "; ".join(parts)
 

@@ -83,7 +83,11 @@ def _data_fields(
         settings,
         lambda: sources_of(session.get_one(Benchmark, benchmark_id)),
     )
-    return {"data_available": found.available, "data_hint": found.hint}
+    return {
+        "data_available": found.available,
+        "data_hint": found.hint,
+        "data_command": found.command,
+    }
 
 
 def data_fields(benchmark: Benchmark, settings: Settings | None) -> dict[str, Any]:
@@ -91,7 +95,11 @@ def data_fields(benchmark: Benchmark, settings: Settings | None) -> dict[str, An
     if settings is None or not settings.require_local_data:
         return {}
     found = benchmark_availability(benchmark, settings)
-    return {"data_available": found.available, "data_hint": found.hint}
+    return {
+        "data_available": found.available,
+        "data_hint": found.hint,
+        "data_command": found.command,
+    }
 
 
 def _entry_counts(session: Session, viewer: User | None) -> dict[int, int]:

@@ -172,7 +172,12 @@ def home(
     groups: dict[str, list[dict[str, Any]]] = {}
     for card in cards:
         groups.setdefault(card["benchmark"].base_dataset, []).append(card)
-    return render(request, "home.html", {"viewer": viewer, "groups": groups})
+    # Groups a visitor can submit to here come first (on a fresh machine: the demo benchmark).
+    ordered = sorted(
+        groups.items(),
+        key=lambda group: all(c["benchmark"].data_available is False for c in group[1]),
+    )
+    return render(request, "home.html", {"viewer": viewer, "groups": dict(ordered)})
 
 
 # ---- leaderboard ------------------------------------------------------------------------------
