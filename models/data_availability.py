@@ -16,6 +16,8 @@ definition's folder names, never the machine's paths.
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -174,17 +176,32 @@ def datasets_cache_has(repo: str, config: str | None) -> bool:
     cache, i.e. whether its offline fallback (``CachedDatasetModuleFactory``) would find one.
 
     Mirrors that factory's lookup: ``<HF_DATASETS_CACHE>/<org>___<snake_case name>/<config>/
-    <version>/<hash>/`` must be a folder.
+    <version>/<hash>/`` must be a folder. Computed here rather than read from ``datasets.config``:
+    importing ``datasets`` takes seconds, too long for the first page an API process serves (a
+    test keeps both in agreement).
     """
-    from datasets import config as datasets_config
-    from datasets.naming import camelcase_to_snakecase
-
     parts = repo.split("/")
     if len(parts) > 2 or not all(parts):
         return False
-    parts[-1] = camelcase_to_snakecase(parts[-1])
-    root = Path(str(datasets_config.HF_DATASETS_CACHE)).expanduser() / "___".join(parts)
+    parts[-1] = _snake_case(parts[-1])
+    root = datasets_cache_dir() / "___".join(parts)
     if not root.is_dir():
         return False
     pattern = f"{config}/*/*" if config else "*/*/*"
     return any(path.is_dir() for path in root.glob(pattern))
+
+
+def datasets_cache_dir() -> Path:
+    """``datasets.config.HF_DATASETS_CACHE`` as ``datasets`` derives it from the environment."""
+    explicit = os.environ.get("HF_DATASETS_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "~/.cache")
+    home = os.environ.get("HF_HOME", os.path.join(xdg, "huggingface"))
+    return Path(os.path.expanduser(home)) / "datasets"
+
+
+def _snake_case(name: str) -> str:
+    """``datasets.naming.camelcase_to_snakecase``."""
+    name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    return re.sub(r"([a-z\d])([A-Z])", r"\1_\2", name).lower()

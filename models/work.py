@@ -107,14 +107,18 @@ def resolve_source(
 
 
 def hub_mirror(repo: str, settings: Settings) -> Path | None:
-    """``<datasets_dir>/<org>/<name>``: where a local copy of Hub dataset ``repo`` lives (None for
-    a repo id that is not ``org/name``)."""
-    parts = repo.split("/")
-    if len(parts) != 2 or not all(p and p not in (".", "..") for p in parts):
-        return None
+    """``<datasets_dir>/<org>/<name>``: where a local copy of Hub dataset ``repo`` lives, the
+    folder ``certbench datasets fetch`` writes (None for a repo that is neither ``org/name`` nor
+    an alias such as ``cifar10``)."""
+    from certbench.errors import DataSourceError
+    from certbench.hub_fetch import mirror_path
+
     if settings.datasets_dir is None:
         return None
-    return settings.datasets_dir / parts[0] / parts[1]
+    try:
+        return mirror_path(repo, settings.datasets_dir)
+    except DataSourceError:
+        return None
 
 
 def dataset_source(test_set: TestSet, settings: Settings) -> str:

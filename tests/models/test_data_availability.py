@@ -18,7 +18,12 @@ from data_layouts import CIFAR10_CLASSES, random_images, random_labels, write_hu
 from certbench.data import load_images
 from models import data_availability
 from models.catalog import parse_definition, upsert_benchmark
-from models.data_availability import benchmark_availability, clear_cache, datasets_cache_has
+from models.data_availability import (
+    benchmark_availability,
+    clear_cache,
+    datasets_cache_dir,
+    datasets_cache_has,
+)
 from models.entities import Benchmark
 from models.settings import Settings
 from models.work import dataset_source, hub_mirror, resolve_source
@@ -146,11 +151,10 @@ def test_a_stage_block_source_counts_and_a_generated_folder_is_always_here(
 def test_the_datasets_cache_check_agrees_with_datasets_own_offline_lookup(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    from datasets import config as datasets_config
     from datasets.load import CachedDatasetModuleFactory
 
     cache = tmp_path / "hf-datasets"
-    monkeypatch.setattr(datasets_config, "HF_DATASETS_CACHE", cache)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
 
     def factory_finds(repo: str) -> bool:
         try:
@@ -169,6 +173,32 @@ def test_the_datasets_cache_check_agrees_with_datasets_own_offline_lookup(
         assert datasets_cache_has(repo, config) is factory_finds(repo) is True
     assert not datasets_cache_has("uoft-cs/cifar10", "another_config")
     assert not datasets_cache_has("uoft-cs/cifar100", None)
+
+
+def test_the_datasets_cache_dir_is_the_one_datasets_derives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    import importlib
+
+    from datasets import config as datasets_config
+
+    cases = [
+        {},
+        {"XDG_CACHE_HOME": str(tmp_path / "xdg")},
+        {"HF_HOME": str(tmp_path / "hf")},
+        {"HF_HOME": str(tmp_path / "hf"), "HF_DATASETS_CACHE": str(tmp_path / "ds")},
+    ]
+    try:
+        for env in cases:
+            for key in ("XDG_CACHE_HOME", "HF_HOME", "HF_DATASETS_CACHE"):
+                monkeypatch.delenv(key, raising=False)
+            for key, value in env.items():
+                monkeypatch.setenv(key, value)
+            derived = importlib.reload(datasets_config).HF_DATASETS_CACHE
+            assert datasets_cache_dir() == Path(derived), env
+    finally:
+        monkeypatch.undo()
+        importlib.reload(datasets_config)  # the real environment's values again
 
 
 def test_answers_are_cached_per_definition_version(session: Session, settings: Settings):
