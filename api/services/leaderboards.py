@@ -61,13 +61,14 @@ def _shapes(session: Session) -> list[tuple[int, str, BenchmarkPublic, Benchmark
         ).order_by(Benchmark.name)
     ).all()
     out = []
-    for benchmark_id, *version in rows:
+    for benchmark_id, sha256, definition_version, updated_at in rows:
+        version = (sha256, definition_version, updated_at)
         cached = _SHAPES.get(benchmark_id)
-        if cached is None or cached[0] != tuple(version):
+        if cached is None or cached[0] != version:
             full = BenchmarkPublic.of(session.get_one(Benchmark, benchmark_id), entries=0)
-            cached = (tuple(version), full, BenchmarkSummary.of(full))
+            cached = (version, full, BenchmarkSummary.of(full))
             _SHAPES[benchmark_id] = cached
-        out.append((benchmark_id, version[0], cached[1], cached[2]))
+        out.append((benchmark_id, sha256, cached[1], cached[2]))
     return out
 
 
