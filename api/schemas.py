@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.data_sources import DataSourcePublic
 from models.entities import (
     Benchmark,
     LeaderboardEntry,
@@ -18,11 +19,12 @@ from models.entities import (
     TestSet,
     User,
 )
-from models.leaderboard import HIGHER_IS_BETTER, LeaderboardPage
+from models.leaderboard import HIGHER_IS_BETTER, LeaderboardPage, benchmark_sort_keys
 from models.run_seeds import SeedView
 
 if TYPE_CHECKING:
     from certbench.intervals import PairedTest
+from api.zoo_schemas import WeightsLinkPublic
 from models.stages.certification import TestSetResult
 from models.stages.certification_intervals import CI_HIGH, CI_LOW, interval_keys
 from models.stages.pd_robustness import RobustnessResult
@@ -152,6 +154,11 @@ class TestSetPublic(BaseModel):
             "content hash workers check (sha256 of the config's parquet shard) or hub_commit"
         ),
     )
+    source: DataSourcePublic = Field(
+        description="where this server reads the images from: the Hub repo at a revision, or a "
+        "local folder named by its content hash (``dataset_repo`` is the published name either "
+        "way)"
+    )
 
     @classmethod
     def of(cls, test_set: TestSet) -> TestSetPublic:
@@ -168,6 +175,13 @@ class TestSetPublic(BaseModel):
             band=test_set.band,
             attributes=dict(test_set.attributes),
             provenance=dict(test_set.provenance or {}),
+            source=DataSourcePublic.of(
+                repo=test_set.dataset_repo,
+                folder=test_set.dataset_folder,
+                revision=test_set.revision,
+                provenance=test_set.provenance or {},
+                name=test_set.name,
+            ),
         )
 
 
@@ -233,6 +247,15 @@ class BenchmarkPublic(BaseModel):
         description="when Hub data is missing: the one command that fetches it",
         examples=["certbench datasets fetch cifar10"],
     )
+    sort_keys: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "the leaderboard's sort keys → the column label the web page shows: every figure "
+            "of the rows' `metrics` this benchmark stores (same names), then sigma, submitted, "
+            "finished and model_name"
+        ),
+        examples=[{"macr": "mACR", "cert_acc_050": "r = 0.5", "sigma": "σ"}],
+    )
 
     @classmethod
     def of(cls, benchmark: Benchmark, *, entries: int) -> BenchmarkPublic:
@@ -258,6 +281,7 @@ class BenchmarkPublic(BaseModel):
             stages={
                 name: public_protocol(row) or {} for name, row in (benchmark.stages or {}).items()
             },
+            sort_keys=benchmark_sort_keys(benchmark),
         )
 
 
@@ -270,6 +294,7 @@ class TestSetBrief(BaseModel):
     config: str | None
     band: str | None
     hub_url: str
+    source: str = Field(description="where this server reads it from (``source.label``)")
 
 
 class BenchmarkSummary(BaseModel):
@@ -319,7 +344,13 @@ class BenchmarkSummary(BaseModel):
             **public.model_dump(exclude={"test_sets"}),
             test_set_count=len(public.test_sets),
             test_sets=[
-                TestSetBrief(name=t.name, config=t.config, band=t.band, hub_url=t.hub_url)
+                TestSetBrief(
+                    name=t.name,
+                    config=t.config,
+                    band=t.band,
+                    hub_url=t.hub_url,
+                    source=t.source.label,
+                )
                 for t in public.test_sets
             ],
         )
@@ -342,13 +373,18 @@ class TestSetProgress(BaseModel):
 
 
 class DatasetPublic(BaseModel):
-    """A published dataset repo and the configs the benchmarks use from it."""
+    """A published dataset repo, the configs the benchmarks use from it, and where this server
+    reads them from."""
 
     repo: str
     hub_url: str
     benchmarks: list[str]
     configs: list[str]
     load_example: str
+    sources: list[DataSourcePublic] = Field(
+        description="the distinct sources this server reads the repo's test sets from (a local "
+        "folder, or the Hub at a revision), in the benchmarks' order"
+    )
 
 
 # ---- submissions ------------------------------------------------------------------------------
@@ -435,6 +471,17 @@ class SubmissionPublic(BaseModel):
         default=None,
         description="the run's noise seed: its commitment, and the seed once the run has ended",
     )
+    weights_public: bool = Field(
+        default=False, description="the submitter published the weights (model zoo)"
+    )
+    weights_license: str | None = Field(
+        default=None, description="SPDX licence of the published weights"
+    )
+    weights: WeightsLinkPublic | None = Field(
+        default=None,
+        description="download link of the weights once anyone may download them (published, "
+        "finished, public and visible); null otherwise",
+    )
 
     @classmethod
     def of(
@@ -493,6 +540,9 @@ class SubmissionPublic(BaseModel):
             if with_events
             else None,
             seed=SeedPublic.of(seed),
+            weights_public=submission.weights_public,
+            weights_license=submission.weights_license,
+            weights=WeightsLinkPublic.of(submission),
         )
 
 
@@ -704,6 +754,11 @@ class LeaderboardRowPublic(BaseModel):
         ),
     )
     tie: TiePublic | None = Field(default=None, description="the test behind `tied_with`")
+    weights: WeightsLinkPublic | None = Field(
+        default=None,
+        description="model zoo: where to download the weights when the submitter published "
+        "them under a licence; null otherwise",
+    )
 
 
 class LeaderboardPublic(BaseModel):
@@ -742,6 +797,7 @@ class LeaderboardPublic(BaseModel):
                     finished_at=row.entry.finished_at,
                     protocol_version=row.entry.protocol_version,
                     metrics=Metrics.of(row.entry),
+                    weights=WeightsLinkPublic.of(row.submission),
                 )
             )
         return cls(
@@ -934,6 +990,11 @@ class ResultsPublic(BaseModel):
     seed: SeedPublic | None = Field(
         default=None,
         description="the run's noise seed: its commitment, and the seed once the run has ended",
+    )
+    weights: WeightsLinkPublic | None = Field(
+        default=None,
+        description="model zoo: where to download the weights when the submitter published "
+        "them under a licence and the entry is finished, public and visible; null otherwise",
     )
 
 

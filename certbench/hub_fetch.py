@@ -18,17 +18,14 @@ keeps the two defaults equal).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from certbench.data import HUB_ALIASES
+from certbench.dataset_names import HUB_ALIASES, is_hub_id, unknown_name_message
 from certbench.errors import DataSourceError
 
 __all__ = ["FetchedDataset", "default_datasets_dir", "fetch_dataset", "hub_repo", "mirror_path"]
-
-_REPO = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 
 
 @dataclass(frozen=True)
@@ -52,13 +49,15 @@ def default_datasets_dir() -> Path:
 def hub_repo(name: str) -> str:
     """The Hub id ``name`` stands for (an alias such as ``cifar10``, or ``org/name`` itself).
 
-    Raises DataSourceError for anything else, naming the aliases.
+    Raises DataSourceError for anything else: a bare name gets "did you mean cifar10?".
     """
     repo = HUB_ALIASES.get(name, name)
-    if not _REPO.fullmatch(repo) or ".." in repo:
+    if "/" not in repo:
+        raise DataSourceError(unknown_name_message(name))
+    if not is_hub_id(repo) or ".." in repo:
         raise DataSourceError(
             f"{name!r} is not a Hub dataset id: give org/name (e.g. uoft-cs/cifar10) or one of "
-            f"the aliases {sorted(HUB_ALIASES)}"
+            f"the aliases {', '.join(HUB_ALIASES)}"
         )
     return repo
 

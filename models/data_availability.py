@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from certbench.data import HUB_ALIASES
+from certbench.dataset_names import HUB_ALIASES
 from models.data_pins import pinned_revision
 from models.entities import Benchmark
 from models.generated_datasets import generated_name

@@ -30,6 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from models.base import Base, UTCDateTime, utcnow
+from models.roles import Role
 from models.states import DEDUP_STATES, SubmissionState
 
 
@@ -44,13 +45,6 @@ def _enum(cls: type[StrEnum], name: str) -> Enum:
         values_callable=lambda members: [m.value for m in members],
         validate_strings=True,
     )
-
-
-class Role(StrEnum):
-    """What a user may do: submitters submit and read their own; admins manage everything."""
-
-    SUBMITTER = "submitter"
-    ADMIN = "admin"
 
 
 class User(Base):
@@ -237,6 +231,12 @@ class Submission(Base):
     sigma: Mapped[float] = mapped_column(Float)
     extra_data: Mapped[bool] = mapped_column(Boolean, default=False)
     venue: Mapped[str | None] = mapped_column(String(64))
+    # Model zoo: the submitter publishes the weights under an SPDX licence
+    # (``certbench.licenses``); served only for a finished, public, visible entry.
+    weights_public: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=text("false")
+    )
+    weights_license: Mapped[str | None] = mapped_column(String(32))
     protocol_version: Mapped[str] = mapped_column(String(32))
     dedup_key: Mapped[str] = mapped_column(String(64), index=True)
     duplicate_of_id: Mapped[int | None] = mapped_column(

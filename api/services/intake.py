@@ -32,6 +32,7 @@ from models.errors import IntakeError, NotFoundError
 from models.settings import Settings
 from models.states import Reason
 from models.submissions import StagedWeights, Upload
+from models.zoo import check_publication
 
 SIGMA_TOLERANCE = 1e-9
 #: Image shape (C, H, W) of each base dataset the benchmarks certify on: a model is fed exactly
@@ -143,12 +144,15 @@ def build_upload(
     extra_data: bool,
     venue: str | None,
     settings: Settings,
+    weights_public: bool = False,
+    weights_license: str | None = None,
 ) -> tuple[Benchmark, Upload]:
     """Run every cheap check, in the order a submitter would fix them; nothing is written."""
     manifest = parse_manifest(manifest_bytes)
     benchmark = check_against_benchmark(session, manifest)
     check_data_available(benchmark, settings)
     check_weights(weights.path, manifest)
+    weights_public, weights_license = check_publication(weights_public, weights_license)
     return benchmark, Upload(
         weights=b"",
         staged=weights,
@@ -159,4 +163,6 @@ def build_upload(
         is_private=is_private,
         extra_data=extra_data,
         venue=venue or None,
+        weights_public=weights_public,
+        weights_license=weights_license,
     )

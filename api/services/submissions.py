@@ -10,7 +10,7 @@ from api.queue import JobQueue
 from api.schemas import QuotaPublic, SubmissionList, SubmissionPublic, TestSetProgress
 from api.services.intake import build_upload
 from api.services.upload_stream import ReceivedUpload, receive_upload
-from models import run_seeds
+from models import run_seeds, zoo
 from models import submissions as crud
 from models.entities import Submission, User
 from models.errors import IntakeError, ServiceUnavailableError
@@ -74,6 +74,8 @@ def _accept(
         extra_data=received.extra_data,
         venue=received.venue,
         settings=settings,
+        weights_public=received.weights_public,
+        weights_license=received.weights_license,
     )
     submission = crud.create_submission(
         session, user=user, benchmark=benchmark, upload=upload, settings=settings
@@ -167,6 +169,16 @@ def list_own(
 
 def cancel(session: Session, submission_id: int, *, user: User) -> SubmissionPublic:
     return public(session, crud.cancel(session, submission_id, by=user), viewer=user, events=True)
+
+
+def publish_weights(
+    session: Session, submission_id: int, *, user: User, publish: bool, license: str | None
+) -> SubmissionPublic:
+    """Publish or withdraw an entry's weights (``models.zoo.set_publication``)."""
+    submission = zoo.set_publication(
+        session, submission_id, by=user, public=publish, license=license
+    )
+    return public(session, submission, viewer=user)
 
 
 def rerun(
