@@ -98,7 +98,6 @@ class ServiceUnavailableError(ServiceError):
         super().__init__(message, code=code)
         self.submission_id = submission_id
 
-
 class DatasetMismatchError(ServiceError):
     """The data a worker loaded is not the data the benchmark definition pins (its content hash
     differs, or the pin cannot be checked where the data is read): the run fails with reason
