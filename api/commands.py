@@ -2,9 +2,10 @@
 
 Registered through the ``certbench.commands`` entry point (``api.commands:register``). ``serve``
 migrates the database (``alembic upgrade head``, never ``create_all``), loads the packaged
-benchmark definitions that are not in the database yet, starts the embedded worker
-(``certbench worker --embedded``, a subprocess; api never imports workers) when no broker is
-configured, then runs uvicorn.
+benchmark definitions that are not in the database yet, writes the data sets the service
+generates itself (the demo benchmark's), submits the packaged reference entries not submitted
+yet, starts the embedded worker (``certbench worker --embedded``, a subprocess; api never imports
+workers) when no broker is configured, then runs uvicorn.
 
 Only typer, the standard library and light modules are imported at module level; SQLAlchemy,
 Alembic and the settings are imported inside the commands that use them, so that
@@ -82,10 +83,14 @@ def load_packaged_benchmarks(settings: Settings) -> list[str]:
     return loaded
 
 
-def prepare_service(settings: Settings, *, load_benchmarks: bool) -> None:
+def prepare_service(
+    settings: Settings, *, load_benchmarks: bool, demo_references: bool | None = None
+) -> None:
     """What ``serve`` does once before any API process starts: migrate, remove partial uploads a
-    killed process left behind, load the packaged benchmarks, and create the embedded broker's
-    tables (kombu creates them lazily, which races between API processes)."""
+    killed process left behind, load the packaged benchmarks, write the generated data sets the
+    benchmarks name, create the embedded broker's tables (kombu creates them lazily, which races
+    between API processes), then submit the packaged reference entries not submitted yet
+    (``demo_references``, default ``settings.demo_references``)."""
     import migrations
     from models.artifacts import remove_stale_partials
     from models.queue import prepare_embedded_broker
@@ -99,7 +104,54 @@ def prepare_service(settings: Settings, *, load_benchmarks: bool) -> None:
         loaded = load_packaged_benchmarks(settings)
         if loaded:
             typer.echo(f"loaded benchmarks: {', '.join(loaded)}", err=True)
+    generate_datasets(settings)
     prepare_embedded_broker(settings)
+    if settings.demo_references if demo_references is None else demo_references:
+        submit_references(settings)
+
+
+def generate_datasets(settings: Settings) -> list[str]:
+    """Write the generated data sets (``models.generated_datasets``) that loaded benchmarks name
+    and this machine lacks. A failure is reported, not fatal: the other benchmarks still serve,
+    and workers try again when they need the data."""
+    from models.catalog import list_benchmarks
+    from models.db import session_scope
+    from models.generated_datasets import ensure_for_folders, folders_of
+
+    with session_scope(settings) as session:
+        folders = set().union(
+            *(folders_of(b.test_sets, b.stages) for b in list_benchmarks(session))
+        )
+    try:
+        written = ensure_for_folders(sorted(folders), settings)
+    except CertbenchError as err:
+        typer.echo(f"warning: could not write a generated data set: {err}", err=True)
+        return []
+    if written:
+        typer.echo(f"generated data sets: {', '.join(written)}", err=True)
+    return written
+
+
+def submit_references(settings: Settings) -> None:
+    """Queue the packaged reference entries missing from their benchmarks (once: see
+    ``api.services.reference_entries``)."""
+    from api.queue import JobQueue
+    from api.services.reference_entries import submit_reference_entries
+
+    queue = JobQueue(settings)
+    try:
+        outcomes = submit_reference_entries(settings, queue)
+    finally:
+        queue.close()
+    made = [
+        f"{o.benchmark}/{o.key} (#{o.submission_id})" for o in outcomes if o.status == "submitted"
+    ]
+    if made:
+        typer.echo(f"submitted reference entries: {', '.join(made)}", err=True)
+    for skipped in (o for o in outcomes if o.status == "skipped"):
+        typer.echo(
+            f"warning: reference {skipped.benchmark}/{skipped.key}: {skipped.message}", err=True
+        )
 
 
 def api_processes(settings: Settings, option: int | None) -> int:
@@ -143,6 +195,14 @@ def serve(
             help="Load packaged benchmark definitions missing from the database or older there.",
         ),
     ] = True,
+    demo_references: Annotated[
+        bool | None,
+        typer.Option(
+            "--demo-references/--no-demo-references",
+            help="Submit the demo benchmark's packaged reference entries once "
+            "(CERTBENCH_DEMO_REFERENCES, default on).",
+        ),
+    ] = None,
 ) -> None:
     """Run the leaderboard service: migrate, (embedded worker), the API on uvicorn processes.
 
@@ -154,7 +214,7 @@ def serve(
 
     settings = _settings()
     try:
-        prepare_service(settings, load_benchmarks=load_benchmarks)
+        prepare_service(settings, load_benchmarks=load_benchmarks, demo_references=demo_references)
     except CertbenchError as err:
         raise _fail(err) from err
     processes = api_processes(settings, workers)

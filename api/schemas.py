@@ -226,6 +226,27 @@ class BenchmarkPublic(BaseModel):
             "name (``robustness`` repeats the pd_robustness one)"
         ),
     )
+    data_available: bool | None = Field(
+        default=None,
+        description="whether this machine holds the benchmark's data (its local folders, local "
+        "copies of its Hub datasets or the `datasets` cache); submissions to a benchmark without "
+        "it are refused (422 dataset_unavailable). Null where the service does not check "
+        "(CERTBENCH_REQUIRE_LOCAL_DATA=false)",
+    )
+    data_hint: str | None = Field(
+        default=None,
+        description="when data_available is false: what is missing and the command that fixes "
+        "it, e.g. `certbench datasets fetch cifar10`",
+        examples=[
+            "uoft-cs/cifar10 not on this machine: run `certbench datasets fetch cifar10` where "
+            "the service runs, or point the definition's `folder` at a local copy"
+        ],
+    )
+    data_command: str | None = Field(
+        default=None,
+        description="when Hub data is missing: the one command that fetches it",
+        examples=["certbench datasets fetch cifar10"],
+    )
     sort_keys: dict[str, str] = Field(
         default_factory=dict,
         description=(
@@ -292,6 +313,27 @@ class BenchmarkSummary(BaseModel):
     entries: int = Field(description="finished public entries on the leaderboard")
     robustness: dict[str, Any] | None = Field(
         default=None, description="protocol of the base-classifier robustness stage (seed 004)"
+    )
+    data_available: bool | None = Field(
+        default=None,
+        description="whether this machine holds the benchmark's data (its local folders, local "
+        "copies of its Hub datasets or the `datasets` cache); submissions to a benchmark without "
+        "it are refused (422 dataset_unavailable). Null where the service does not check "
+        "(CERTBENCH_REQUIRE_LOCAL_DATA=false)",
+    )
+    data_hint: str | None = Field(
+        default=None,
+        description="when data_available is false: what is missing and the command that fixes "
+        "it, e.g. `certbench datasets fetch cifar10`",
+        examples=[
+            "uoft-cs/cifar10 not on this machine: run `certbench datasets fetch cifar10` where "
+            "the service runs, or point the definition's `folder` at a local copy"
+        ],
+    )
+    data_command: str | None = Field(
+        default=None,
+        description="when Hub data is missing: the one command that fetches it",
+        examples=["certbench datasets fetch cifar10"],
     )
     test_set_count: int
     test_sets: list[TestSetBrief]

@@ -8,7 +8,8 @@ holds no state-dict entries, index 1 is the network, so the keys read ``1.conv1.
 exactly like the published checkpoints of locuslab/smoothing.
 
 Registered: ``cifar_resnet20/56/110`` (He et al. 2016, CIFAR variant with 1x1 projection shortcuts,
-as used by Cohen et al.) and ``wrn`` (Zagoruyko & Komodakis 2016, pre-activation wide ResNet).
+as used by Cohen et al.), ``wrn`` (Zagoruyko & Komodakis 2016, pre-activation wide ResNet) and
+``lenet5`` (LeCun et al. 1998: small enough to certify the CPU demo benchmark in seconds).
 """
 
 from __future__ import annotations
@@ -328,3 +329,40 @@ def wrn(
 ) -> nn.Module:
     """Wide ResNet, default WRN-28-10 (36.5M parameters for 10 classes)."""
     return WideResNet(depth, widen_factor, dropout, num_classes)
+
+
+# --- LeNet-5 (LeCun, Bottou, Bengio & Haffner 1998) -------------------------------------------
+
+
+class LeNet5(nn.Module):
+    """LeNet-5's layer layout on 3×32×32 inputs, with ReLU and max pooling in place of the
+    original scaled tanh and trainable subsampling, and every C3 map connected to every S2 map.
+
+    C1 conv 5×5 → 6×28×28, S2 pool → 6×14×14, C3 conv 5×5 → 16×10×10, S4 pool → 16×5×5,
+    C5 conv 5×5 → 120, F6 → 84, output. About 1/20 of the multiply-adds of the smallest ``wrn``
+    (depth 10, width 1): the network the demo benchmark's reference entries use, so that a CPU
+    certifies an entry (n = 1,000 samples on 91 images) in seconds.
+    """
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 6, kernel_size=5)
+        self.conv2 = nn.Conv2d(6, 16, kernel_size=5)
+        self.conv3 = nn.Conv2d(16, 120, kernel_size=5)
+        self.fc1 = nn.Linear(120, 84)
+        self.fc2 = nn.Linear(84, num_classes)
+        self.relu = nn.ReLU(inplace=True)
+        self.pool = nn.MaxPool2d(2)
+        _he_init(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(self.relu(self.conv1(x)))
+        x = self.pool(self.relu(self.conv2(x)))
+        x = torch.flatten(self.relu(self.conv3(x)), 1)
+        return self.fc2(self.relu(self.fc1(x)))
+
+
+@register_architecture("lenet5")
+def lenet5(*, num_classes: int) -> nn.Module:
+    """LeNet-5 (LeCun et al. 1998) with ReLU and max pooling (62k parameters for 10 classes)."""
+    return LeNet5(num_classes)

@@ -1,6 +1,8 @@
-"""``certbench datasets demo`` (entry point ``datasets``): write the offline demo data set.
+"""``certbench datasets demo|fetch`` (entry point ``datasets``): local data sets.
 
-Only typer at import time; the writer (numpy, scikit-learn, pyarrow) loads inside the command.
+``demo`` writes the offline demo data set; ``fetch`` downloads a Hub dataset into the local copy
+the leaderboard service reads (``certbench.hub_fetch``). Only typer at import time; the writer
+(numpy, scikit-learn, pyarrow) and huggingface_hub load inside the commands.
 """
 
 from __future__ import annotations
@@ -26,6 +28,34 @@ def demo_command(
     result = write_demo_dataset(out)
     counts = ", ".join(f"{split} {count}" for split, count in result.counts.items())
     typer.echo(f"wrote {result.out}: {counts} images; content sha256 {result.sha256}")
+
+
+@datasets_app.command("fetch")
+@user_errors
+def fetch_command(
+    names: Annotated[
+        list[str],
+        typer.Argument(help="Hub dataset ids (org/name) or aliases (cifar10, cifar100)."),
+    ],
+    datasets_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="The service's datasets dir (default: CERTBENCH_DATASETS_DIR, else "
+            "$CERTBENCH_DATA_DIR/datasets, i.e. certbench-data/datasets)."
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Download again over an existing copy.")] = False,
+) -> None:
+    """Download Hub datasets into DATASETS_DIR/<org>/<name>, where the leaderboard service reads
+    them without network (needs network access here; shows a progress bar per file)."""
+    from certbench.hub_fetch import default_datasets_dir, fetch_dataset, hub_repo
+
+    root = (datasets_dir or default_datasets_dir()).expanduser().resolve()
+    repos = [hub_repo(name) for name in names]  # every name checked before any download
+    for repo in repos:
+        fetched = fetch_dataset(repo, root, force=force)
+        state = "already there" if fetched.already_there else "downloaded"
+        typer.echo(f"{fetched.repo}: {state} at {fetched.path}")
 
 
 def register(app: typer.Typer) -> None:

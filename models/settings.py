@@ -21,8 +21,9 @@ MiB = 1024 * 1024
 class Settings(BaseSettings):
     """Service configuration; every field can be set as ``CERTBENCH_<FIELD>`` in the environment.
 
-    ``database_url`` and ``artifacts_dir`` default to places under ``data_dir`` and are always
-    filled after validation. ``broker_url`` None means "embedded broker" (see ``embedded_broker``).
+    ``database_url``, ``artifacts_dir`` and ``datasets_dir`` default to places under ``data_dir``
+    and are always filled after validation. ``broker_url`` None means "embedded broker" (see
+    ``embedded_broker``).
     """
 
     model_config = SettingsConfigDict(env_prefix="CERTBENCH_", env_file=None, extra="ignore")
@@ -32,6 +33,9 @@ class Settings(BaseSettings):
     database_url: str = ""
     broker_url: str | None = None
     artifacts_dir: Path | None = None
+    # Local data: folders a definition names by a relative `folder`, local copies of Hub datasets
+    # (``<datasets_dir>/<org>/<name>``, written by ``certbench datasets fetch``) and the data sets
+    # the service generates itself (the demo benchmark's); default ``<data_dir>/datasets``.
     datasets_dir: Path | None = None
     # PD anchor banks (``<anchors_dir>/<name>.safetensors``); default ``<artifacts_dir>/anchors``.
     anchors_dir: Path | None = None
@@ -70,6 +74,13 @@ class Settings(BaseSettings):
     # are removed at start-up and by the watchdog; a live upload touches its file continually.
     partial_upload_grace_seconds: int = Field(default=3600, gt=0)
 
+    # Benchmarks whose data this machine does not hold (no local folder, Hub copy or datasets
+    # cache entry) are shown as "data not available here" and refuse submissions at intake (422
+    # dataset_unavailable). Turn off where workers on other machines hold data the API host lacks.
+    require_local_data: bool = True
+    # On start, ``serve`` submits the packaged reference entries of the demo benchmark (once).
+    demo_references: bool = True
+
     # API server; api_workers None: the CPUs available (see ``certbench serve --workers``).
     host: str = "127.0.0.1"
     port: int = Field(default=8000, gt=0, lt=65536)
@@ -102,6 +113,7 @@ class Settings(BaseSettings):
             self.artifacts_dir = self.data_dir / "artifacts"
         self.artifacts_dir = self.artifacts_dir.resolve()
         self.anchors_dir = (self.anchors_dir or self.artifacts_dir / "anchors").resolve()
+        self.datasets_dir = (self.datasets_dir or self.data_dir / "datasets").resolve()
         if self.environment == "production":
             self._refuse_embedded_defaults()
         if not (

@@ -79,6 +79,8 @@ class Upload:
     staged: StagedWeights | None = None
     weights_public: bool = False
     weights_license: str | None = None
+    is_baseline: bool = False
+    """A reference entry the service submits itself (``api.services.reference_entries``)."""
 
     @property
     def weights_sha256(self) -> str:
@@ -242,6 +244,7 @@ def _create_once(
             weights_license=upload.weights_license,
             protocol_version=benchmark.protocol_version,
             dedup_key=key,
+            is_baseline=upload.is_baseline,
         )
         session.add(submission)
         session.flush()

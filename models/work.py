@@ -85,20 +85,49 @@ def get_submission(session: Session, submission_id: int) -> Submission:
     return submission
 
 
-def resolve_source(folder: str | None, repo: str, settings: Settings) -> str:
-    """A local folder when the definition names one (relative ones under datasets_dir), else the
-    Hub repo id."""
+def resolve_source(
+    folder: str | None, repo: str, settings: Settings, *, revision: str | None = None
+) -> str:
+    """Where a set of images is read from on this deployment.
+
+    A local folder when the definition names one (relative ones under ``datasets_dir``); else the
+    local copy of the Hub repo, ``<datasets_dir>/<org>/<name>`` (``certbench datasets fetch``),
+    when it exists and no revision is pinned (a copy does not say which revision it holds); else
+    the Hub repo id.
+    """
     if folder:
         path = Path(folder)
         if not path.is_absolute() and settings.datasets_dir is not None:
             path = settings.datasets_dir / path
         return str(path)
+    if revision is None:
+        mirror = hub_mirror(repo, settings)
+        if mirror is not None and mirror.is_dir():
+            return str(mirror)
     return repo
+
+
+def hub_mirror(repo: str, settings: Settings) -> Path | None:
+    """``<datasets_dir>/<org>/<name>``: where a local copy of Hub dataset ``repo`` lives, the
+    folder ``certbench datasets fetch`` writes (None for a repo that is neither ``org/name`` nor
+    an alias such as ``cifar10``)."""
+    from certbench.errors import DataSourceError
+    from certbench.hub_fetch import mirror_path
+
+    if settings.datasets_dir is None:
+        return None
+    try:
+        return mirror_path(repo, settings.datasets_dir)
+    except DataSourceError:
+        return None
 
 
 def dataset_source(test_set: TestSet, settings: Settings) -> str:
     """Where a test set's images are read from on this deployment."""
-    return resolve_source(test_set.dataset_folder, test_set.dataset_repo, settings)
+    revision = pinned_revision(test_set.revision, test_set.provenance or {}, name=test_set.name)
+    return resolve_source(
+        test_set.dataset_folder, test_set.dataset_repo, settings, revision=revision
+    )
 
 
 def image_source_spec(row: Mapping[str, Any], *, name: str, settings: Settings) -> TestSetSpec:
@@ -112,7 +141,9 @@ def image_source_spec(row: Mapping[str, Any], *, name: str, settings: Settings) 
     return TestSetSpec(
         id=0,
         name=name,
-        source=resolve_source(row.get("folder"), row["repo"], settings),
+        source=resolve_source(
+            row.get("folder"), row["repo"], settings, revision=row.get("revision")
+        ),
         config=row.get("config"),
         revision=row.get("revision"),
         split=row["split"],

@@ -25,9 +25,10 @@ from sqlalchemy.orm import Session
 from models import pipeline, results, shards, storage
 from models.db import session_scope
 from models.entities import Submission
+from models.generated_datasets import ensure_for_work_item
 from models.settings import Settings, get_settings
 from models.stages import registry
-from models.stages.base import RunContext, ShardSpec
+from models.stages.base import RunContext, ShardOutput, ShardSpec, Stage
 from models.states import Reason, SubmissionState
 from models.work import WorkItem, get_work_item
 from workers import watchdog
@@ -223,17 +224,7 @@ def run_shard(
         worker=worker,
         label=label,
         size_setting=stage.shard_size_setting,
-        run=lambda lease: stage.run(
-            item,
-            spec,
-            RunContext(
-                target=target,
-                device=resolve_device(settings.worker_device),
-                batch_size=batch_size_for(stage),
-                on_progress=lease.on_progress,
-                settings=settings,
-            ),
-        ),
+        run=lambda lease: _run_stage(stage, item, spec, target, lease, settings),
     )
     if isinstance(output, str):
         _release(settings, submission_id, key, worker)
@@ -252,6 +243,29 @@ def run_shard(
         shards.release_claim(session, submission_id, key, worker=worker)
         _maybe_aggregate(session, submission_id)
     return f"{'recorded' if new else 'already recorded'}: {output.count} {output.noun}"
+
+
+def _run_stage(
+    stage: Stage,
+    item: WorkItem,
+    spec: ShardSpec,
+    target: Path,
+    lease: ShardLease,
+    settings: Settings,
+) -> ShardOutput:
+    """Write any generated data set the shard reads that this machine lacks, then run it."""
+    ensure_for_work_item(item, settings)
+    return stage.run(
+        item,
+        spec,
+        RunContext(
+            target=target,
+            device=resolve_device(settings.worker_device),
+            batch_size=batch_size_for(stage),
+            on_progress=lease.on_progress,
+            settings=settings,
+        ),
+    )
 
 
 def _release(settings: Settings, submission_id: int, key: tuple[str, str, int], worker: str

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from api.deps import OptionalUser, SessionDep
+from api.deps import OptionalUser, SessionDep, SettingsDep
 from api.schemas import ERROR_RESPONSES, BenchmarkPublic, BenchmarkSummary, DatasetPublic
 from api.services import leaderboards as service
 
@@ -29,6 +29,7 @@ router = APIRouter(tags=["benchmarks"], responses=ERROR_RESPONSES)
 )
 def list_benchmarks(
     session: SessionDep,
+    settings: SettingsDep,
     viewer: OptionalUser,
     response: Response,
     offset: Annotated[int, Query(ge=0, le=100_000)] = 0,
@@ -36,16 +37,22 @@ def list_benchmarks(
 ) -> list[BenchmarkSummary]:
     """Benchmarks by name, a page at a time: allowed σ, protocol, entry count and each test
     set's name, config, band and Hub link (``GET /benchmarks/{name}`` has the test sets' full
-    details). ``X-Total-Count`` counts all benchmarks."""
-    total, page = service.benchmark_summaries(session, viewer=viewer, offset=offset, limit=limit)
+    details), and whether its data is on this machine (``data_available``; if not, ``data_hint``
+    names the fix). ``X-Total-Count`` counts all benchmarks."""
+    total, page = service.benchmark_summaries(
+        session, viewer=viewer, offset=offset, limit=limit, settings=settings
+    )
     response.headers["X-Total-Count"] = str(total)
     return page
 
 
 @router.get("/benchmarks/{name}", response_model=BenchmarkPublic)
-def get_benchmark(session: SessionDep, viewer: OptionalUser, name: str) -> BenchmarkPublic:
-    """One benchmark by name."""
-    return service.benchmark(session, name, viewer=viewer)
+def get_benchmark(
+    session: SessionDep, settings: SettingsDep, viewer: OptionalUser, name: str
+) -> BenchmarkPublic:
+    """One benchmark by name, with whether its data is on this machine (``data_available``,
+    ``data_hint``)."""
+    return service.benchmark(session, name, viewer=viewer, settings=settings)
 
 
 @router.get("/datasets", response_model=list[DatasetPublic])

@@ -2,7 +2,9 @@
 
 Size caps (while the body streams, ``api.services.upload_stream``), manifest schema + registry
 architecture (``certbench.loading.load_manifest``), the benchmark, its class count, allowed σ and
-image shape, and the safetensors header of the staged weights file
+image shape, whether its data is on this machine (``models.data_availability``: a run that could
+only fail for want of data is refused here, with the command that fixes it), and the safetensors
+header of the staged weights file
 (``certbench.safetensors_header.read_header``: bounded by the architecture's tensor count before
 it is parsed; refuses pickles, truncated files, non-float tensors) without loading the tensors.
 Loading the model and a dummy forward pass are the worker's ``validate`` task.
@@ -24,8 +26,10 @@ from certbench.errors import (
 from certbench.loading import Manifest, load_manifest, max_tensors
 from certbench.safetensors_header import FLOAT_DTYPES, read_header
 from models.catalog import get_benchmark
+from models.data_availability import benchmark_availability
 from models.entities import Benchmark
 from models.errors import IntakeError, NotFoundError
+from models.settings import Settings
 from models.states import Reason
 from models.submissions import StagedWeights, Upload
 from models.zoo import check_publication
@@ -34,7 +38,11 @@ SIGMA_TOLERANCE = 1e-9
 #: Image shape (C, H, W) of each base dataset the benchmarks certify on: a model is fed exactly
 #: these images, so its manifest's input_size must match (validation's dummy forward pass runs at
 #: input_size, and an oversized one only costs the worker memory).
-IMAGE_SHAPES: dict[str, tuple[int, int, int]] = {"cifar10": (3, 32, 32), "cifar100": (3, 32, 32)}
+IMAGE_SHAPES: dict[str, tuple[int, int, int]] = {
+    "cifar10": (3, 32, 32),
+    "cifar100": (3, 32, 32),
+    "digits": (3, 32, 32),
+}
 
 
 def parse_manifest(data: bytes) -> Manifest:
@@ -84,6 +92,19 @@ def check_against_benchmark(session: Session, manifest: Manifest) -> Benchmark:
     return benchmark
 
 
+def check_data_available(benchmark: Benchmark, settings: Settings) -> None:
+    """Refuse a submission to a benchmark whose data this machine does not hold (422
+    dataset_unavailable naming the fix), unless ``require_local_data`` is off."""
+    if not settings.require_local_data:
+        return
+    availability = benchmark_availability(benchmark, settings)
+    if not availability.available:
+        raise IntakeError(
+            f"benchmark {benchmark.name!r}: data not available here: {availability.hint}",
+            code=Reason.DATASET_UNAVAILABLE.value,
+        )
+
+
 def check_weights(src: Path | bytes, manifest: Manifest) -> None:
     """Check the safetensors header of the weights (file or bytes) without loading a tensor.
 
@@ -122,12 +143,14 @@ def build_upload(
     is_private: bool,
     extra_data: bool,
     venue: str | None,
+    settings: Settings,
     weights_public: bool = False,
     weights_license: str | None = None,
 ) -> tuple[Benchmark, Upload]:
     """Run every cheap check, in the order a submitter would fix them; nothing is written."""
     manifest = parse_manifest(manifest_bytes)
     benchmark = check_against_benchmark(session, manifest)
+    check_data_available(benchmark, settings)
     check_weights(weights.path, manifest)
     weights_public, weights_license = check_publication(weights_public, weights_license)
     return benchmark, Upload(

@@ -36,6 +36,7 @@ from certbench.errors import RecordsError
 from models import comparisons, run_seeds, storage
 from models import leaderboard as lb
 from models.catalog import get_benchmark, list_benchmarks
+from models.data_availability import availability_by_id, benchmark_availability, sources_of
 from models.entities import Benchmark, LeaderboardEntry, Submission, User
 from models.errors import IntakeError, NotFoundError
 from models.settings import Settings
@@ -51,8 +52,9 @@ RECORDS_URL = "/api/v1/results/{submission_id}/records/{test_set}"
 _SHAPES: dict[int, tuple[tuple[Any, ...], BenchmarkPublic, BenchmarkSummary]] = {}
 
 
-def _shapes(session: Session) -> list[tuple[int, BenchmarkPublic, BenchmarkSummary]]:
-    """(id, full shape, list shape) of every benchmark, by name, from the cache when current."""
+def _shapes(session: Session) -> list[tuple[int, str, BenchmarkPublic, BenchmarkSummary]]:
+    """(id, definition sha256, full shape, list shape) of every benchmark, by name, from the
+    cache when current."""
     rows = session.execute(
         select(
             Benchmark.id,
@@ -62,14 +64,46 @@ def _shapes(session: Session) -> list[tuple[int, BenchmarkPublic, BenchmarkSumma
         ).order_by(Benchmark.name)
     ).all()
     out = []
-    for benchmark_id, *version in rows:
+    for benchmark_id, sha256, definition_version, updated_at in rows:
+        version = (sha256, definition_version, updated_at)
         cached = _SHAPES.get(benchmark_id)
-        if cached is None or cached[0] != tuple(version):
+        if cached is None or cached[0] != version:
             full = BenchmarkPublic.of(session.get_one(Benchmark, benchmark_id), entries=0)
-            cached = (tuple(version), full, BenchmarkSummary.of(full))
+            cached = (version, full, BenchmarkSummary.of(full))
             _SHAPES[benchmark_id] = cached
-        out.append((benchmark_id, cached[1], cached[2]))
+        out.append((benchmark_id, sha256, cached[1], cached[2]))
     return out
+
+
+def _data_fields(
+    session: Session, benchmark_id: int, sha256: str, settings: Settings | None
+) -> dict[str, Any]:
+    """``data_available``/``data_hint`` for a public shape (empty where nothing is checked)."""
+    if settings is None or not settings.require_local_data:
+        return {}
+    found = availability_by_id(
+        benchmark_id,
+        sha256,
+        settings,
+        lambda: sources_of(session.get_one(Benchmark, benchmark_id)),
+    )
+    return {
+        "data_available": found.available,
+        "data_hint": found.hint,
+        "data_command": found.command,
+    }
+
+
+def data_fields(benchmark: Benchmark, settings: Settings | None) -> dict[str, Any]:
+    """``data_available``/``data_hint`` of a loaded benchmark (empty where nothing is checked)."""
+    if settings is None or not settings.require_local_data:
+        return {}
+    found = benchmark_availability(benchmark, settings)
+    return {
+        "data_available": found.available,
+        "data_hint": found.hint,
+        "data_command": found.command,
+    }
 
 
 def _entry_counts(session: Session, viewer: User | None) -> dict[int, int]:
@@ -83,29 +117,49 @@ def _entry_counts(session: Session, viewer: User | None) -> dict[int, int]:
     )
 
 
-def benchmarks(session: Session, *, viewer: User | None) -> list[BenchmarkPublic]:
-    """Every benchmark with its test sets and the number of entries the viewer can see."""
+def benchmarks(
+    session: Session, *, viewer: User | None, settings: Settings | None = None
+) -> list[BenchmarkPublic]:
+    """Every benchmark with its test sets and the number of entries the viewer can see (and,
+    given ``settings``, whether its data is on this machine)."""
     counts = _entry_counts(session, viewer)
     return [
-        full.model_copy(update={"entries": counts.get(benchmark_id, 0)})
-        for benchmark_id, full, _ in _shapes(session)
+        full.model_copy(
+            update={
+                "entries": counts.get(benchmark_id, 0),
+                **_data_fields(session, benchmark_id, sha256, settings),
+            }
+        )
+        for benchmark_id, sha256, full, _ in _shapes(session)
     ]
 
 
 def benchmark_summaries(
-    session: Session, *, viewer: User | None, offset: int, limit: int
+    session: Session,
+    *,
+    viewer: User | None,
+    offset: int,
+    limit: int,
+    settings: Settings | None = None,
 ) -> tuple[int, list[BenchmarkSummary]]:
     """A page of the benchmark list (brief test sets) and the total number of benchmarks."""
     counts = _entry_counts(session, viewer)
     shapes = _shapes(session)
     page = [
-        summary.model_copy(update={"entries": counts.get(benchmark_id, 0)})
-        for benchmark_id, _, summary in shapes[offset : offset + limit]
+        summary.model_copy(
+            update={
+                "entries": counts.get(benchmark_id, 0),
+                **_data_fields(session, benchmark_id, sha256, settings),
+            }
+        )
+        for benchmark_id, sha256, _, summary in shapes[offset : offset + limit]
     ]
     return len(shapes), page
 
 
-def benchmark(session: Session, name: str, *, viewer: User | None) -> BenchmarkPublic:
+def benchmark(
+    session: Session, name: str, *, viewer: User | None, settings: Settings | None = None
+) -> BenchmarkPublic:
     found = get_benchmark(session, name)
     entries = session.scalar(
         select(func.count())
@@ -117,7 +171,8 @@ def benchmark(session: Session, name: str, *, viewer: User | None) -> BenchmarkP
             visibility_filter(viewer),
         )
     )
-    return BenchmarkPublic.of(found, entries=entries or 0)
+    public = BenchmarkPublic.of(found, entries=entries or 0)
+    return public.model_copy(update=data_fields(found, settings))
 
 
 def datasets(session: Session) -> list[DatasetPublic]:

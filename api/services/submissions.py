@@ -73,6 +73,7 @@ def _accept(
         is_private=received.private,
         extra_data=received.extra_data,
         venue=received.venue,
+        settings=settings,
         weights_public=received.weights_public,
         weights_license=received.weights_license,
     )

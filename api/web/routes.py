@@ -155,9 +155,12 @@ def render(
 
 
 @router.get("/", response_class=HTMLResponse, name="web_home")
-def home(request: Request, session: SessionDep, viewer: WebViewer) -> HTMLResponse:
-    """Benchmarks grouped by base dataset, with their dataset links and current top entries."""
-    benchmarks = lb_service.benchmarks(session, viewer=viewer)
+def home(
+    request: Request, session: SessionDep, settings: SettingsDep, viewer: WebViewer
+) -> HTMLResponse:
+    """Benchmarks grouped by base dataset, with their dataset links and current top entries (and
+    "data not available here" with the fix where this machine lacks a benchmark's data)."""
+    benchmarks = lb_service.benchmarks(session, viewer=viewer, settings=settings)
     cards = []
     for bench in benchmarks:
         top = lb_service.leaderboard(
@@ -167,7 +170,12 @@ def home(request: Request, session: SessionDep, viewer: WebViewer) -> HTMLRespon
     groups: dict[str, list[dict[str, Any]]] = {}
     for card in cards:
         groups.setdefault(card["benchmark"].base_dataset, []).append(card)
-    return render(request, "home.html", {"viewer": viewer, "groups": groups})
+    # Groups a visitor can submit to here come first (on a fresh machine: the demo benchmark).
+    ordered = sorted(
+        groups.items(),
+        key=lambda group: all(c["benchmark"].data_available is False for c in group[1]),
+    )
+    return render(request, "home.html", {"viewer": viewer, "groups": dict(ordered)})
 
 
 def _sources_by_repo(bench: BenchmarkPublic) -> dict[str, list[tuple[str, str | None]]]:
@@ -241,7 +249,10 @@ def leaderboard_page(
     )
     # The page needs the benchmark's description, not its entry count: the service's count query
     # would double the page's database time, and ``board.total`` already counts this view.
-    bench = BenchmarkPublic.of(get_benchmark(session, benchmark), entries=board.total)
+    found = get_benchmark(session, benchmark)
+    bench = BenchmarkPublic.of(found, entries=board.total).model_copy(
+        update=lb_service.data_fields(found, settings)
+    )
     board = lb_service.with_effective_robustness(session, board, viewer=viewer)
     return render(
         request,

@@ -65,8 +65,9 @@ def test_serve_runs_several_api_processes_over_sqlite(tmp_path: Path):
     port = _free_port()
     data = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CERTBENCH_")}
+    # No reference entries: only this test's uploads are in the queue.
     env |= {"CERTBENCH_DATA_DIR": str(data), "CERTBENCH_PORT": str(port),
-            "CERTBENCH_QUOTA_CONCURRENT": "50"}  # fmt: skip
+            "CERTBENCH_QUOTA_CONCURRENT": "50", "CERTBENCH_DEMO_REFERENCES": "false"}  # fmt: skip
     process = subprocess.Popen(
         [*ADMIN, "serve", "--workers", "2", "--no-worker"],
         env=env,
@@ -88,7 +89,8 @@ def test_serve_runs_several_api_processes_over_sqlite(tmp_path: Path):
                 "weights": ("w.safetensors", weights_bytes(), "application/octet-stream"),
                 "manifest": (
                     "m.json",
-                    json.dumps(manifest(benchmark="cifar10", name=f"model-{i}")),
+                    # the demo benchmark: its data is generated here (CIFAR-10's is not)
+                    json.dumps(manifest(benchmark="demo-digits", sigma=0.5, name=f"model-{i}")),
                     "application/json",
                 ),
             }

@@ -32,6 +32,7 @@ def test_registry_holds_the_promised_names() -> None:
         "cifar_resnet56",
         "cifar_resnet110",
         "wrn",
+        "lenet5",
     }
     assert available_architectures() == sorted(available_architectures())
 
@@ -100,6 +101,15 @@ def test_wrn_28_10_default_parameter_count() -> None:
     # WRN-28-10 for CIFAR-10 has 36.5M parameters (Zagoruyko & Komodakis 2016, Table 3):
     # 36,479,194 with bias-free convs, as in the authors' code.
     assert _params(create_architecture("wrn", num_classes=10)) == 36_479_194
+
+
+def test_lenet5_has_lecuns_layer_sizes() -> None:
+    # C1 6@5x5, C3 16@5x5 (every S2 map feeding every C3 map), C5 120@5x5, F6 84, output.
+    net = create_architecture("lenet5", num_classes=10)
+    expected = (3 * 25 + 1) * 6 + (6 * 25 + 1) * 16 + (16 * 25 + 1) * 120 + 121 * 84 + 85 * 10
+    assert _params(net) == expected == 62_006
+    shapes = {name: tuple(p.shape) for name, p in net.named_parameters()}
+    assert shapes["conv3.weight"] == (120, 16, 5, 5) and shapes["fc2.weight"] == (10, 84)
 
 
 def _expected_cohen_keys(depth: int) -> set[str]:

@@ -124,6 +124,9 @@ def service_settings(
     """Settings for a fresh database of ``backend`` with data under ``data_dir``; migrated to head
     (copied from ``template`` when given) unless ``migrate`` is False."""
     overrides.setdefault("environment", "test")
+    # The factories' benchmarks name Hub repos that exist nowhere (``certbench/tiny``); tests of
+    # the local-data check (tests/api/test_api_demo.py) turn it on where they need it.
+    overrides.setdefault("require_local_data", False)
     if backend == "sqlite":
         settings = Settings(data_dir=data_dir, **overrides)
         if migrate and template is not None:

@@ -18,6 +18,19 @@ def test_defaults_live_under_data_dir(tmp_path: Path):
     assert settings.embedded_broker and settings.is_sqlite
 
 
+def test_datasets_dir_defaults_under_data_dir_as_the_fetch_command_assumes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    from certbench.hub_fetch import default_datasets_dir
+
+    monkeypatch.delenv("CERTBENCH_DATASETS_DIR", raising=False)
+    monkeypatch.setenv("CERTBENCH_DATA_DIR", str(tmp_path / "d"))
+    assert Settings().datasets_dir == default_datasets_dir() == tmp_path / "d" / "datasets"
+    monkeypatch.setenv("CERTBENCH_DATASETS_DIR", str(tmp_path / "x"))
+    assert Settings().datasets_dir == default_datasets_dir() == tmp_path / "x"
+    assert Settings().require_local_data and Settings().demo_references
+
+
 def test_environment_prefix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setenv("CERTBENCH_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("CERTBENCH_DATABASE_URL", "postgresql://u:p@db:5432/certbench")
