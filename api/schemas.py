@@ -200,7 +200,8 @@ class BenchmarkPublic(BaseModel):
     robustness: dict[str, Any] | None = Field(
         default=None,
         description=(
-            "protocol of the base-classifier robustness stage (seed 004: clean, ℓ∞ and ℓ∞ ∩ PD "
+            "protocol of the base-classifier robustness stage (Muthukumar et al. 2025: clean, "
+            "ℓ∞ and ℓ∞ ∩ PD "
             "robust accuracy of the deterministic model, not smoothed): dataset repo/config/"
             "split, image subset (subset_skip, subset_limit, num_images), anchor bank file, k, "
             "anchor_seed, eps (list, units of 1/255), n_iter, n_target_classes, projection, "
@@ -312,7 +313,8 @@ class BenchmarkSummary(BaseModel):
     bands: dict[str, list[str]]
     entries: int = Field(description="finished public entries on the leaderboard")
     robustness: dict[str, Any] | None = Field(
-        default=None, description="protocol of the base-classifier robustness stage (seed 004)"
+        default=None,
+        description="protocol of the base-classifier robustness stage (Muthukumar et al. 2025)",
     )
     data_available: bool | None = Field(
         default=None,
@@ -584,7 +586,8 @@ LINF_HELP = (
 )
 PD_HELP = (
     "robust accuracy of the base classifier (not smoothed) under ℓ∞ ∩ PD at ε = {eps}/255 (ε in "
-    "units of 1/255): the worse of ℓ∞ APGD + lazy PD projection and PD-aware APGD, seed 004; "
+    "units of 1/255): the worse of ℓ∞ APGD + lazy PD projection and PD-aware APGD "
+    "(Muthukumar et al. 2025); "
     "null without the robustness stage or when that ε is not attacked"
 )
 
@@ -597,8 +600,9 @@ class IntervalPublic(BaseModel):
 
 
 class Metrics(BaseModel):
-    """Means over the benchmark's test sets (mACR = mean ACR; bands as in seed 000), and the
-    base classifier's robustness (seed 004) where the benchmark has that stage. Figures of other
+    """Means over the benchmark's test sets (mACR = mean ACR; bands as in Sun et al. 2022, ECCV),
+    and the base classifier's robustness (Muthukumar et al. 2025) where the benchmark has that
+    stage. Figures of other
     evaluation stages appear as further keys (their metric keys), null when not measured.
 
     Every certification figure carries its 95 % interval over the sampled images, both as
@@ -862,7 +866,8 @@ class TestSetResultPublic(BaseModel):
 
 
 class RobustnessPublic(BaseModel):
-    """Robustness of the submission's base classifier (seed 004 §6): the deterministic model,
+    """Robustness of the submission's base classifier (Muthukumar et al. 2025, §6): the
+    deterministic model,
     not the smoothed one, attacked on the benchmark's clean subset. Accuracies are fractions of
     ``count`` images; ε is in units of 1/255."""
 
@@ -979,7 +984,8 @@ class ResultsPublic(BaseModel):
     robustness: RobustnessPublic | None = Field(
         default=None,
         description=(
-            "base-classifier robustness (seed 004); null for a benchmark without the stage or "
+            "base-classifier robustness (Muthukumar et al. 2025); null for a benchmark without "
+            "the stage or "
             "before it is measured"
         ),
     )

@@ -16,8 +16,8 @@ router = APIRouter(prefix="/results", tags=["results"], responses=ERROR_RESPONSE
 def get_results(session: SessionDep, viewer: OptionalUser, submission_id: RowId) -> ResultsPublic:
     """Results per test set (ACR, certified accuracy on the radius grid, abstain rate, p_A
     summary, counts, seconds, protocol and evaluator version), the mean summary, and the base
-    classifier's robustness (seed 004: clean, ℓ∞ and ℓ∞ ∩ PD accuracy at ε = 8/255 and 16/255;
-    null for a benchmark without that stage)."""
+    classifier's robustness (Muthukumar et al. 2025: clean, ℓ∞ and ℓ∞ ∩ PD accuracy at ε = 8/255
+    and 16/255; null for a benchmark without that stage)."""
     return service.results(session, submission_id, viewer=viewer)
 
 

@@ -206,7 +206,7 @@ class Certification(Stage):
                 "pa_median",
                 "p_A median",
                 "median over images of p̂_A = n_y/n, the base model's accuracy under noise "
-                "(seed 001)",
+                "(Sun, Mao, Müller & Vechev, ICML 2025)",
                 "probability",
             ),
             MetricSpec("cert_acc_000", "r = 0", "certified accuracy at radius 0 (clean, smoothed)"),
@@ -225,7 +225,7 @@ class Certification(Stage):
             MetricSpec(
                 f"band_{band}",
                 f"{band} band",
-                f"mean ACR over the {band}-frequency corruptions (seed 000 bands)",
+                f"mean ACR over the {band}-frequency corruptions (bands of Sun et al., ECCV 2022)",
                 "radius",
             )
             for band in BANDS
@@ -236,7 +236,7 @@ class Certification(Stage):
                        column=False),
             *(
                 MetricSpec(key, f"p_A q{quantile}", f"{quantile} quantile of p̂_A = n_y/n over "
-                           "images (seed 001)", "probability", column=False)
+                           "images (Sun et al., ICML 2025)", "probability", column=False)
                 for key, quantile in PA_QUANTILES.items()
             ),
         ]  # fmt: skip

@@ -279,7 +279,7 @@ class PDRobustness(Stage):
                     f"pd_acc_{eps}",
                     f"ℓ∞∩PD {eps}/255",
                     f"robust accuracy of the {BASE} under ℓ∞ ∩ PD at ε = {eps}/255: the worse of "
-                    "ℓ∞ APGD + lazy PD projection and PD-aware APGD (seed 004)",
+                    "ℓ∞ APGD + lazy PD projection and PD-aware APGD (Muthukumar et al. 2025)",
                     group="robustness",
                 ),
             ]

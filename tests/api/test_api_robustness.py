@@ -242,7 +242,7 @@ def test_openapi_documents_the_new_fields(client: TestClient):
     metrics = schema["Metrics"]["properties"]
     assert "1/255" in metrics["pd_acc_8"]["description"]
     assert "not smoothed" in metrics["base_accuracy"]["description"]
-    assert "seed 004" in metrics["pd_acc_16"]["description"]
+    assert "Muthukumar" in metrics["pd_acc_16"]["description"]
     assert "robustness" in schema["ResultsPublic"]["properties"]
     assert "robustness" in schema["BenchmarkPublic"]["properties"]
     sort = next(

@@ -43,7 +43,9 @@ def service_env(**values: str | None) -> dict[str, str]:
 class Service:
     """A started subprocess with its log file."""
 
-    def __init__(self, args: list[str], env: Mapping[str, str], log: Path) -> None:
+    def __init__(
+        self, args: list[str], env: Mapping[str, str], log: Path, *, cwd: Path | None = None
+    ) -> None:
         self.args = args
         self.log = log
         self._handle = log.open("ab")
@@ -53,6 +55,7 @@ class Service:
             stdout=self._handle,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            cwd=cwd,
         )
 
     @property

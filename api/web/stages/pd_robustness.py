@@ -73,7 +73,7 @@ def robustness_chart(robustness: RobustnessPublic, *, chart_id: str = "robustnes
     series = [
         Bars("clean", [robustness.base_accuracy] * len(rows)),
         Bars("ℓ∞ (APGD)", [row.linf for row in rows]),
-        Bars("ℓ∞ ∩ PD (seed 004)", [row.pd for row in rows]),
+        Bars("ℓ∞ ∩ PD (Muthukumar et al. 2025)", [row.pd for row in rows]),
     ]
     values = "; ".join(
         f"ε = {row.eps}/255: ℓ∞ {_pct(row.linf)}, ℓ∞ ∩ PD {_pct(row.pd)}" for row in rows
