@@ -1,0 +1,185 @@
+"""A newcomer's first run, exactly as the README tells it, with no network and nothing configured.
+
+In a fresh folder: ``certbench serve`` (SQLite, the embedded worker; the demo benchmark's data is
+generated and its two reference entries are submitted on first start), then the README's
+first-submission commands, read from the README itself so that the two cannot drift apart: train a
+model for ``demo-digits``, create a user, ``certbench login``, ``certbench submit --wait``. The
+entry finishes with its figures and plots; ``results --json``, publishing the weights,
+``certbench download`` and ``certbench.zoo.load_model`` give back the very model that was trained;
+the reference entries share the leaderboard and the compare page. Stopping ``serve`` (Ctrl-C)
+stops its worker too. The wall time from ``serve`` to a finished entry is written to the test
+log (``first run: …``); the issue's target is under 5 minutes on a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+from flow import free_port
+from processes import BIN, Service, service_env, wait_for
+
+from certbench.loading import load_manifest
+from certbench.loading import load_model as load_local_model
+from certbench.zoo import load_model
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+DEMO = "demo-digits"
+FIRST_MODEL = "A first model for the demo"
+
+
+def readme_commands() -> list[list[str]]:
+    """The ``uv run certbench ...`` commands of the README's first-submission block, as argv
+    lists without ``uv run`` (continuation lines joined, trailing comments dropped)."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index(FIRST_MODEL)
+    block = text[text.index("```bash", start) + len("```bash") : text.index("```\n", start + 1)]
+    joined = re.sub(r"\\\n\s*", " ", block)
+    commands = []
+    for line in joined.splitlines():
+        argv = shlex.split(line, comments=True)
+        if argv[:3] == ["uv", "run", "certbench"]:
+            commands.append(argv[2:])
+    return commands
+
+
+def _answers(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/health", timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _worker_children(pid: int) -> list[int]:
+    """Children of ``pid`` running ``certbench worker`` (serve also starts API processes)."""
+    out = []
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        try:
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except FileNotFoundError:
+            continue
+        if b"worker" in argv:
+            out.append(int(child))
+    return out
+
+
+def _gone(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    return not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+class Newcomer:
+    """Runs the console script in the fresh folder with its own config and cache dirs."""
+
+    def __init__(self, folder: Path, home: Path) -> None:
+        self.folder = folder
+        self.env = service_env(
+            XDG_CONFIG_HOME=str(home / "config"), XDG_CACHE_HOME=str(home / "cache"), COLUMNS="200"
+        )
+
+    def run(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [str(BIN / argv[0]), *argv[1:]],
+            cwd=self.folder,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, f"{shlex.join(argv)}\n{done.stdout}\n{done.stderr}"
+        return done
+
+
+def test_the_readmes_first_run_reaches_a_finished_demo_entry_with_plots(tmp_path: Path):
+    commands = readme_commands()
+    assert [c[1] for c in commands] == ["train", "admin", "login", "submit"], commands
+    train, create_user, login, submit = commands
+    folder = tmp_path / "clone"
+    folder.mkdir()
+    newcomer = Newcomer(folder, tmp_path / "home")
+    port = free_port()
+    started = time.monotonic()
+    serve = Service(
+        [str(BIN / "certbench"), "serve", "--host", "127.0.0.1", "--port", str(port)],
+        newcomer.env,
+        tmp_path / "serve.log",
+        cwd=folder,
+    )
+    base = f"http://127.0.0.1:{port}"
+    worker_pids: list[int] = []
+    try:
+        wait_for(lambda: _answers(base), timeout=300, what="certbench serve", services=(serve,))
+        worker_pids = _worker_children(serve.pid)
+        assert len(worker_pids) == 1, "serve should start exactly one embedded worker"
+        assert (folder / "certbench-data" / "broker.sqlite").is_file()
+
+        newcomer.run(train)
+        token = newcomer.run(create_user).stdout.strip().splitlines()[-1]
+        assert token.startswith("cb_"), token
+        newcomer.run([token if arg == "cb_..." else arg for arg in login] + ["--server", base])
+        submitted = newcomer.run(submit)
+        finished_after = time.monotonic() - started
+        print(f"first run: serve to a finished entry in {finished_after:.0f} s")
+        assert "uploading model.safetensors" in submitted.stderr
+        entry = int(re.search(r"submission (\d+): finished", submitted.stderr).group(1))
+        assert "ACR" in submitted.stdout
+
+        document = json.loads(newcomer.run(["certbench", "results", str(entry), "--json"]).stdout)
+        assert document["state"] == "finished" and document["benchmark"] == DEMO
+        assert [r["test_set"] for r in document["results"]] == ["clean"]
+        acr = document["results"][0]["acr"]
+        assert acr > 0.5, f"a noise-trained LeNet-5 certifies far more than this: ACR {acr}"
+
+        # the reference entries finished too, so the leaderboard and compare page are not empty
+        board = wait_for(
+            lambda: _finished_board(base),
+            timeout=300,
+            what="the reference entries to finish",
+            services=(serve,),
+        )
+        ids = [row["submission_id"] for row in board]
+        assert entry in ids and len(ids) == 3
+        model_page = httpx.get(f"{base}/models/{entry}", timeout=30).text
+        assert "not comparable with papers" in model_page
+        assert model_page.count("<svg") >= 2, "the model page should draw its plots"
+        compare = httpx.get(f"{base}/compare", params=[("id", i) for i in ids], timeout=30)
+        assert compare.status_code == 200, compare.text[:500]
+        assert compare.text.count("<svg") >= 1
+
+        weights = folder / "my-model" / "model.safetensors"
+        newcomer.run(["certbench", "publish-weights", str(entry), "--license", "CC-BY-4.0"])
+        newcomer.run(["certbench", "download", str(entry), "--out", str(tmp_path / "zoo")])
+        saved = tmp_path / "zoo" / f"{DEMO}-entry-{entry}.safetensors"
+        assert saved.read_bytes() == weights.read_bytes()
+        loaded = load_model(DEMO, entry, server=base)
+        _assert_same_function(loaded, weights, folder / "my-model" / "manifest.json")
+    finally:
+        os.kill(serve.pid, signal.SIGINT)  # what Ctrl-C does: uvicorn stops, then the worker
+        serve.process.wait(timeout=120)
+        serve.stop()
+    for pid in worker_pids:
+        assert _gone(pid), f"worker {pid} outlived serve"
+
+
+def _finished_board(base: str) -> list[dict] | None:
+    rows = httpx.get(f"{base}/api/v1/leaderboards/{DEMO}", timeout=30).json()["rows"]
+    return rows if len(rows) == 3 else None
+
+
+def _assert_same_function(loaded: torch.nn.Module, weights: Path, manifest_path: Path) -> None:
+    """The downloaded model computes what the trained weights compute, loaded locally."""
+    local = load_local_model(weights, load_manifest(manifest_path))
+    images = torch.rand((4, 3, 32, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(loaded(images), local(images))
