@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from api.deps import OptionalUser, SessionDep
+from api.deps import OptionalUser, SessionDep, SettingsDep
 from api.schemas import ERROR_RESPONSES, BenchmarkPublic, BenchmarkSummary, DatasetPublic
 from api.services import leaderboards as service
 
@@ -43,9 +43,11 @@ def list_benchmarks(
 
 
 @router.get("/benchmarks/{name}", response_model=BenchmarkPublic)
-def get_benchmark(session: SessionDep, viewer: OptionalUser, name: str) -> BenchmarkPublic:
-    """One benchmark by name."""
-    return service.benchmark(session, name, viewer=viewer)
+def get_benchmark(
+    session: SessionDep, settings: SettingsDep, viewer: OptionalUser, name: str
+) -> BenchmarkPublic:
+    """One benchmark by name, with the estimated work of a submission to it (``estimate``)."""
+    return service.benchmark(session, name, viewer=viewer, settings=settings)
 
 
 @router.get("/datasets", response_model=list[DatasetPublic])

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from api.progress_schemas import EstimatePublic
 from api.schemas import (
     HUB_URL,
     BenchmarkPublic,
@@ -30,7 +31,7 @@ from api.schemas import (
     TiePublic,
 )
 from certbench.errors import RecordsError
-from models import comparisons, run_seeds, storage
+from models import comparisons, estimates, run_seeds, storage
 from models import leaderboard as lb
 from models.catalog import get_benchmark, list_benchmarks
 from models.entities import Benchmark, LeaderboardEntry, Submission, User
@@ -102,7 +103,10 @@ def benchmark_summaries(
     return len(shapes), page
 
 
-def benchmark(session: Session, name: str, *, viewer: User | None) -> BenchmarkPublic:
+def benchmark(
+    session: Session, name: str, *, viewer: User | None, settings: Settings | None = None
+) -> BenchmarkPublic:
+    """One benchmark; with ``settings``, also the estimated work of a submission to it."""
     found = get_benchmark(session, name)
     entries = session.scalar(
         select(func.count())
@@ -114,7 +118,13 @@ def benchmark(session: Session, name: str, *, viewer: User | None) -> BenchmarkP
             visibility_filter(viewer),
         )
     )
-    return BenchmarkPublic.of(found, entries=entries or 0)
+    public = BenchmarkPublic.of(found, entries=entries or 0)
+    if settings is not None:
+        work = estimates.for_manifest(
+            session, found, sigma=found.sigmas[0], manifest={}, settings=settings
+        )
+        public.estimate = EstimatePublic.of(work)
+    return public
 
 
 def datasets(session: Session) -> list[DatasetPublic]:
