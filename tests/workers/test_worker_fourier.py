@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from support import (
     TEST_SETS,
+    CancelOnFirstForward,
     create_submission,
     load_benchmark,
     manifest,
@@ -23,7 +23,6 @@ from support import (
     tiny_model,
     weights_bytes,
 )
-from torch import nn
 
 from api.main import create_app
 from certbench.data import Subset, load_images
@@ -199,27 +198,6 @@ def test_a_redelivered_fourier_shard_is_recorded_once(settings, session, dataset
     assert _result(session, sid).count == POINTS * 2
 
 
-class CancelOnFirstForward(nn.Module):
-    """The submission's model, which cancels the submission the first time it runs (as a user
-    pressing Cancel while a Fourier shard computes)."""
-
-    def __init__(self, model: nn.Module, settings: Settings, sid: int) -> None:
-        super().__init__()
-        self.model, self.settings, self.sid, self.calls = model, settings, sid, 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from models.db import session_scope
-
-        self.calls += 1
-        if self.calls == 1:
-            with session_scope(self.settings) as db:
-                assert pipeline.transition(
-                    db, self.sid, from_states={S.RUNNING}, to_state=S.CANCELLED,
-                    reason="cancelled_by_user",
-                )  # fmt: skip
-        return self.model(x)
-
-
 def test_cancel_stops_a_running_fourier_shard(
     settings, session, dataset, worker, tmp_path, monkeypatch
 ):
@@ -232,7 +210,7 @@ def test_cancel_stops_a_running_fourier_shard(
     wrapped = CancelOnFirstForward(tiny_model(seed=3), settings, sid)
     monkeypatch.setattr(inputs, "model_for", lambda item, device: wrapped)
     outcome = worker.execute(message)
-    assert outcome.startswith("stopped:"), outcome
+    assert outcome.startswith("cancelled: fourier_sensitivity shard 0"), outcome
     assert wrapped.calls == 1  # stopped at the first progress report, not after the shard
     assert _fourier_shards(session, sid) == 0
     assert _submission(session, sid).state == S.CANCELLED
