@@ -87,6 +87,20 @@ def check_room(session: Session, user: User, *, settings: Settings) -> None:
         _refuse(current, 1, now=utcnow())
 
 
+def check_size(user: User, forward_passes: int, *, settings: Settings) -> None:
+    """Refuse (422) a submission whose estimate alone exceeds the daily limit: it can never run,
+    whatever the user's usage (checked before the intake transaction: nothing is stored)."""
+    limit = settings.quota_forward_passes_per_day
+    if user.role != Role.ADMIN and forward_passes > limit:
+        raise IntakeError(
+            f"this submission is estimated at {forward_passes:,} forward passes, more than the "
+            f"daily compute quota of {limit:,} (CERTBENCH_QUOTA_FORWARD_PASSES_PER_DAY) allows "
+            "any single submission; it can never run here: ask an operator to raise the quota "
+            "or to run it",
+            code="estimate_exceeds_quota",
+        )
+
+
 def check(
     session: Session,
     user: User,
@@ -96,18 +110,12 @@ def check(
     now: datetime | None = None,
 ) -> None:
     """Refuse a submission estimated at ``forward_passes``: 422 when it exceeds the limit on its
-    own, 429 (with when to retry) when it does not fit in what the window has left."""
+    own, 429 (with when to retry) when it does not fit in what the window has left. Called in
+    the intake transaction, after the user's row is locked and duplicates (free) are found."""
     if user.role == Role.ADMIN:
         return
+    check_size(user, forward_passes, settings=settings)
     limit = settings.quota_forward_passes_per_day
-    if forward_passes > limit:
-        raise IntakeError(
-            f"this submission is estimated at {forward_passes:,} forward passes, more than the "
-            f"daily compute quota of {limit:,} (CERTBENCH_QUOTA_FORWARD_PASSES_PER_DAY) allows "
-            "any single submission; it can never run here: ask an operator to raise the quota "
-            "or to run it",
-            code="estimate_exceeds_quota",
-        )
     now = now or utcnow()
     current = usage(session, user, settings=settings, now=now)
     if current.used + forward_passes > limit:

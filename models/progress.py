@@ -234,13 +234,19 @@ def _report(
         and d.claimed_until >= now
         and (d.stage, d.unit, d.shard_index) not in done
     ]
+    by_unit: dict[tuple[str, str], list[StageShard]] = {}
+    for shard in recorded:
+        by_unit.setdefault((shard.stage, shard.unit), []).append(shard)
+    running: dict[tuple[str, str], list[ShardDispatch]] = {}
+    for row in live:
+        running.setdefault((row.stage, row.unit), []).append(row)
     units, stages, tallies = [], [], {}
     for estimate in estimates:
         tally = tallies[estimate.stage] = _Tally()
         size = registry.get(estimate.stage).shard_size(settings)
         for cost in estimate.units:
-            mine = [r for r in recorded if (r.stage, r.unit) == (estimate.stage, cost.unit)]
-            going = [d for d in live if (d.stage, d.unit) == (estimate.stage, cost.unit)]
+            mine = by_unit.get((estimate.stage, cost.unit), [])
+            going = running.get((estimate.stage, cost.unit), [])
             unit = _unit(estimate.stage, cost, mine, going, -(-cost.images // size))
             units.append(unit)
             _count(tally, cost, mine, going, unit)

@@ -81,7 +81,7 @@ def _accept(
         session, benchmark, sigma=upload.sigma, manifest=upload.manifest, settings=settings,
         rates={},
     )  # fmt: skip
-    compute_quota.check(session, user, work.forward_passes, settings=settings)
+    compute_quota.check_size(user, work.forward_passes, settings=settings)
     submission = crud.create_submission(
         session, user=user, benchmark=benchmark, upload=upload, settings=settings,
         forward_passes=work.forward_passes,

@@ -46,8 +46,15 @@ ROBUSTNESS = {
 CERTIFY, ATTACK = 120, 315
 
 
-def _running(client: TestClient, session: Session, settings: Settings, headers, *,
-             benchmark: str = "tiny", seed: int = 0) -> tuple[int, dict[tuple, ShardSpec]]:  # fmt: skip
+def _running(
+    client: TestClient,
+    session: Session,
+    settings: Settings,
+    headers: dict[str, str],
+    *,
+    benchmark: str = "tiny",
+    seed: int = 0,
+) -> tuple[int, dict[tuple, ShardSpec]]:
     response = client.post(
         URL, headers=headers, **multipart(weights_bytes(seed), manifest(benchmark=benchmark))
     )
@@ -71,8 +78,11 @@ def _in_flight(session: Session, settings: Settings, sid: int, spec: ShardSpec, 
     started = utcnow() - timedelta(seconds=seconds)
     session.execute(
         update(ShardDispatch)
-        .where(ShardDispatch.submission_id == sid, ShardDispatch.stage == spec.stage,
-               ShardDispatch.unit == spec.unit)  # fmt: skip
+        .where(
+            ShardDispatch.submission_id == sid,
+            ShardDispatch.stage == spec.stage,
+            ShardDispatch.unit == spec.unit,
+        )
         .values(started_at=started, updated_at=started + timedelta(seconds=seconds))
     )
     session.commit()

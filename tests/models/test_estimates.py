@@ -77,9 +77,7 @@ def test_fourier_sensitivity_is_exact_per_point_and_image(session, settings):
 def test_weather_attack_counts_restarts_noise_samples_and_certify(session, settings):
     block = {"weathers": ["rain"], "severities": [1, 2], "steps": 2, "restarts": 3,
              "noise_samples": 2, "examples": 1, "skip": 2}  # fmt: skip
-    estimate = _estimates(session, settings, _with_stage("weather_attack", block))[
-        "weather_attack"
-    ]
+    estimate = _estimates(session, settings, _with_stage("weather_attack", block))["weather_attack"]
     per_unit = {u.unit: u.passes() for u in estimate.units}
     # a restart classifies its start and 2 iterates: 3 passes; 3 restarts = 9
     assert per_unit == {

@@ -155,7 +155,10 @@ def test_leaderboard_sorts_by_robustness_columns(page: Any, site: Site) -> None:
 def test_model_page_with_robustness_draws_its_chart(page: Any, site: Site) -> None:
     page.goto(f"/models/{site.seeded.entries['webclean']['Bravo']}")
     section = page.locator("#robustness")
-    assert section.locator("h2").inner_text() == "Robustness of the base classifier (Projected Displacement, Muthukumar et al.)"
+    assert (
+        section.locator("h2").inner_text()
+        == "Robustness of the base classifier (Projected Displacement, Muthukumar et al.)"
+    )
     assert page.locator("#robustness-table tbody tr").count() == 2  # ε = 8/255 and 16/255
     chart = page.locator("#robustness-bars")
     bars = chart.locator("rect.bar-rect")

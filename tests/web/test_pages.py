@@ -408,7 +408,9 @@ def test_model_page_shows_robustness_table_chart_and_protocol(
         stored = robustness_result(session, sid)
         figures, records_path = dict(stored.figures), stored.records_path
     section = html[html.index('id="robustness"') : html.index('aria-labelledby="sets-h"')]
-    assert "Robustness of the base classifier (Projected Displacement, Muthukumar et al.)" in section
+    assert (
+        "Robustness of the base classifier (Projected Displacement, Muthukumar et al.)" in section
+    )
     assert f'id="base-accuracy">{figures["clean_accuracy"] * 100:.1f}%<' in section
     for eps in (8, 16):
         row = section[section.index(f'<tr data-eps="{eps}">') :].split("</tr>")[0]

@@ -262,14 +262,24 @@ def _in_flight(session: Session, sid: int, spec: ShardSpec, *, settings: Setting
     (its claim outlives the test session, so the page keeps showing it)."""
     assert shards.claim(session, sid, spec, worker="seed-worker/1", settings=settings) is None
     samples = IN_FLIGHT_IMAGES * (PROTOCOL["n0"] + N_SAMPLES)
-    progress.record_partial(session, sid, spec.key, worker="seed-worker/1",
-                            images=IN_FLIGHT_IMAGES, samples=samples, settings=settings)  # fmt: skip
+    progress.record_partial(
+        session,
+        sid,
+        spec.key,
+        worker="seed-worker/1",
+        images=IN_FLIGHT_IMAGES,
+        samples=samples,
+        settings=settings,
+    )
     now = utcnow()
     session.execute(
         update(ShardDispatch)
         .where(ShardDispatch.submission_id == sid, ShardDispatch.unit == spec.unit)
-        .values(started_at=now - timedelta(seconds=IN_FLIGHT_SECONDS), updated_at=now,
-                claimed_until=now + timedelta(days=1))  # fmt: skip
+        .values(
+            started_at=now - timedelta(seconds=IN_FLIGHT_SECONDS),
+            updated_at=now,
+            claimed_until=now + timedelta(days=1),
+        )
     )
     session.commit()
 
