@@ -24,6 +24,7 @@ from api.routes import (
     results,
     submissions,
     users,
+    zoo,
 )
 from api.url_guard import ControlCharacterGuard
 from api.web import mount_web
@@ -37,7 +38,7 @@ MULTIPART_OVERHEAD = 64 * 1024
 def api_router() -> APIRouter:
     """Every REST v1 router."""
     router = APIRouter(prefix=API_PREFIX)
-    for module in (submissions, benchmarks, leaderboards, results, analysis, users, admin):
+    for module in (submissions, benchmarks, leaderboards, results, zoo, analysis, users, admin):
         router.include_router(module.router)
     return router
 

@@ -24,6 +24,7 @@ from pydantic.json_schema import models_json_schema
 
 from api.deps import OPTIONAL_SCHEME
 from api.services.upload_stream import VENUE_LENGTH
+from certbench.licenses import WEIGHTS_LICENSES
 from certbench.loading import PRINTABLE_PATTERN, Manifest
 
 COMPONENTS = "#/components/schemas/{model}"
@@ -69,6 +70,19 @@ def submission_request_body() -> dict[str, Any]:
                             "maxLength": VENUE_LENGTH,
                             "pattern": PRINTABLE_PATTERN,
                             "description": "where the model was published",
+                        },
+                        "weights_public": {
+                            "type": "boolean",
+                            "default": False,
+                            "description": "model zoo: publish the weights (anyone may "
+                            "download them once the entry has finished, if the entry is "
+                            "public); needs weights_license",
+                        },
+                        "weights_license": {
+                            "type": "string",
+                            "enum": list(WEIGHTS_LICENSES),
+                            "description": "SPDX identifier of the licence the weights are "
+                            "published under (matched case-insensitively)",
                         },
                     },
                     "additionalProperties": False,

@@ -25,6 +25,7 @@ from models.run_seeds import SeedView
 
 if TYPE_CHECKING:
     from certbench.intervals import PairedTest
+from api.zoo_schemas import WeightsLinkPublic
 from models.stages.certification import TestSetResult
 from models.stages.certification_intervals import CI_HIGH, CI_LOW, interval_keys
 from models.stages.pd_robustness import RobustnessResult
@@ -428,6 +429,17 @@ class SubmissionPublic(BaseModel):
         default=None,
         description="the run's noise seed: its commitment, and the seed once the run has ended",
     )
+    weights_public: bool = Field(
+        default=False, description="the submitter published the weights (model zoo)"
+    )
+    weights_license: str | None = Field(
+        default=None, description="SPDX licence of the published weights"
+    )
+    weights: WeightsLinkPublic | None = Field(
+        default=None,
+        description="download link of the weights once anyone may download them (published, "
+        "finished, public and visible); null otherwise",
+    )
 
     @classmethod
     def of(
@@ -499,6 +511,9 @@ class SubmissionPublic(BaseModel):
             if with_events
             else None,
             seed=SeedPublic.of(seed),
+            weights_public=submission.weights_public,
+            weights_license=submission.weights_license,
+            weights=WeightsLinkPublic.of(submission),
         )
 
 
@@ -710,6 +725,11 @@ class LeaderboardRowPublic(BaseModel):
         ),
     )
     tie: TiePublic | None = Field(default=None, description="the test behind `tied_with`")
+    weights: WeightsLinkPublic | None = Field(
+        default=None,
+        description="model zoo: where to download the weights when the submitter published "
+        "them under a licence; null otherwise",
+    )
 
 
 class LeaderboardPublic(BaseModel):
@@ -748,6 +768,7 @@ class LeaderboardPublic(BaseModel):
                     finished_at=row.entry.finished_at,
                     protocol_version=row.entry.protocol_version,
                     metrics=Metrics.of(row.entry),
+                    weights=WeightsLinkPublic.of(row.submission),
                 )
             )
         return cls(
@@ -940,6 +961,11 @@ class ResultsPublic(BaseModel):
     seed: SeedPublic | None = Field(
         default=None,
         description="the run's noise seed: its commitment, and the seed once the run has ended",
+    )
+    weights: WeightsLinkPublic | None = Field(
+        default=None,
+        description="model zoo: where to download the weights when the submitter published "
+        "them under a licence and the entry is finished, public and visible; null otherwise",
     )
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from certbench import __version__
-from certbench.cli import Dataset, ManifestPath, Weights, console, user_errors
+from certbench.cli import Dataset, ManifestPath, Seed, Weights, console, user_errors
 
 if TYPE_CHECKING:
     from certbench.fourier_heatmap import Heatmap
@@ -44,7 +44,7 @@ def fourier_heatmap_command(
     ] = False,
     batch_size: int = 1000,
     amp: Annotated[str | None, typer.Option(help="bf16 or fp16 autocast of the forward.")] = None,
-    seed: int = 0,
+    seed: Seed = "0",
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...")] = None,
     compile: Annotated[bool, typer.Option(help="torch.compile the model.")] = False,
     early_abstain: Annotated[
@@ -63,7 +63,9 @@ def fourier_heatmap_command(
     from certbench.fourier_records import write_sensitivity_records
     from certbench.fourier_sensitivity import sensitivity_records
     from certbench.loading import load_manifest, load_model
+    from certbench.random_streams import parse_seed
 
+    run_seed = parse_seed(seed)
     chosen = get_protocol(protocol, n=n, n0=n0, images=images, skip=skip, stride=stride)
     spec = load_manifest(manifest)
     model = load_model(weights, spec, device=device)
@@ -91,7 +93,7 @@ def fourier_heatmap_command(
             test.indices,
             points,
             chosen,
-            seed,
+            run_seed,
             sigma=smoothing,
             test_set=test_set,
             batch_size=batch_size,
@@ -109,7 +111,7 @@ def fourier_heatmap_command(
         "test_set": test_set,
         "protocol": chosen.model_dump(mode="json"),
         "sigma": smoothing,
-        "seed": seed,
+        "seed": str(run_seed),
         "grid_size": size,
         "certbench_version": __version__,
         "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),

@@ -16,9 +16,20 @@ Plus the **Jacobian norm** of the logits w.r.t. the normalised input (Hoffman, R
 Sharding: a :class:`LensPlan` lays every unit of work (one path, or one Jacobian image) on one
 flat index 0 … ``plan.size``−1, kinds in the order of :data:`KINDS`. ``lens_records(…, units=
 range(a, b))`` computes any range alone; the records of a unit depend only on (model, test set,
-protocol, seed, unit), never on the range, the batch size or the device batching (up to the
+protocol, seeds, unit), never on the range, the batch size or the device batching (up to the
 float round-off of the forward pass, which GEMM blocking may change with the batch shape).
 ``summarize`` turns the merged records into means with 95 % intervals.
+
+Two seeds, because the draws play two roles (``lens_records``' ``pairs_seed`` and ``seed``):
+
+* ``pairs_seed`` chooses *what is measured*: the Fourier pairs and the pixel pairs. Every entry of
+  a benchmark must be measured on the same paths for their figures to be comparable (the
+  service's fingerprint), so the service passes the benchmark's public seed.
+* ``seed`` draws the *Monte Carlo noise of the estimators*: the smoothed classifier's Gaussian
+  noise and the random Jacobian projections. Both estimate a figure of the model only if the
+  draws are independent of it: a model fitted to known noise (or with its Jacobian hidden from
+  known projection directions) would score what it is not. So the service passes the run's secret
+  seed (commit-reveal, revealed when the run ends); it changes no path and no exact figure.
 
 Seed 003 defers "further computational details" to its Appendix A.3–A.4, which the seed file
 does not contain; every constant here is checked against the released code instead
@@ -173,7 +184,8 @@ class LensPlan:
 
 
 def lens_plan(labels: np.ndarray | torch.Tensor, protocol: LensProtocol, seed: int) -> LensPlan:
-    """The plan for a clean test set with these labels (pairs seeded, see interpolation)."""
+    """The plan for a clean test set with these labels; ``seed`` draws the pairs (see
+    :mod:`certbench.interpolation`): ``lens_records``' ``pairs_seed``."""
     y = np.asarray(labels.cpu() if isinstance(labels, torch.Tensor) else labels, dtype=np.int64)
     make = {
         "amplitude": lambda: fourier_pairs(len(y), protocol.paths, seed),
@@ -204,6 +216,7 @@ def lens_records(
     std: Sequence[float],
     protocol: LensProtocol | None = None,
     seed: int = 0,
+    pairs_seed: int | None = None,
     units: range | None = None,
     indices: torch.Tensor | np.ndarray | None = None,
     batch_size: int = 1000,
@@ -225,6 +238,10 @@ def lens_records(
     used for every image of a path (common random numbers, seeded by (seed, kind, index)), so
     HFF measures how g's votes change along the path rather than re-drawn Monte Carlo noise.
 
+    Seeds (module docstring): ``pairs_seed`` draws the pairs (default: ``seed``), ``seed`` the
+    smoothed classifier's noise and the random Jacobian projections; any non-negative integer
+    (a revealed 128-bit service seed included).
+
     ``channels_last`` converts the model (in place, as ``certify`` does) and its inputs to the
     channels-last layout, about twice as fast for CIFAR ResNets on CPU.
 
@@ -233,7 +250,10 @@ def lens_records(
     to stop the computation).
     """
     protocol = protocol or LensProtocol()
-    plan = lens_plan(labels, protocol, seed)
+    pairs_seed = seed if pairs_seed is None else pairs_seed
+    if seed < 0 or pairs_seed < 0:
+        raise LensError(f"seeds must be non-negative integers, got {seed} and {pairs_seed}")
+    plan = lens_plan(labels, protocol, pairs_seed)
     units = range(plan.size) if units is None else units
     if units.step != 1 or units.start < 0 or units.stop > plan.size:
         raise LensError(f"units {units} must be a contiguous range inside 0 … {plan.size}")
@@ -270,6 +290,7 @@ class _Context:
     std: Sequence[float]
     protocol: LensProtocol
     seed: int
+    """The noise seed (smoothed noise, Jacobian projections); the plan holds the pairs."""
     device: torch.device
     channels_last: bool
 
@@ -418,6 +439,14 @@ def _path_length(context: _Context, kind: str, pair: np.ndarray) -> int:
 
 # --------------------------------------------------------------------------- Jacobian
 
+MIN_ROWS = 8
+"""Jacobian batches are zero-padded to at least this many rows. CPU kernels (oneDNN) take other
+code paths for batches of one or two, and their round-off can flip a ReLU whose input is near 0,
+which changes the piecewise-constant Jacobian by far more than round-off (0.1 % seen on one
+image of a ResNet-20, so a shard holding one Jacobian image disagreed with an unsharded run).
+Padded, an image's Jacobian does not depend on how many images share its batch; the weather
+attack pads its forwards for the same reason (``certbench.weather_objectives.MIN_ROWS``)."""
+
 
 def jacobian_sq_norms(
     model: nn.Module,
@@ -435,7 +464,11 @@ def jacobian_sq_norms(
     ``projections = n > 0``: Hoffman et al.'s random projections, K·‖vᵀJ‖² averaged over n unit
     vectors v uniform on the sphere (one per image and projection, seeded by ``seeds``), an
     unbiased estimate of ‖J‖²_F. The entry's Jacobian norm is √(mean over images).
+    Batches are padded to ``MIN_ROWS`` (see there); padded rows get no cotangent.
     """
+    rows = len(x)
+    if rows < MIN_ROWS:
+        x = torch.cat([x, x.new_zeros((MIN_ROWS - rows, *x.shape[1:]))])
     z = normalise(x, mean, std).to(torch.float32).requires_grad_(True)
     with torch.enable_grad():
         logits = model(denormalise(z, mean, std).to(torch.float32))
@@ -443,16 +476,16 @@ def jacobian_sq_norms(
         total = torch.zeros(len(z), dtype=torch.float64, device=z.device)
         count = classes if projections == 0 else projections
         for r in range(count):
+            v = torch.zeros_like(logits)
             if projections == 0:
-                v = torch.zeros_like(logits)
-                v[:, r] = 1.0
+                v[:rows, r] = 1.0
                 scale = 1.0
             else:
-                v = _unit_vectors(seeds, r, classes, len(z)).to(logits.device, logits.dtype)
+                v[:rows] = _unit_vectors(seeds, r, classes, rows).to(logits.device, logits.dtype)
                 scale = classes / projections
             (grad,) = torch.autograd.grad(logits, z, v, retain_graph=r + 1 < count)
             total += scale * grad.double().flatten(1).pow(2).sum(1)
-    return total.cpu().numpy()
+    return total[:rows].cpu().numpy()
 
 
 def _unit_vectors(seeds: Sequence[int] | None, r: int, classes: int, count: int) -> torch.Tensor:

@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 
 from certbench import __version__
-from certbench.cli import Dataset, ManifestPath, Weights, console, user_errors
+from certbench.cli import Dataset, ManifestPath, Seed, Weights, console, user_errors
 
 
 @user_errors
@@ -29,6 +29,7 @@ def fourier_lens_command(
     split: str = "test",
     revision: Annotated[str | None, typer.Option(help="Hub revision (commit/tag).")] = None,
     paths: Annotated[int, typer.Option(help="Fourier pairs (amplitude + phase path each).")] = 5000,
+    steps: Annotated[int, typer.Option(help="Images per Fourier path (the paper: 100).")] = 100,
     pixel_pairs: Annotated[
         int, typer.Option(help="Pixel paths per class (within) and per class pair (between).")
     ] = 200,
@@ -44,7 +45,15 @@ def fourier_lens_command(
         bool, typer.Option(help="Score paths with the smoothed classifier's votes (manifest σ).")
     ] = False,
     noise_samples: Annotated[int, typer.Option(help="Noise draws per image if --smoothed.")] = 16,
-    seed: int = 0,
+    seed: Seed = "0",
+    pairs_seed: Annotated[
+        int,
+        typer.Option(
+            help="Seed of the Fourier and pixel pairs (public: a benchmark's lens seed; the "
+            "packaged benchmarks' 0). --seed draws only the smoothed noise and the random "
+            "Jacobian projections: a run's revealed seed reproduces the leaderboard's records."
+        ),
+    ] = 0,
     batch_size: Annotated[int, typer.Option(help="Images per forward (whole paths).")] = 1000,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...")] = None,
 ) -> None:
@@ -53,10 +62,13 @@ def fourier_lens_command(
     from certbench.fourier_lens import KINDS, LensProtocol, lens_records, summarize
     from certbench.fourier_lens import write_lens_records as write
     from certbench.loading import load_manifest, load_model
+    from certbench.random_streams import parse_seed
 
+    run_seed = parse_seed(seed)
     spec = load_manifest(manifest)
     protocol = LensProtocol(
         paths=paths,
+        steps=steps,
         pixel_pairs=pixel_pairs,
         jacobian_images=jacobian_images,
         jacobian_projections=jacobian_projections,
@@ -74,7 +86,8 @@ def fourier_lens_command(
         mean=preprocessing.mean,
         std=preprocessing.std,
         protocol=protocol,
-        seed=seed,
+        seed=run_seed,
+        pairs_seed=pairs_seed,
         indices=images.indices,
         batch_size=batch_size,
         progress=True,
@@ -87,14 +100,15 @@ def fourier_lens_command(
         "split": split,
         "revision": revision,
         "protocol": protocol.to_dict(),
-        "seed": seed,
+        "seed": str(run_seed),
+        "pairs_seed": pairs_seed,
         "certbench_version": __version__,
         "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
         "manifest": spec.model_dump(mode="json"),
     }
     write(records, out / "records.parquet", metadata)
     summary = summarize(records)
-    document = {k: metadata[k] for k in ("name", "sigma", "protocol", "seed")}
+    document = {k: metadata[k] for k in ("name", "sigma", "protocol", "seed", "pairs_seed")}
     document.update(summary.to_dict())
     text = json.dumps(_finite(document), indent=2, sort_keys=True)
     (out / "summary.json").write_text(text + "\n")

@@ -24,10 +24,17 @@ Protocol (``AttackConfig``; Δ in ``certbench.weather_threat``):
   ``certbench.smoothing.certify`` (Cohen et al.'s CERTIFY, fresh noise), giving certified
   accuracy and ACR under adversarial weather.
 
-Randomness is per image: draws from ``derive_seed(seed, ..., weather, severity, index, restart)``
-and noise from ``derive_seed(seed, "weather-smoothadv", ...)``, so records do not depend on the
-batch size or on how a test set is sharded into image ranges (CPU; on CUDA the renderer's
-``scatter_add`` and cuDNN add run-to-run float noise).
+Randomness is per image, so records do not depend on the batch size or on how a test set is
+sharded into image ranges (CPU; on CUDA the renderer's ``scatter_add`` and cuDNN add run-to-run
+float noise). Two seeds, decided per draw. ``AttackConfig.seed`` (the random weather sets',
+public) draws restart 0's start only: the published random test set's image, which defines
+random-weather accuracy for every entry alike. ``run_seed`` (None: ``config.seed``) draws the
+evaluation's own randomness: the starts of restarts r ≥ 1, SmoothAdv's fixed noise vectors and
+CERTIFY's noise. The service passes the run's secret seed (commit-reveal): smoothing's
+certificate assumes noise independent of the classifier, and starts and noise known in advance
+could be defeated by a model fitted to exactly those points (the PD stage keeps its APGD starts
+secret alike); ``certbench weather-attack --seed <revealed> --weather-seed <sets' seed>``
+reproduces a run.
 """
 
 from __future__ import annotations
@@ -191,10 +198,13 @@ def search(
     *,
     noise: torch.Tensor | None = None,
     stop_when_broken: bool = True,
+    run_seed: int | None = None,
 ) -> _Search:
     """All restarts on a batch. With ``stop_when_broken`` (base classifier) an image leaves the
     search once misclassified and its first misclassified iterate is reported; otherwise
-    (smoothed) every restart runs and the highest-loss iterate is reported."""
+    (smoothed) every restart runs and the highest-loss iterate is reported. Restart 0 starts at
+    the random set's draw (``config.seed``), restarts r ≥ 1 at draws of ``run_seed``."""
+    restarts_seed = _run_seed(config, run_seed)
     dev = x.device
     b = x.shape[0]
     sprites = wset.bank(dev)
@@ -222,7 +232,7 @@ def search(
         start = (
             random.select(rows.cpu())
             if restart == 0
-            else wset.random(config.seed, indices[rows.cpu()], restart)
+            else wset.random(restarts_seed, indices[rows.cpu()], restart)
         )
         found = pgd(
             objective, x[rows], y[rows], start, wset, config,
@@ -233,6 +243,15 @@ def search(
             out.random_prediction[rows] = found.start_prediction
         _merge(out, rows, found, restart, stop_when_broken)
     return out
+
+
+def _run_seed(config: AttackConfig, run_seed: int | None) -> int:
+    """The seed of the evaluation's own draws (module docstring): ``run_seed``, else the sets'."""
+    if run_seed is None:
+        return config.seed
+    if isinstance(run_seed, bool) or not isinstance(run_seed, int) or run_seed < 0:
+        raise ThreatModelError(f"run_seed={run_seed!r} must be a non-negative integer.")
+    return run_seed
 
 
 def _merge(
@@ -306,12 +325,15 @@ def attack_base(
     device: torch.device | str | None = None,
     progress: bool = False,
     on_batch: Callable[[int], None] | None = None,
+    run_seed: int | None = None,
 ) -> list[WeatherRecord]:
     """Worst-case and random weather accuracy of a deterministic classifier, per image and set.
 
     ``images``: uint8 or [0, 1] float (N, 3, 32, 32); the model takes [0, 1] inputs.
-    ``indices``: global image indices in the source split (default 0..N−1); with the seed they
+    ``indices``: global image indices in the source split (default 0..N−1); with the seeds they
     fix each image's draws, so shards by image range reproduce the unsharded records.
+    ``run_seed`` draws the starts of restarts r ≥ 1 (module docstring; None: ``config.seed``);
+    random-weather accuracy (restart 0) never depends on it.
     ``on_batch(n)`` gets the (set, image) units done so far; it may raise to cancel.
     Records are ordered by (weather, severity, index).
 
@@ -319,6 +341,7 @@ def attack_base(
         ThreatModelError: bad shapes or protocol; GeneratorError: unknown weather/severity.
     """
     config = config or AttackConfig()
+    seed = _run_seed(config, run_seed)
     sets = [WeatherSet.for_level(w, s, config.truncation) for w, s in _grid(weathers, severities)]
     model, data, y_all, idx_all, dev = _prepare(model, images, labels, indices, device, batch_size)
     objective = base_objective(model)
@@ -331,7 +354,7 @@ def attack_base(
             with torch.no_grad():
                 clean = forward(model, x).argmax(1)
             for wset in sets:
-                found = search(objective, x, y, idx, wset, config)
+                found = search(objective, x, y, idx, wset, config, run_seed=seed)
                 records += _base_records(wset, idx, y, clean, found)
                 bar.update(len(x))
                 if on_batch is not None:
@@ -403,17 +426,21 @@ def attack_smoothed(
     amp: str | None = None,
     progress: bool = False,
     on_batch: Callable[[int], None] | None = None,
+    run_seed: int | None = None,
 ) -> list[SmoothedWeatherRecord]:
     """Certified accuracy / ACR of the smoothed classifier under adversarial weather.
 
     Attacks SmoothAdv's objective with ``noise_samples`` fixed noise vectors per image (a
     forward batch holds ``batch_size × noise_samples`` inputs), then runs CERTIFY (n0, n, α,
     σ) on the attacked images with test set ``weather-attack/<weather>-<severity>``.
+    ``run_seed`` (None: ``config.seed``) draws the noise vectors, CERTIFY's noise and the starts
+    of restarts r ≥ 1; restart 0 starts at the random set's draw (module docstring).
 
     Raises:
         ThreatModelError: bad shapes or protocol; CertificationError: bad CERTIFY parameters.
     """
     config = config or AttackConfig()
+    seed = _run_seed(config, run_seed)
     if noise_samples < 1 or not sigma > 0:
         raise ThreatModelError(
             f"noise_samples={noise_samples} must be ≥ 1 and sigma={sigma} positive."
@@ -428,16 +455,14 @@ def attack_smoothed(
             y = y_all[start : start + batch_size].to(dev)
             idx = idx_all[start : start + batch_size]
             for wset in sets:
-                noise = smoothing_noise(
-                    config.seed, wset, idx, noise_samples, sigma, x.shape[1:]
-                ).to(dev)
+                noise = smoothing_noise(seed, wset, idx, noise_samples, sigma, x.shape[1:]).to(dev)
                 found = search(objective, x, y, idx, wset, config, noise=noise,
-                               stop_when_broken=False)  # fmt: skip
+                               stop_when_broken=False, run_seed=seed)  # fmt: skip
                 with torch.no_grad():
                     attacked = wset.apply(x, found.attacked).cpu()
                 certified = certify(
                     model, attacked, y.cpu(), sigma=sigma, n0=n0, n=n, alpha=alpha,
-                    batch_size=certify_batch_size, seed=config.seed, device=dev,
+                    batch_size=certify_batch_size, seed=seed, device=dev,
                     indices=idx, test_set=f"weather-attack/{wset.name}", amp=amp,
                 )  # fmt: skip
                 losses = found.attacked_loss.cpu().tolist()
@@ -462,12 +487,15 @@ def attacked_images(
     config: AttackConfig | None = None,
     indices: torch.Tensor | Sequence[int] | None = None,
     device: torch.device | str | None = None,
+    run_seed: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, _Search]:
-    """(clean, random, attacked) [0, 1] images on the CPU and the search, for figures."""
+    """(clean, random, attacked) [0, 1] images on the CPU and the search, for figures
+    (``run_seed`` as in :func:`attack_base`)."""
     config = config or AttackConfig()
+    seed = _run_seed(config, run_seed)
     model, data, y, idx, dev = _prepare(model, images, labels, indices, device, 1)
     x = data.to(dev)
-    found = search(base_objective(model), x, y.to(dev), idx, wset, config)
+    found = search(base_objective(model), x, y.to(dev), idx, wset, config, run_seed=seed)
     with torch.no_grad():
         random = wset.apply(x, found.random.to(dev))
         attacked = wset.apply(x, found.attacked)

@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 
 from certbench import __version__
-from certbench.cli import Dataset, ManifestPath, Weights, console, user_errors
+from certbench.cli import Dataset, ManifestPath, Seed, Weights, console, user_errors
 from certbench.errors import ThreatModelError
 
 RECORDS = {"base": "weather_attack.parquet", "smoothed": "weather_attack_smoothed.parquet"}
@@ -76,8 +76,15 @@ def weather_attack_command(
     ] = None,
     certify_batch_size: int = 1000,
     amp: Annotated[str | None, typer.Option(help="bf16/fp16 autocast of CERTIFY.")] = None,
-    seed: Annotated[
-        int, typer.Option(help="The weather sets' seed: restart 0 is their random image.")
+    seed: Seed = "0",
+    weather_seed: Annotated[
+        int,
+        typer.Option(
+            help="The random weather sets' seed (`certbench generate weather --seed`; the "
+            "packaged benchmarks' 0): restart 0 is their random image. --seed draws the rest "
+            "(restarts 1+, SmoothAdv and CERTIFY noise): a run's revealed seed reproduces the "
+            "leaderboard's records."
+        ),
     ] = 0,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...")] = None,
     examples: Annotated[
@@ -92,14 +99,16 @@ def weather_attack_command(
     then CERTIFY). Use --skip 20 for the 500-image protocol subset."""
     from certbench.data import Subset, load_images
     from certbench.loading import load_manifest, load_model
+    from certbench.random_streams import parse_seed
     from certbench.weather_attack import AttackConfig, attack_base, attack_smoothed
     from certbench.weather_records import summarize_weather, write_weather_records
     from certbench.weather_threat import all_sets
 
     weathers, levels = parse_weathers(weather), parse_severities(severities)
+    run_seed = parse_seed(seed)
     protocol = AttackConfig(
         steps=steps, restarts=restarts, position_step=position_step, angle_step=angle_step,
-        seed=seed,
+        seed=weather_seed,
     )  # fmt: skip
     sets = all_sets(weathers, levels)
     spec = load_manifest(manifest)
@@ -109,7 +118,7 @@ def weather_attack_command(
     )
     common: dict[str, Any] = {
         "weathers": weathers, "severities": levels, "config": protocol,
-        "indices": images.indices, "device": device, "progress": True,
+        "indices": images.indices, "device": device, "progress": True, "run_seed": run_seed,
     }  # fmt: skip
     kind = "smoothed" if smoothed else "base"
     details: dict[str, Any] = {}
@@ -126,7 +135,7 @@ def weather_attack_command(
         )
     metadata = {
         "dataset": dataset, "config": config, "split": split, "revision": revision,
-        "skip": skip, "limit": limit, "seed": seed,
+        "skip": skip, "limit": limit, "seed": str(run_seed), "weather_seed": weather_seed,
         "protocol": {**protocol.__dict__, **details},
         "perturbation_sets": [s.describe() for s in sets],
         "certbench_version": __version__,
@@ -140,7 +149,9 @@ def weather_attack_command(
     _print_table(summary.rows, title=f"{dataset} ({split}): accuracy under the simulation attack")
     console.print(f"records: {path}")
     if examples > 0:
-        _write_examples(model, images, examples, weathers, max(levels), protocol, device, out)
+        _write_examples(
+            model, images, examples, weathers, max(levels), protocol, run_seed, device, out
+        )
 
 
 HEADERS = {
@@ -182,6 +193,7 @@ def _write_examples(
     weathers: tuple[str, ...],
     severity: int,
     protocol: Any,
+    run_seed: int,
     device: str | None,
     out: Path,
 ) -> None:
@@ -192,6 +204,7 @@ def _write_examples(
         rows = weather_examples(
             model, images.images[:count], images.labels[:count], weather=name,
             severity=severity, config=protocol, indices=images.indices[:count], device=device,
+            run_seed=run_seed,
         )  # fmt: skip
         path = write_examples_png(rows, out / f"examples_{name}_{severity}.png")
         console.print(f"examples: {path}")

@@ -56,13 +56,15 @@ def weather_examples(
     config: AttackConfig | None = None,
     indices: torch.Tensor | Sequence[int] | None = None,
     device: torch.device | str | None = None,
+    run_seed: int | None = None,
 ) -> list[WeatherExample]:
     """Attack a few images exactly as :func:`certbench.weather_attack.attack_base` does (same
-    seed, same indices: the same attacked images) and return their panel rows."""
+    seeds, same indices: the same attacked images) and return their panel rows."""
     wset = WeatherSet.for_level(weather, severity, (config or AttackConfig()).truncation)
     clean, random, attacked, found = attacked_images(
-        model, images, labels, wset, config=config, indices=indices, device=device
-    )
+        model, images, labels, wset, config=config, indices=indices, device=device,
+        run_seed=run_seed,
+    )  # fmt: skip
     idx = torch.arange(len(clean)) if indices is None else torch.as_tensor(indices)
     y = torch.as_tensor(labels).tolist()
 

@@ -207,7 +207,9 @@ class WeatherSet:
         Restart 0 draws from the published random test set's stream (``certbench generate
         weather --seed seed``), so its image is that set's image (before uint8 rounding, with
         offsets beyond the truncation clipped); restart r ≥ 1 draws the same distribution from
-        the stream ``derive_seed(seed, "weather-attack", weather, severity, index, r)``.
+        the stream ``derive_seed(seed, "weather-attack", weather, severity, index, r)``. The
+        attack passes the sets' public seed for restart 0 and the run seed for r ≥ 1
+        (``certbench.weather_attack``).
         """
         spec = weather_level(self.weather, self.severity)
         index = np.asarray(indices, dtype=np.int64)

@@ -237,6 +237,12 @@ class Submission(Base):
     sigma: Mapped[float] = mapped_column(Float)
     extra_data: Mapped[bool] = mapped_column(Boolean, default=False)
     venue: Mapped[str | None] = mapped_column(String(64))
+    # Model zoo: the submitter publishes the weights under an SPDX licence
+    # (``certbench.licenses``); served only for a finished, public, visible entry.
+    weights_public: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=text("false")
+    )
+    weights_license: Mapped[str | None] = mapped_column(String(32))
     protocol_version: Mapped[str] = mapped_column(String(32))
     dedup_key: Mapped[str] = mapped_column(String(64), index=True)
     duplicate_of_id: Mapped[int | None] = mapped_column(

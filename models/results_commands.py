@@ -1,7 +1,9 @@
 """``certbench results backfill-intervals``: intervals for entries aggregated before them.
 
-Registered through the ``certbench.commands`` entry point (``models.results_commands:register``);
-imports nothing heavy until the command runs, so ``certbench --help`` stays fast.
+Registered through the ``certbench.commands`` entry point (``models.results_commands:register``)
+as a sub-command of the ``certbench results`` group, which ``certbench.client_commands`` owns
+(``certbench results ID`` shows a submission's results); imports nothing heavy until the command
+runs, so ``certbench --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -10,12 +12,12 @@ from typing import Annotated
 
 import typer
 
-results_app = typer.Typer(help="Maintain stored results.", no_args_is_help=True)
+from certbench.client_commands import mount_results, results_app
 
 
 def register(app: typer.Typer) -> None:
     """Entry point of the ``certbench.commands`` group."""
-    app.add_typer(results_app, name="results")
+    mount_results(app)
 
 
 @results_app.command("backfill-intervals")

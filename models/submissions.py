@@ -76,6 +76,8 @@ class Upload:
     extra_data: bool = False
     venue: str | None = None
     staged: StagedWeights | None = None
+    weights_public: bool = False
+    weights_license: str | None = None
 
     @property
     def weights_sha256(self) -> str:
@@ -245,6 +247,8 @@ def _create_once(
             sigma=upload.sigma,
             extra_data=upload.extra_data,
             venue=upload.venue,
+            weights_public=upload.weights_public,
+            weights_license=upload.weights_license,
             protocol_version=benchmark.protocol_version,
             dedup_key=key,
             estimated_forward_passes=forward_passes,
@@ -296,6 +300,8 @@ def _create_duplicate(
         sigma=upload.sigma,
         extra_data=upload.extra_data,
         venue=upload.venue,
+        weights_public=upload.weights_public,
+        weights_license=upload.weights_license,
         protocol_version=original.protocol_version,
         dedup_key=key,
         duplicate_of_id=original.id,

@@ -6,6 +6,7 @@ the stages (``models.stages``), which need nothing else from the database.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,27 @@ def resolve_source(folder: str | None, repo: str, settings: Settings) -> str:
 def dataset_source(test_set: TestSet, settings: Settings) -> str:
     """Where a test set's images are read from on this deployment."""
     return resolve_source(test_set.dataset_folder, test_set.dataset_repo, settings)
+
+
+def image_source_spec(row: Mapping[str, Any], *, name: str, settings: Settings) -> TestSetSpec:
+    """The images a stage's stored block names, resolved against this deployment's folders.
+
+    ``row`` is a stage's stored protocol row: an ``models.catalog.ImageSource`` block dumped as
+    JSON plus the subset ``protocol_row`` resolved (``subset_skip``, ``subset_limit``,
+    ``num_images``). ``name`` labels the spec (``_<stage>``; it is no test set of the
+    benchmark, so ``id`` is 0). Stage images are not data-pinned: no hashes.
+    """
+    return TestSetSpec(
+        id=0,
+        name=name,
+        source=resolve_source(row.get("folder"), row["repo"], settings),
+        config=row.get("config"),
+        revision=row.get("revision"),
+        split=row["split"],
+        subset_skip=row["subset_skip"],
+        subset_limit=row["subset_limit"],
+        num_images=row["num_images"],
+    )
 
 
 def get_work_item(session: Session, submission_id: int, *, settings: Settings) -> WorkItem:

@@ -12,6 +12,7 @@ from api.openapi import submission_request_body
 from api.progress_schemas import ProgressPublic
 from api.schemas import ERROR_RESPONSES, SubmissionList, SubmissionPublic
 from api.services import submissions as service
+from api.zoo_schemas import WeightsPublication
 from models.states import SubmissionState
 
 router = APIRouter(prefix="/submissions", tags=["submissions"], responses=ERROR_RESPONSES)
@@ -96,3 +97,21 @@ def cancel_submission(
     """Cancel a waiting or running submission; a running shard stops within seconds and its
     worker records it as cancelled (409 if it already ended)."""
     return service.cancel(session, submission_id, user=user, settings=settings)
+
+
+@router.patch("/{submission_id}/weights", response_model=SubmissionPublic)
+def publish_weights(
+    session: SessionDep,
+    settings: SettingsDep,
+    user: CurrentUser,
+    submission_id: RowId,
+    body: WeightsPublication,
+) -> SubmissionPublic:
+    """Model zoo: publish the weights under an SPDX licence (``public: true``), or withdraw them
+    (``public: false``). Only the submitter can publish; an admin can withdraw. Anyone may then
+    download them from ``/api/v1/entries/{id}/weights`` once the entry has finished, if the
+    entry itself is public and visible."""
+    return service.publish_weights(
+        session, submission_id, user=user, publish=body.public, license=body.license,
+        settings=settings,
+    )  # fmt: skip

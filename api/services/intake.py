@@ -28,6 +28,7 @@ from models.entities import Benchmark
 from models.errors import IntakeError, NotFoundError
 from models.states import Reason
 from models.submissions import StagedWeights, Upload
+from models.zoo import check_publication
 
 SIGMA_TOLERANCE = 1e-9
 #: Image shape (C, H, W) of each base dataset the benchmarks certify on: a model is fed exactly
@@ -121,11 +122,14 @@ def build_upload(
     is_private: bool,
     extra_data: bool,
     venue: str | None,
+    weights_public: bool = False,
+    weights_license: str | None = None,
 ) -> tuple[Benchmark, Upload]:
     """Run every cheap check, in the order a submitter would fix them; nothing is written."""
     manifest = parse_manifest(manifest_bytes)
     benchmark = check_against_benchmark(session, manifest)
     check_weights(weights.path, manifest)
+    weights_public, weights_license = check_publication(weights_public, weights_license)
     return benchmark, Upload(
         weights=b"",
         staged=weights,
@@ -136,4 +140,6 @@ def build_upload(
         is_private=is_private,
         extra_data=extra_data,
         venue=venue or None,
+        weights_public=weights_public,
+        weights_license=weights_license,
     )

@@ -30,6 +30,7 @@ from api.schemas import (
     TestSetResultPublic,
     TiePublic,
 )
+from api.zoo_schemas import WeightsLinkPublic
 from certbench.errors import RecordsError
 from models import comparisons, estimates, run_seeds, storage
 from models import leaderboard as lb
@@ -338,6 +339,7 @@ def results(session: Session, submission_id: int, *, viewer: User | None) -> Res
         robustness=RobustnessPublic.of(robustness) if robustness is not None else None,
         stages=[StageResultPublic.of(row) for row in lb.stage_results(session, submission)],
         seed=seed,
+        weights=WeightsLinkPublic.of(submission),
     )
 
 

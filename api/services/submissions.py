@@ -11,7 +11,7 @@ from api.queue import JobQueue
 from api.schemas import QuotaPublic, SubmissionList, SubmissionPublic
 from api.services.intake import build_upload
 from api.services.upload_stream import ReceivedUpload, receive_upload
-from models import compute_quota, estimates, progress, run_seeds
+from models import compute_quota, estimates, progress, run_seeds, zoo
 from models import submissions as crud
 from models.entities import Submission, User
 from models.errors import IntakeError, ServiceUnavailableError
@@ -76,6 +76,8 @@ def _accept(
         is_private=received.private,
         extra_data=received.extra_data,
         venue=received.venue,
+        weights_public=received.weights_public,
+        weights_license=received.weights_license,
     )
     work = estimates.for_manifest(
         session, benchmark, sigma=upload.sigma, manifest=upload.manifest, settings=settings,
@@ -194,6 +196,22 @@ def cancel(
 ) -> SubmissionPublic:
     cancelled = crud.cancel(session, submission_id, by=user)
     return public(session, cancelled, viewer=user, settings=settings, events=True)
+
+
+def publish_weights(
+    session: Session,
+    submission_id: int,
+    *,
+    user: User,
+    publish: bool,
+    license: str | None,
+    settings: Settings,
+) -> SubmissionPublic:
+    """Publish or withdraw an entry's weights (``models.zoo.set_publication``)."""
+    submission = zoo.set_publication(
+        session, submission_id, by=user, public=publish, license=license
+    )
+    return public(session, submission, viewer=user, settings=settings)
 
 
 def rerun(

@@ -32,8 +32,8 @@ from models.settings import Settings
 from models.states import Reason
 from models.submissions import StagedWeights
 
-#: Form fields besides the two files, and the cap on each (they are short flags and a venue).
-FIELDS = ("private", "extra_data", "venue")
+#: Form fields besides the two files, and the cap on each (short flags, a venue, a licence).
+FIELDS = ("private", "extra_data", "venue", "weights_public", "weights_license")
 FIELD_BYTES = 1024
 VENUE_LENGTH = 64
 PARTS = ("weights", "manifest", *FIELDS)
@@ -49,6 +49,8 @@ class ReceivedUpload:
     private: bool = False
     extra_data: bool = False
     venue: str | None = None
+    weights_public: bool = False
+    weights_license: str | None = None
 
     def discard(self) -> None:
         """Remove the staged weights file (a no-op once it was moved into the store)."""
@@ -201,6 +203,8 @@ async def receive_upload(request: Request, *, settings: Settings) -> ReceivedUpl
             private=_flag(receiver.values, "private"),
             extra_data=_flag(receiver.values, "extra_data"),
             venue=_venue(receiver.values),
+            weights_public=_flag(receiver.values, "weights_public"),
+            weights_license=_text(receiver.values, "weights_license"),
         )
     except BaseException:
         receiver.close()
@@ -239,6 +243,17 @@ def _venue(values: dict[str, bytes]) -> str | None:
             f"venue must be at most {VENUE_LENGTH} characters without control characters"
         )
     return venue or None
+
+
+def _text(values: dict[str, bytes], name: str) -> str | None:
+    """A short text field as sent (None when absent or blank); checked by the caller."""
+    raw = values.get(name)
+    if raw is None:
+        return None
+    try:
+        return raw.decode("utf-8").strip() or None
+    except UnicodeDecodeError as err:
+        raise _invalid(f"{name} must be UTF-8 text") from err
 
 
 def _invalid(message: str) -> IntakeError:

@@ -334,3 +334,25 @@ def run_seed_metadata(item: WorkItem) -> dict[str, str]:
         "seed_kind": item.seed_kind,
         "seed_commitment": item.seed_commitment,
     }
+
+
+def check_shard_seed(item: WorkItem, metadata: Mapping[str, Any], where: str) -> None:
+    """Refuse to merge a shard computed under another run seed than the run's.
+
+    All of a run's records must follow from its one seed, or the revealed seed would not
+    reproduce them. Shard files name the seed's commitment (``seed_commitment``); a shard naming
+    another one, or none on a secret-seed run (written before the stage drew its noise from the
+    run seed, e.g. left from before an upgrade), holds other noise. A public-seed run (from
+    before commit-reveal) accepts shards without a commitment: their noise came from the public
+    seed as well. Raises StorageError naming ``where``.
+    """
+    from models.errors import StorageError
+
+    found = metadata.get("seed_commitment")
+    if found is None and item.seed_kind != "secret":
+        return
+    if found != item.seed_commitment:
+        raise StorageError(
+            f"{where} was computed under another run seed (commitment {str(found)[:12]}…, the "
+            f"run's {item.seed_commitment[:12]}…); re-run the submission fresh"
+        )

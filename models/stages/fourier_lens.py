@@ -16,6 +16,17 @@ work units long (a Fourier path is 100 forwards, a certified image 100,000, so l
 short). Records depend only on (model, clean set, protocol, seed, work unit), so any sharding
 merges to the records of one direct ``lens_records`` call.
 
+Seeds, decided per draw (``certbench.fourier_lens`` says why): the Fourier and pixel *pairs*
+define what every entry of the benchmark is measured on, so they come from the benchmark's public
+``lens_seed`` (in the fingerprint that makes figures comparable); the *noise* of the smoothed
+unit and the random Jacobian projections (``jacobian_projections`` > 0) are Monte Carlo draws of
+estimators that are only valid when independent of the model, so they come from the run's secret
+seed (``item.seed``, commit-reveal: ``models.run_seeds``). Shard files, written while the run
+goes on, carry the seed's commitment; merged records and stored seeds carry the revealed seed
+(``run_seed_metadata``), and ``certbench fourier-lens --seed <revealed> --pairs-seed
+<lens_seed>`` reproduces them. Exact base-classifier figures (the paper's Jacobian, every path's
+softmax) do not depend on the run seed.
+
 The plan's size is stored with the benchmark (``protocol_row``) from the definition alone, so the
 API never loads data: Fourier paths, ``num_classes``·pixel_pairs within-class and
 C(num_classes, 2)·pixel_pairs between-class paths, and the Jacobian images. Every shard checks it
@@ -47,6 +58,8 @@ from models.stages.base import (
     StageOutcome,
     Unit,
     UnitResult,
+    check_shard_seed,
+    run_seed_metadata,
 )
 from models.stages.lens_block import (
     BASE,
@@ -63,7 +76,7 @@ from models.stages.lens_block import (
     work_sizes,
 )
 from models.stages.registry import register
-from models.work import TestSetSpec, WorkItem, resolve_source
+from models.work import TestSetSpec, WorkItem, image_source_spec
 
 __all__ = [
     "BASE", "KINDS", "METRICS", "PAPER", "PRESETS", "SMOOTHED", "SMOOTHED_SUFFIX", "FourierLens",
@@ -83,7 +96,8 @@ class LensSpec:
     images: TestSetSpec
     parameters: dict[str, Any]
     kinds: tuple[str, ...]
-    seed: int
+    pairs_seed: int
+    """The benchmark's public ``lens_seed``: the pairs (never the noise; module docstring)."""
     noise_samples: int
     units: dict[str, int]
     label: str
@@ -110,20 +124,10 @@ class LensSpec:
 def lens_spec(row: Mapping[str, Any], settings: Settings) -> LensSpec:
     """Resolve a benchmark's stored ``fourier_lens`` row."""
     return LensSpec(
-        images=TestSetSpec(
-            id=0,
-            name="_fourier_lens",
-            source=resolve_source(row.get("folder"), row["repo"], settings),
-            config=row.get("config"),
-            revision=row.get("revision"),
-            split=row["split"],
-            subset_skip=row["subset_skip"],
-            subset_limit=row["subset_limit"],
-            num_images=row["num_images"],
-        ),
+        images=image_source_spec(row, name="_fourier_lens", settings=settings),
         parameters=dict(row["parameters"]),
         kinds=tuple(row["run_kinds"]),
-        seed=int(row["lens_seed"]),
+        pairs_seed=int(row["lens_seed"]),
         noise_samples=int(row["noise_samples"]),
         units=dict(row["units"]),
         label=row["label"],
@@ -199,7 +203,7 @@ class FourierLens(Stage):
         images = images_for(spec.images)
         protocol = spec.protocol(shard.unit, item.sigma)
         try:
-            planned = lens_plan(images.labels, protocol, spec.seed).size
+            planned = lens_plan(images.labels, protocol, spec.pairs_seed).size
         except LensError as err:
             raise DataSourceError(
                 f"the clean set {spec.images.source!r} cannot hold the benchmark's Fourier-lens "
@@ -220,7 +224,8 @@ class FourierLens(Stage):
             mean=preprocessing["mean"],
             std=preprocessing["std"],
             protocol=protocol,
-            seed=spec.seed,
+            seed=item.seed,
+            pairs_seed=spec.pairs_seed,
             units=range(shard.start, shard.stop),
             indices=images.indices,
             batch_size=context.batch_size,
@@ -236,7 +241,9 @@ class FourierLens(Stage):
             "stop": shard.stop,
             "fingerprint": spec.fingerprint,
             "protocol": protocol.to_dict(),
-            "seed": spec.seed,
+            "pairs_seed": spec.pairs_seed,
+            # shard files exist before the run ends: the noise seed's commitment only
+            "seed_commitment": item.seed_commitment,
         }
         write_lens_records(records, context.target, metadata)
         return ShardOutput(count=len(records), noun="lens unit(s)")
@@ -281,10 +288,12 @@ class FourierLens(Stage):
         records: list[LensRecord] = []
         for shard in ordered:
             try:
-                found = read_lens_metadata(shard.path).get("fingerprint")
+                metadata = read_lens_metadata(shard.path)
                 records += read_lens_records(shard.path)
             except LensError as err:
                 raise StorageError(f"Fourier-lens shard {str(shard.path)!r}: {err}") from err
+            check_shard_seed(item, metadata, f"Fourier-lens shard {str(shard.path)!r}")
+            found = metadata.get("fingerprint")
             if found != spec.fingerprint:
                 raise StorageError(
                     f"Fourier-lens shard {str(shard.path)!r} was computed under another protocol "
@@ -307,6 +316,8 @@ class FourierLens(Stage):
                 "unit": unit,
                 "fingerprint": spec.fingerprint,
                 "evaluator_version": context.evaluator_version,
+                **run_seed_metadata(item),
+                "pairs_seed": spec.pairs_seed,
             },
         )
         sigma = item.sigma if unit == SMOOTHED else None
@@ -318,7 +329,7 @@ class FourierLens(Stage):
             count=len(records),
             seconds=float(sum(s.seconds for s in ordered)),
             protocol={**spec.describe(), "unit_protocol": core},
-            seeds={"seed": spec.seed},
+            seeds={**run_seed_metadata(item), "pairs_seed": spec.pairs_seed},
         )
         return result, summary.means()
 

@@ -5,8 +5,12 @@ The science is ``certbench.fourier_sensitivity`` (one call per grid point, the c
 engine's CERTIFY inside): for every distinct basis image U_ij of the centred grid, each test image
 becomes x + r·ε·U_ij, and the heatmap cell is the smoothed classifier's ACR over the images (at
 the submission's σ) beside the base classifier's accuracy (always computed, one forward pass per
-image). Seeds: the benchmark's, and the stream key ``<config or "default">/<split>``, the CLI's,
-so ``certbench fourier-heatmap --seed <benchmark seed>`` on the same images gives the same records.
+image). Seeds: the run's secret seed (``item.seed``, commit-reveal: ``models.run_seeds``; shard
+files carry its commitment, merged records the revealed seed) and the stream key
+``<config or "default">/<split>``, the CLI's, so ``certbench fourier-heatmap --seed <revealed>``
+on the same images gives the same records. Both draws come from that seed: CERTIFY's noise and
+each image's random perturbation sign (``certbench.fourier_basis``); the grid and the images are
+fixed by the protocol, so no draw needs the public seed.
 
 Sharding by grid points. A shard is a few grid points × ALL the images: every unit of the stage
 is a run of consecutive distinct points (``points_per_shard`` of them), computed by one shard.
@@ -52,7 +56,7 @@ from models.stages.base import (
     run_seed_metadata,
 )
 from models.stages.registry import register
-from models.work import TestSetSpec, WorkItem, resolve_source
+from models.work import TestSetSpec, WorkItem, image_source_spec
 
 if TYPE_CHECKING:
     from certbench.fourier_sensitivity import SensitivityRecord
@@ -172,17 +176,7 @@ class FourierSpec:
 def fourier_spec(protocol: Mapping[str, Any], settings: Settings) -> FourierSpec:
     """Resolve a benchmark's stored block (``protocol_row``) for a worker."""
     return FourierSpec(
-        images=TestSetSpec(
-            id=0,
-            name="_fourier_sensitivity",
-            source=resolve_source(protocol.get("folder"), protocol["repo"], settings),
-            config=protocol.get("config"),
-            revision=protocol.get("revision"),
-            split=protocol["split"],
-            subset_skip=protocol["subset_skip"],
-            subset_limit=protocol["subset_limit"],
-            num_images=protocol["num_images"],
-        ),
+        images=image_source_spec(protocol, name="_fourier_sensitivity", settings=settings),
         sensitivity=SensitivityProtocol.model_validate(protocol["sensitivity"]),
         smoothed=protocol["smoothed"],
         grid_size=protocol["grid_size"],

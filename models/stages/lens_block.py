@@ -78,7 +78,9 @@ class LensBlock(ImageSource):
     the protocol (``paper`` or the cheaper ``quick``); any parameter given overrides it and the
     run is then labelled ``<preset>+custom``. ``kinds`` limits the work (default: all);
     ``smoothed`` adds the smoothed classifier's paths (``noise_samples`` draws per image at the
-    submission's σ); ``seed`` defaults to the benchmark protocol's seed.
+    submission's σ). ``seed`` (default: the benchmark protocol's public seed) draws the Fourier
+    and pixel pairs only, the same for every entry; the smoothed noise and the random Jacobian
+    projections are drawn from each run's secret seed (commit-reveal), never from this one.
     """
 
     skip: int | None = Field(default=1, gt=0)
@@ -164,9 +166,10 @@ def feasibility(block: LensBlock, parameters: Mapping[str, Any], images: int, cl
 
 
 def fingerprint(row: Mapping[str, Any]) -> str:
-    """What makes two entries' base-classifier figures comparable: the parameters, seed and clean
-    images (not local folders). Effective-robustness analyses use lens metrics only across
-    entries with the same fingerprint."""
+    """What makes two entries' base-classifier figures comparable: the parameters, the pairs'
+    seed and clean images (not local folders; not the runs' secret noise seeds, which only
+    redraw the Monte Carlo noise of unbiased estimators). Effective-robustness analyses use lens
+    metrics only across entries with the same fingerprint."""
     keys = ("parameters", "seed", "repo", "config", "revision", "split", "subset_skip",
             "subset_limit", "num_images")  # fmt: skip
     canonical = json.dumps({k: row.get(k) for k in keys}, sort_keys=True)

@@ -43,7 +43,7 @@ from models.stages.base import (
     run_seed_metadata,
 )
 from models.stages.registry import register
-from models.work import TestSetSpec, WorkItem, resolve_source
+from models.work import TestSetSpec, WorkItem, image_source_spec
 
 if TYPE_CHECKING:
     from certbench.attacks import RobustnessReport
@@ -110,17 +110,7 @@ def robustness_spec(protocol: Mapping[str, Any], settings: Settings) -> Robustne
     """Resolve a benchmark's stored robustness protocol against this deployment's folders."""
     assert settings.anchors_dir is not None  # filled by Settings' validator
     return RobustnessSpec(
-        images=TestSetSpec(
-            id=0,
-            name="_robustness",
-            source=resolve_source(protocol.get("folder"), protocol["repo"], settings),
-            config=protocol.get("config"),
-            revision=protocol.get("revision"),
-            split=protocol["split"],
-            subset_skip=protocol["subset_skip"],
-            subset_limit=protocol["subset_limit"],
-            num_images=protocol["num_images"],
-        ),
+        images=image_source_spec(protocol, name="_robustness", settings=settings),
         anchors_path=settings.anchors_dir / protocol["anchors"],
         anchors_split=protocol["anchors_split"],
         k=protocol["k"],

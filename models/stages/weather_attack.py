@@ -16,8 +16,14 @@ result per row), every shard then costs about the same (a base shard ≈ restart
 forward+backward passes per image, a smoothed one ≈ one CERTIFY per image, the cost of a
 certification shard, so certification's shard size fits both), and the core's random streams
 are keyed by (seed, weather, severity, image index, restart), so splitting by set or by image
-range cannot change a record. Restart 0 is the published random test set's draw (same seed),
-so random-weather accuracy on the same images comes with every base unit.
+range cannot change a record.
+
+Seeds, per draw (``certbench.weather_attack`` says why): restart 0 starts at the published
+random test set's draw (the block's public ``seed``), so every entry's random-weather accuracy
+is measured on the same weather; restarts 1+, SmoothAdv's and CERTIFY's noise come from the
+run's secret seed (``item.seed``, ``models.run_seeds``). Shard files carry its commitment,
+merged records its revealed value (``certbench weather-attack --seed <revealed>
+--weather-seed <seed>`` reproduces them).
 
 The attack checks every iterate against Δ; a violation (a bug, never the submitter's fault) is
 re-raised as :class:`WeatherAttackError`, which fails the submission as a worker error naming
@@ -47,6 +53,7 @@ from models.stages.base import (
     StageOutcome,
     Unit,
     UnitResult,
+    check_shard_seed,
 )
 from models.stages.registry import register
 from models.stages.weather_protocol import (
@@ -59,6 +66,7 @@ from models.stages.weather_protocol import (
     certify_protocol,
     parse_unit,
     protocol_digest,
+    result_seeds,
     unit_name,
     weather_spec,
     work_estimate,
@@ -134,11 +142,13 @@ class WeatherAttack(Stage):
             "protocol": spec.describe(),
             "certify": certify_protocol(item),
             "protocol_sha256": protocol_digest(item, spec),
+            # shard files exist before the run ends: the run seed's commitment only
+            "seed_commitment": item.seed_commitment,
         }
         model = model_for(item, context.device)
         try:
             if shard.unit == EXAMPLES:
-                count = _run_examples(model, images, window, spec, context, metadata)
+                count = _run_examples(item, model, images, window, spec, context, metadata)
             else:
                 count = _run_attack(item, model, images, window, spec, shard, context, metadata)
         except ThreatModelError as err:
@@ -318,6 +328,7 @@ def _run_attack(
         "batch_size": context.batch_size,
         "device": context.device,
         "on_batch": context.on_progress,
+        "run_seed": item.seed,
     }
     x, y = images.images[window], images.labels[window]
     if kind == "smoothed":
@@ -332,6 +343,7 @@ def _run_attack(
 
 
 def _run_examples(
+    item: WorkItem,
     model: Any,
     images: Any,
     window: slice,
@@ -349,7 +361,7 @@ def _run_examples(
         rows += weather_examples(
             model, images.images[window], images.labels[window], weather=weather,
             severity=spec.example_severity, config=spec.attack_config(),
-            indices=images.indices[window], device=context.device,
+            indices=images.indices[window], device=context.device, run_seed=item.seed,
         )  # fmt: skip
         context.on_progress(count * k // len(spec.weathers))
     write_examples(rows, context.target, metadata)
@@ -361,7 +373,7 @@ def _run_examples(
 
 def _check_one_protocol(item: WorkItem, recorded: Mapping[str, Sequence[RecordedShard]]) -> None:
     """Refuse to merge shards computed under different protocols (a definition changed while
-    the submission ran): their figures would not describe one evaluation."""
+    the submission ran) or another run seed: their figures would not describe one evaluation."""
     from certbench.errors import RecordsError
     from certbench.weather_records import read_weather_metadata
 
@@ -369,9 +381,11 @@ def _check_one_protocol(item: WorkItem, recorded: Mapping[str, Sequence[Recorded
     for rows in recorded.values():
         for shard in rows:
             try:
-                digests.add(read_weather_metadata(shard.path).get("protocol_sha256"))
+                metadata = read_weather_metadata(shard.path)
             except RecordsError as err:
                 raise StorageError(f"weather-attack shard {str(shard.path)!r}: {err}") from err
+            check_shard_seed(item, metadata, f"weather-attack shard {str(shard.path)!r}")
+            digests.add(metadata.get("protocol_sha256"))
     if len(digests) > 1:
         raise StorageError(
             f"the weather-attack shards of submission {item.submission_id} were computed under "
@@ -421,6 +435,7 @@ def _merge_attack(
             "protocol": spec.describe(),
             "certify": certify_protocol(item),
             "perturbation_set": wset.describe(),
+            **result_seeds(item, spec),
         },
         kind=kind,
     )
@@ -437,7 +452,7 @@ def _merge_attack(
         count=len(records),
         seconds=float(sum(s.seconds for s in rows)),
         protocol=protocol,
-        seeds={"seed": spec.seed, "stream": f"{weather}/{severity}"},
+        seeds={**result_seeds(item, spec), "stream": f"{weather}/{severity}"},
     )
     return result, records
 
@@ -455,7 +470,8 @@ def _merge_examples(
     except RecordsError as err:
         raise StorageError(f"weather-attack examples: {err}") from err
     relpath, target = context.target_for(EXAMPLES)
-    write_examples(examples, target, {"submission_id": item.submission_id})
+    seeds = result_seeds(item, spec)
+    write_examples(examples, target, {"submission_id": item.submission_id, **seeds})
     folder = PurePosixPath(relpath).parent
     files: dict[str, str] = {}
     panels = []
@@ -487,5 +503,5 @@ def _merge_examples(
         count=len({e.index for e in examples}),
         seconds=float(sum(s.seconds for s in rows)),
         protocol=spec.describe(),
-        seeds={"seed": spec.seed},
+        seeds=seeds,
     )

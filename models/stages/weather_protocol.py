@@ -13,8 +13,8 @@ from pydantic import Field, field_validator
 
 from models.catalog import ImageSource
 from models.settings import Settings
-from models.stages.base import StageEstimate, Unit, UnitCost
-from models.work import TestSetSpec, WorkItem, resolve_source
+from models.stages.base import StageEstimate, Unit, UnitCost, run_seed_metadata
+from models.work import TestSetSpec, WorkItem, image_source_spec
 
 if TYPE_CHECKING:
     from certbench.weather_attack import AttackConfig
@@ -45,10 +45,13 @@ class WeatherAttackProtocol(ImageSource):
     set's weather), ``position_step`` pixels and ``angle_step`` × each angle bound per step,
     particle angle offsets bounded at ``truncation`` × the generator's jitter. ``seed`` is the
     seed of the random weather sets (``certbench generate weather --seed``; default: the
-    benchmark protocol's seed). With ``smoothed`` the smoothed classifier is attacked too
-    (``noise_samples`` fixed noise vectors per image) and the attacked images are certified
-    with the benchmark's CERTIFY protocol. ``examples`` images (the first of the subset) get
-    clean / random / attacked / difference panels at the highest severity.
+    benchmark protocol's seed): it is public and draws restart 0's start only, the random test
+    set's weather, the same for every entry. The starts of restarts 1 and on, the SmoothAdv noise
+    and CERTIFY's noise are drawn from each run's secret seed (commit-reveal), never from this
+    one. With ``smoothed`` the smoothed classifier is attacked too (``noise_samples`` fixed
+    noise vectors per image) and the attacked images are certified with the benchmark's CERTIFY
+    protocol. ``examples`` images (the first of the subset) get clean / random / attacked /
+    difference panels at the highest severity.
     """
 
     weathers: list[Weather] = Field(default_factory=lambda: _ALL_WEATHERS.copy(), min_length=1)
@@ -79,6 +82,7 @@ class WeatherSpec:
     weathers: tuple[str, ...]
     severities: tuple[int, ...]
     seed: int
+    """The random weather sets' public seed: restart 0 only (``weather_attack`` docstring)."""
     smoothed: bool
     noise_samples: int
     examples: int
@@ -109,17 +113,7 @@ class WeatherSpec:
 def weather_spec(protocol: Mapping[str, Any], settings: Settings) -> WeatherSpec:
     """Resolve a benchmark's stored weather-attack row."""
     return WeatherSpec(
-        images=TestSetSpec(
-            id=0,
-            name="_weather_attack",
-            source=resolve_source(protocol.get("folder"), protocol["repo"], settings),
-            config=protocol.get("config"),
-            revision=protocol.get("revision"),
-            split=protocol["split"],
-            subset_skip=protocol["subset_skip"],
-            subset_limit=protocol["subset_limit"],
-            num_images=protocol["num_images"],
-        ),
+        images=image_source_spec(protocol, name="_weather_attack", settings=settings),
         weathers=tuple(protocol["weathers"]),
         severities=tuple(protocol["severities"]),
         seed=protocol["seed"],
@@ -148,9 +142,16 @@ def certify_protocol(item: WorkItem) -> dict[str, Any]:
 
 
 def protocol_digest(item: WorkItem, spec: WeatherSpec) -> str:
-    """SHA-256 of everything a shard's records depend on besides the model and the images."""
+    """SHA-256 of everything a shard's records depend on besides the model, the images and the
+    run seed (whose commitment the shard names beside it)."""
     text = json.dumps([spec.describe(), certify_protocol(item)], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def result_seeds(item: WorkItem, spec: WeatherSpec) -> dict[str, Any]:
+    """The seeds merged records and stored results carry (served only after the run ends): the
+    run's revealed seed (``run_seed_metadata``) and the random weather sets' public seed."""
+    return {**run_seed_metadata(item), "weather_seed": spec.seed}
 
 
 def work_estimate(item: WorkItem, units: Sequence[Unit]) -> StageEstimate:

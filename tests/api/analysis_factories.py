@@ -21,7 +21,7 @@ from certbench.records import write_records
 from certbench.smoothing import CertifyRecord
 from models import pipeline, shards, storage
 from models.catalog import parse_definition, upsert_benchmark
-from models.entities import Benchmark, Role, User
+from models.entities import Benchmark, Role, RunSeed, User
 from models.results import complete_submission
 from models.settings import Settings
 from models.states import SubmissionState
@@ -172,6 +172,7 @@ def finish(
         assert pipeline.transition(session, sid, from_states={old}, to_state=new,
                                    settings=settings)  # fmt: skip
     row = (benchmark.stages or {}).get("fourier_lens")
+    commitment = session.get(RunSeed, sid).commitment
     for spec in shards.plan(session, sid, settings=settings):
         relpath = shards.records_relpath(sid, spec)
         target = storage.resolve(settings.artifacts_dir, relpath)
@@ -180,8 +181,9 @@ def finish(
             write_records(records, target)
         else:
             assert row is not None and hff is not None
-            write_lens_records(_lens_records(spec.start, spec.stop, hff), target,
-                               {"fingerprint": row["fingerprint"]})  # fmt: skip
+            # as the stage writes them: the protocol's fingerprint, the run seed's commitment
+            metadata = {"fingerprint": row["fingerprint"], "seed_commitment": commitment}
+            write_lens_records(_lens_records(spec.start, spec.stop, hff), target, metadata)
         assert shards.record(session, submission_id=sid, spec=spec, count=spec.size, seconds=0.1,
                              records_path=relpath, worker="test", settings=settings)  # fmt: skip
     assert complete_submission(session, sid, settings=settings)

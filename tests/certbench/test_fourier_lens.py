@@ -12,7 +12,7 @@ import torch
 from scipy.stats import norm
 from torch import nn
 
-from certbench.architectures import NormalizeLayer
+from certbench.architectures import NormalizeLayer, build_classifier
 from certbench.errors import LensError
 from certbench.fourier_lens import (
     LensProtocol,
@@ -138,6 +138,40 @@ def test_records_do_not_depend_on_sharding_or_batch_size(sigma):
     assert {r.kind for r in whole} == set(SMALL.kinds)
 
 
+def test_pairs_seed_draws_the_paths_and_seed_only_the_noise_and_projections():
+    """``pairs_seed`` (public: what every entry is measured on) draws the pairs; ``seed`` (the
+    run's secret in the service) draws the smoothed noise and the random Jacobian projections
+    and nothing else; ``pairs_seed`` defaults to ``seed``."""
+    model, (images, labels) = linear_model(), clean_set()
+    secret, other = 2**127 + 12345, 2**127 + 67890  # 128-bit, as the service draws
+
+    def run(protocol: LensProtocol, seed: int, pairs_seed: int | None = 3) -> list[LensRecord]:
+        return lens_records(model, images, labels, mean=MEAN, std=STD, protocol=protocol,
+                            seed=seed, pairs_seed=pairs_seed)  # fmt: skip
+
+    base = run(SMALL, secret)  # exact Jacobian, softmax paths: no draw of `seed`
+    assert all(fields_equal(a, b) for a, b in zip(base, run(SMALL, other), strict=True))
+    assert [(r.source, r.target) for r in base] != [
+        (r.source, r.target) for r in run(SMALL, secret, pairs_seed=4)
+    ]
+    assert all(
+        fields_equal(a, b) for a, b in zip(run(SMALL, 3, None), run(SMALL, 3, 3), strict=True)
+    )
+
+    smoothed = dataclasses.replace(SMALL, sigma=0.5, noise_samples=4, kinds=("amplitude",))
+    a, b = run(smoothed, secret), run(smoothed, other)
+    assert [(r.source, r.target) for r in a] == [(r.source, r.target) for r in b]  # same paths
+    assert [r.hff for r in a] != [r.hff for r in b]  # other noise, other votes
+    assert all(fields_equal(x, y) for x, y in zip(a, run(smoothed, secret), strict=True))
+
+    projected = dataclasses.replace(SMALL, jacobian_projections=2, kinds=("jacobian",))
+    assert [r.jacobian_sq for r in run(projected, secret)] != [
+        r.jacobian_sq for r in run(projected, other)
+    ]
+    with pytest.raises(LensError, match="non-negative"):
+        run(SMALL, -1)
+
+
 def test_records_follow_the_plan_and_trace_dataset_indices():
     model, (images, labels) = linear_model(), clean_set()
     indices = torch.arange(len(labels)) * 10 + 3
@@ -184,6 +218,25 @@ def test_jacobian_norm_of_a_linear_model_is_exact_and_projections_estimate_it():
     estimate = jacobian_sq_norms(model, images, MEAN, STD, projections=400, seeds=[1, 2, 3])
     np.testing.assert_allclose(estimate, expected, rtol=0.1)
     assert not np.allclose(estimate, expected, rtol=1e-6)
+
+
+def test_an_images_jacobian_is_bitwise_the_same_alone_or_in_a_batch():
+    """Round-off of the CPU kernels depends on the batch (1, 2 rows take other code paths) and
+    can flip a ReLU, which changes a ResNet's Jacobian by far more (0.1 % seen on one image):
+    batches are padded to MIN_ROWS, so a shard of one Jacobian image equals an unsharded run."""
+    torch.manual_seed(3)
+    model = build_classifier("cifar_resnet20", num_classes=10, mean=MEAN, std=STD).eval()
+    model = model.to(memory_format=torch.channels_last)
+    images = torch.rand((5, 3, 32, 32), generator=torch.Generator().manual_seed(3))
+    together = jacobian_sq_norms(model, images, MEAN, STD)
+    alone = [jacobian_sq_norms(model, images[i : i + 1], MEAN, STD)[0] for i in range(5)]
+    pairs = np.concatenate(
+        [jacobian_sq_norms(model, images[i : i + 2], MEAN, STD) for i in (0, 2, 4)]
+    )
+    np.testing.assert_array_equal(together, alone)
+    np.testing.assert_array_equal(together, pairs)
+    projected = jacobian_sq_norms(model, images[:1], MEAN, STD, projections=3, seeds=[9])
+    assert projected == jacobian_sq_norms(model, images[:3], MEAN, STD, 3, [9, 1, 2])[0]
 
 
 def test_protocol_and_range_errors_name_the_argument():

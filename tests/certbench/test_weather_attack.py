@@ -250,6 +250,50 @@ def test_smoothed_attack_raises_smoothadv_loss_and_certifies_the_attacked_image(
     assert bool((found >= start - 1e-5).all()) and float(found.mean()) > float(start.mean())
 
 
+def test_the_run_seed_draws_restarts_and_noise_never_the_random_weather(trained) -> None:
+    """``config.seed`` (the public weather sets' seed) draws restart 0 only; ``run_seed`` draws
+    restarts 1+, SmoothAdv's noise and CERTIFY's; None means ``config.seed``."""
+    x, y = synthetic(6, seed=8)
+    config = AttackConfig(steps=1, restarts=4, seed=5)
+    base = {"weathers": ("rain",), "severities": (3,), "config": config}
+    secret, other = 2**127 + 12345, 2**127 + 67890  # 128-bit, as the service draws
+    first = attack_base(trained, x, y, run_seed=secret, **base)
+    assert first == attack_base(trained, x, y, run_seed=secret, batch_size=4, **base)
+    second = attack_base(trained, x, y, run_seed=other, **base)
+    assert attack_base(trained, x, y, **base) == attack_base(trained, x, y, run_seed=5, **base)
+    # restart 0 (random weather) is the public sets' draw whatever the run seed
+    assert [r.random_prediction for r in first] == [r.random_prediction for r in second]
+    assert all(r.restarts_run >= 1 for r in first)
+    # images that survive restart 0 meet the run seed's starts: other starts, other losses
+    survivors = [i for i, r in enumerate(first) if r.restarts_run > 1]
+    assert survivors, "no image reached restart 1: the test needs a weaker attack"
+    assert [(r.attacked_loss, r.broken_restart) for r in first] != [
+        (r.attacked_loss, r.broken_restart) for r in second
+    ]
+    one_restart = {**base, "config": AttackConfig(steps=2, restarts=1, seed=5)}
+    assert attack_base(trained, x, y, run_seed=secret, **one_restart) == attack_base(
+        trained, x, y, run_seed=other, **one_restart
+    )  # restart 0 alone: nothing of the run seed
+
+    smoothed = {**one_restart, "sigma": 0.5, "noise_samples": 2, "n0": 4, "n": 40}
+    a = attack_smoothed(trained, x, y, run_seed=secret, **smoothed)
+    b = attack_smoothed(trained, x, y, run_seed=other, **smoothed)
+    again = attack_smoothed(trained, x, y, run_seed=secret, batch_size=4, **smoothed)
+    assert _timeless(a) == _timeless(again)
+    assert [r.objective for r in a] != [r.objective for r in b]  # SmoothAdv's noise
+    wset = WeatherSet.for_level("rain", 3)
+    noise = smoothing_noise(secret, wset, torch.arange(6), 2, 0.5, (3, 32, 32))
+    with torch.no_grad():
+        start, _ = smoothed_objective(trained)(wset.apply(x, wset.random(5, range(6), 0)), y, noise)
+    assert bool((torch.tensor([r.objective for r in a]) >= start - 1e-5).all())
+    with pytest.raises(ThreatModelError, match="run_seed=-1"):
+        attack_base(trained, x, y, run_seed=-1, **base)
+
+
+def _timeless(records: list) -> list:
+    return [dataclasses.replace(r, seconds=0) for r in records]
+
+
 # --------------------------------------------------------------------------- records
 
 

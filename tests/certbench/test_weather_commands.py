@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from importlib.metadata import entry_points
+from typing import Any
 
 import pytest
 import torch
@@ -18,7 +20,7 @@ from certbench.cli import PLUGIN_GROUP
 from certbench.data import Subset, load_images
 from certbench.errors import ThreatModelError
 from certbench.loading import load_manifest, load_model, save_weights
-from certbench.weather_attack import AttackConfig, attack_base
+from certbench.weather_attack import AttackConfig, attack_base, attack_smoothed
 from certbench.weather_commands import parse_severities, parse_weathers
 from certbench.weather_records import (
     read_weather_metadata,
@@ -29,6 +31,8 @@ from certbench.weather_records import (
 MEAN, STD = [0.49, 0.48, 0.45], [0.2, 0.2, 0.2]
 ARCH = {"name": "wrn", "kwargs": {"depth": 10, "widen_factor": 1}}  # the smallest registry net
 runner = CliRunner()
+RUN_SEED = "0x3f9a0c1e5b7d2468ace0fdb97531eca8"
+"""A revealed service seed (128 bits): restarts 1+, SmoothAdv and CERTIFY noise."""
 
 
 def _app() -> typer.Typer:
@@ -78,8 +82,8 @@ def args(root, *extra: str) -> list[str]:
     return [
         "weather-attack", "--weights", str(root / "m.safetensors"),
         "--manifest", str(root / "m.json"), "--dataset", str(root / "data"),
-        "--severities", "2", "--steps", "1", "--restarts", "2", "--skip", "2", "--seed", "3",
-        *extra,
+        "--severities", "2", "--steps", "1", "--restarts", "2", "--skip", "2",
+        "--weather-seed", "3", "--seed", RUN_SEED, *extra,
     ]  # fmt: skip
 
 
@@ -93,14 +97,15 @@ def test_base_attack_reproduces_the_library_call_and_writes_outputs(submission, 
     model = load_model(submission / "m.safetensors", load_manifest(submission / "m.json"))
     expected = attack_base(
         model, images.images, images.labels, severities=(2,), indices=images.indices,
-        config=AttackConfig(steps=1, restarts=2, seed=3),
+        config=AttackConfig(steps=1, restarts=2, seed=3), run_seed=int(RUN_SEED, 16),
     )  # fmt: skip
     assert records == expected
     assert [(r.weather, r.index) for r in records] == [
         (w, i) for w in ("rain", "snow") for i in (0, 2, 4)
     ]
     meta = read_weather_metadata(out / "weather_attack.parquet")
-    assert meta["protocol"]["steps"] == 1 and meta["seed"] == 3
+    assert meta["protocol"]["steps"] == 1 and meta["protocol"]["seed"] == 3
+    assert meta["weather_seed"] == 3 and meta["seed"] == str(int(RUN_SEED, 16))
     assert [s["particles"] for s in meta["perturbation_sets"]] == [35, 25]
     summary = json.loads((out / "summary.json").read_text())
     assert summary == {"kind": "base", **summarize_weather(records).figures}
@@ -120,6 +125,21 @@ def test_smoothed_attack_certifies_with_the_manifest_sigma(submission, tmp_path)
     summary = json.loads((out / "summary.json").read_text())
     assert summary == {"kind": "smoothed", **summarize_weather(records).figures}
     assert summary["attacked_acr_snow_2"] == summary["attacked_acr"]  # the only set
+
+    # --seed is the run seed: the library call with run_seed gives the same records
+    images = load_images(submission / "data", subset=Subset(skip=2))
+    model = load_model(submission / "m.safetensors", load_manifest(submission / "m.json"))
+    expected = attack_smoothed(
+        model, images.images, images.labels, sigma=0.25, weathers=("snow",), severities=(2,),
+        config=AttackConfig(steps=1, restarts=2, seed=3), noise_samples=2, n0=5, n=50,
+        indices=images.indices, run_seed=int(RUN_SEED, 16),
+    )  # fmt: skip
+    assert _timeless(records) == _timeless(expected)
+
+
+def _timeless(records: list[Any]) -> list[Any]:
+    """CERTIFY's records carry wall-clock seconds; every other field must be equal."""
+    return [dataclasses.replace(r, seconds=0.0) for r in records]
 
 
 def test_bad_options_are_clear_errors(submission, tmp_path):

@@ -9,7 +9,6 @@ task messages and the logs. Once the run ends it is revealed, matches its commit
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
+from stage_support import model_files, records_files, seed_forms
 from support import (
     SKIP,
     TEST_SETS,
@@ -62,11 +62,6 @@ def _submit(session: Session, settings: Settings, tmp_path: Path) -> tuple[int, 
     return sid, create_token(session, user=alice).secret
 
 
-def _forms(seed: str) -> list[str]:
-    """Every way the seed could be written: as stored (0x-hex), bare hex, decimal."""
-    return [seed, seed[2:], str(int(seed, 16))]
-
-
 def _readable(client: TestClient, settings: Settings, sid: int, token: str) -> str:
     """Everything a submitter (or anyone with disk access to the records) can read."""
     bearer = {"Authorization": f"Bearer {token}"}
@@ -81,8 +76,7 @@ def _readable(client: TestClient, settings: Settings, sid: int, token: str) -> s
     for name in TEST_SETS:
         response = client.get(f"/api/v1/results/{sid}/records/{name}", headers=bearer)
         texts.append(response.content.decode("latin-1"))
-    folder = storage.resolve(settings.artifacts_dir, storage.submission_records_dir(sid))
-    texts += [p.read_bytes().decode("latin-1") for p in folder.rglob("*") if p.is_file()]
+    texts += [p.read_bytes().decode("latin-1") for p in records_files(settings, sid)]
     return "\n".join(texts)
 
 
@@ -97,19 +91,19 @@ def test_the_seed_is_committed_and_stays_secret_until_the_run_ends(
     assert len(secret) == 2 + 32 and int(secret, 16).bit_length() > 64  # 128-bit; p(fail) 2^-64
     assert secret not in repr(get_work_item(session, sid, settings=settings))
 
-    steps = 0
+    steps, forms = 0, seed_forms(secret)
     while (message := worker.take()) is not None:
-        assert all(isinstance(a, int | str) and str(a) not in _forms(secret) for a in message.args)
+        assert all(isinstance(a, int | str) and str(a) not in forms for a in message.args)
         worker.execute(message)
         steps += 1
         session.expire_all()
         if session.get(Submission, sid).state != S.FINISHED:
             readable = _readable(client, settings, sid, token)
             assert row.commitment in readable  # shown from the start ...
-            assert not [f for f in _forms(secret) if f in readable], f"leak after {message}"
+            assert not [f for f in seed_forms(secret) if f in readable], f"leak after {message}"
     assert steps >= 6  # validate, 4 shards, aggregate: checked between every two
     logs = caplog.text + "".join(capfd.readouterr())
-    assert not [f for f in _forms(secret) if f in logs]
+    assert not [f for f in seed_forms(secret) if f in logs]
 
     # ... and the seed itself once the run has finished: REST, web, merged records.
     assert session.get(Submission, sid).state == S.FINISHED
@@ -189,9 +183,7 @@ def test_the_revealed_seed_reproduces_the_records_with_the_cli(
     worker.run_all()
     assert session.get(Submission, sid).state == S.FINISHED
     seed = run_seeds.view(session, session.get(Submission, sid)).value
-    weights, manifest_path = tmp_path / "m.safetensors", tmp_path / "m.json"
-    weights.write_bytes(weights_bytes(tiny_model(seed=MODEL_SEED), tmp_path / "cli"))
-    manifest_path.write_text(json.dumps(manifest()))
+    weights, manifest_path = model_files(tmp_path / "cli", MODEL_SEED)
     for name in TEST_SETS:
         out = tmp_path / f"{name}.parquet"
         result = CliRunner().invoke(cli, [

@@ -10,18 +10,16 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
+from stage_support import count_shards, fresh, is_shard, results_by_unit, submit
 from support import (
     TEST_SETS,
     CancelOnFirstForward,
-    create_submission,
     load_benchmark,
-    manifest,
     revealed_seed,
     tiny_definition,
     tiny_model,
-    weights_bytes,
 )
 
 from api.main import create_app
@@ -31,12 +29,11 @@ from certbench.fourier_protocol import get_protocol
 from certbench.fourier_records import read_sensitivity_records
 from certbench.fourier_sensitivity import sensitivity_records
 from models import pipeline, run_seeds, storage
-from models.entities import MetricValue, StageResult, StageShard, Submission
-from models.settings import Settings
+from models.entities import MetricValue, StageResult, Submission
 from models.stages import inputs
 from models.states import SubmissionState
 from workers.app import app
-from workers.names import QUEUE, RUN_SHARD, VALIDATE
+from workers.names import QUEUE, VALIDATE
 
 S = SubmissionState
 STAGE = "fourier_sensitivity"
@@ -70,35 +67,16 @@ def _benchmark(session: Session, dataset: Path, **changes: Any) -> None:
     load_benchmark(session, definition)
 
 
-def _submit(session: Session, settings: Settings, tmp_path: Path, *, model_seed: int = 3) -> int:
-    weights = weights_bytes(tiny_model(seed=model_seed), tmp_path / f"upload-{model_seed}")
-    sid = create_submission(session, settings, weights=weights, manifest_doc=manifest())
-    app.send_task(VALIDATE, args=[sid])
-    return sid
-
-
-def _submission(session: Session, sid: int) -> Submission:
-    session.expire_all()
-    return session.get(Submission, sid)
-
-
 def _is_fourier(message: Any) -> bool:
-    return message.name == RUN_SHARD and message.args[1] == STAGE
+    return is_shard(message, STAGE)
 
 
 def _result(session: Session, sid: int) -> StageResult | None:
-    session.expire_all()
-    return session.scalar(
-        select(StageResult).where(StageResult.submission_id == sid, StageResult.stage == STAGE)
-    )
+    return results_by_unit(session, sid, STAGE).get("")
 
 
 def _fourier_shards(session: Session, sid: int) -> int:
-    return session.scalar(
-        select(func.count())
-        .select_from(StageShard)
-        .where(StageShard.submission_id == sid, StageShard.stage == STAGE)
-    )
+    return count_shards(session, STAGE, sid)
 
 
 def _timeless(records: list[Any]) -> list[Any]:
@@ -136,12 +114,12 @@ def test_fourier_shards_run_on_their_queue_and_merge_into_one_direct_run(
     if batch_size is not None:
         monkeypatch.setenv("CERTBENCH_FOURIER_BATCH_SIZE", batch_size)
     _benchmark(session, dataset, points_per_shard=points_per_shard)
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     assert worker.run_next() == f"{4 + units} shard(s) enqueued"  # 4 certify (1 image each)
     queued = [(m.queue, m.args[1]) for m in worker.pending()]
     assert queued == [(QUEUE, "certification")] * 4 + [(FOURIER_QUEUE, STAGE)] * units
     worker.run_all()
-    submission = _submission(session, sid)
+    submission = fresh(session, sid)
     assert submission.state == S.FINISHED, submission.message
     assert "Fourier sensitivity (quick+custom protocol): 10 basis images × 2 images" in (
         submission.message
@@ -181,7 +159,7 @@ def test_fourier_shards_run_on_their_queue_and_merge_into_one_direct_run(
 
 def test_a_redelivered_fourier_shard_is_recorded_once(settings, session, dataset, worker, tmp_path):
     _benchmark(session, dataset)
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     worker.run_next()
     twice = None
     for message in worker.pending():
@@ -191,7 +169,7 @@ def test_a_redelivered_fourier_shard_is_recorded_once(settings, session, dataset
             twice = message
             worker.execute(message)  # delivered again, e.g. after a lost acknowledgement
     worker.run_all()
-    assert _submission(session, sid).state == S.FINISHED
+    assert fresh(session, sid).state == S.FINISHED
     outcomes = [out for m, out in worker.ran if m == twice]
     assert outcomes == ["recorded: 6 perturbed image(s)", "already recorded"]
     assert _fourier_shards(session, sid) == 4
@@ -202,18 +180,18 @@ def test_cancel_stops_a_running_fourier_shard(
     settings, session, dataset, worker, tmp_path, monkeypatch
 ):
     _benchmark(session, dataset)
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     worker.run_next()
     while (message := worker.take()) is not None and not _is_fourier(message):
         worker.execute(message)  # the certification shards: the submission is running
-    assert message is not None and _submission(session, sid).state == S.RUNNING
+    assert message is not None and fresh(session, sid).state == S.RUNNING
     wrapped = CancelOnFirstForward(tiny_model(seed=3), settings, sid)
     monkeypatch.setattr(inputs, "model_for", lambda item, device: wrapped)
     outcome = worker.execute(message)
     assert outcome.startswith("cancelled: fourier_sensitivity shard 0"), outcome
     assert wrapped.calls == 1  # stopped at the first progress report, not after the shard
     assert _fourier_shards(session, sid) == 0
-    assert _submission(session, sid).state == S.CANCELLED
+    assert fresh(session, sid).state == S.CANCELLED
     folder = storage.resolve(settings.artifacts_dir, f"records/{sid}/_{STAGE}")
     assert not list(folder.rglob("shard-*.parquet"))
 
@@ -222,7 +200,7 @@ def test_a_fresh_rerun_drops_fourier_shards_results_and_files(
     settings, session, dataset, worker, tmp_path
 ):
     _benchmark(session, dataset)
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     worker.run_all()
     records = storage.resolve(settings.artifacts_dir, _result(session, sid).records_path)
     before = read_sensitivity_records(records)
@@ -231,7 +209,7 @@ def test_a_fresh_rerun_drops_fourier_shards_results_and_files(
     assert not records.exists()
     app.send_task(VALIDATE, args=[sid])
     worker.run_all()
-    assert _submission(session, sid).state == S.FINISHED
+    assert fresh(session, sid).state == S.FINISHED
     assert _fourier_shards(session, sid) == 4
     # a fresh rerun draws a new secret seed (commit-reveal): the records of that seed
     again = _direct(dataset, sigma=0.25, seed=revealed_seed(session, sid))
@@ -243,7 +221,7 @@ def test_a_base_only_map_skips_smoothing_and_leaves_the_acr_columns_empty(
     settings, session, dataset, worker, tmp_path
 ):
     _benchmark(session, dataset, smoothed=False, points_per_shard=None)
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     assert worker.run_next() == "5 shard(s) enqueued"  # the whole base map is one shard
     worker.run_all()
     result = _result(session, sid)
@@ -264,10 +242,10 @@ def test_heatmaps_reach_rest_the_leaderboard_and_the_web_pages(
     settings, session, dataset, worker, tmp_path
 ):
     _benchmark(session, dataset)
-    first = _submit(session, settings, tmp_path, model_seed=3)
-    second = _submit(session, settings, tmp_path, model_seed=4)
+    first = submit(session, settings, tmp_path, model_seed=3)
+    second = submit(session, settings, tmp_path, model_seed=4)
     worker.run_all()
-    assert _submission(session, first).state == _submission(session, second).state == S.FINISHED
+    assert fresh(session, first).state == fresh(session, second).state == S.FINISHED
     stored = _result(session, first).summary
     with TestClient(create_app(settings), raise_server_exceptions=True) as client:
         body = client.get(f"/api/v1/results/{first}").json()

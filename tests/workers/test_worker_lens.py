@@ -12,29 +12,49 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import typer
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
+from stage_support import (
+    BENCH_SEED,
+    count_shards,
+    fresh,
+    load_stage_benchmark,
+    model_files,
+    results_by_unit,
+    run_delivering_twice,
+    run_keeping_the_seed_secret,
+    run_unit,
+    submit,
+    validated_item,
+)
 from support import (
     CIFAR10_CLASSES,
     CIFAR_MEAN,
     CIFAR_STD,
     SOURCE_SIZE,
     TEST_SETS,
-    create_submission,
     load_benchmark,
-    manifest,
+    revealed_seed,
     tiny_definition,
     tiny_model,
-    weights_bytes,
     write_hub_folder,
 )
+from typer.testing import CliRunner
 
 from api.main import create_app
 from certbench.data import load_images
-from certbench.fourier_lens import LensRecord, lens_plan, lens_records, read_lens_records
-from models import pipeline, storage
-from models.entities import LeaderboardEntry, MetricValue, StageResult, StageShard, Submission
+from certbench.fourier_lens import (
+    LensRecord,
+    lens_plan,
+    lens_records,
+    read_lens_metadata,
+    read_lens_records,
+)
+from certbench.lens_commands import register
+from models import pipeline, run_seeds, storage
+from models.entities import LeaderboardEntry, MetricValue, StageResult, StageShard
 from models.settings import Settings, get_settings
 from models.stages import registry
 from models.stages.base import RunContext
@@ -46,6 +66,7 @@ from workers.errors import ShardCancelled
 from workers.names import QUEUE, RUN_SHARD, VALIDATE
 
 S = SubmissionState
+STAGE = "fourier_lens"
 LENS_QUEUE = "certbench.lens"
 STEPS, NOISE = 10, 2
 
@@ -71,46 +92,26 @@ def lens_block(dataset: Path, **changes: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def lens_benchmark(session: Session, dataset: Path) -> str:
-    definition = tiny_definition(dataset)
-    definition["stages"] = {"fourier_lens": lens_block(dataset)}
-    load_benchmark(session, definition)
-    return "tiny"
+    return load_stage_benchmark(session, dataset, STAGE, lens_block(dataset))
 
 
-def _submit(session: Session, settings: Settings, tmp_path: Path, seed: int = 3) -> int:
-    weights = weights_bytes(tiny_model(seed=seed), tmp_path / f"upload-{seed}")
-    sid = create_submission(session, settings, weights=weights, manifest_doc=manifest())
-    app.send_task(VALIDATE, args=[sid])
-    return sid
-
-
-def _lens(message: Any, sid: int | None = None, index: int | None = None) -> bool:
-    return (
-        message.name == RUN_SHARD
-        and message.args[1] == "fourier_lens"
-        and (sid is None or message.args[0] == sid)
-        and (index is None or message.args[3] == index)
-    )
-
-
-def _state(session: Session, sid: int) -> Submission:
-    session.expire_all()
-    return session.get(Submission, sid)
-
-
-def _direct(dataset: Path, unit: str, seed: int = 3) -> list[LensRecord]:
-    """One unsharded ``lens_records`` call with the stage's protocol (the benchmark seed 7)."""
+def _direct(
+    dataset: Path, unit: str, run_seed: int, model_seed: int = 3, noise: int = NOISE
+) -> list[LensRecord]:
+    """One unsharded ``lens_records`` call with the stage's protocol: the pairs from the
+    benchmark's public seed, the noise from the run's seed."""
     from certbench.fourier_lens import LensProtocol
 
     images = load_images(dataset, config=TEST_SETS[0])
     kinds = ("amplitude", "phase") + (("jacobian",) if unit == "base" else ())
     protocol = LensProtocol(
-        paths=2, steps=STEPS, jacobian_images=2, kinds=kinds, noise_samples=NOISE,
+        paths=2, steps=STEPS, jacobian_images=2, kinds=kinds, noise_samples=noise,
         sigma=0.25 if unit == "smoothed" else None,
     )  # fmt: skip
     return lens_records(
-        tiny_model(seed=seed), images.as_float(), images.labels, mean=CIFAR_MEAN, std=CIFAR_STD,
-        protocol=protocol, seed=7, indices=images.indices, batch_size=7,
+        tiny_model(seed=model_seed), images.as_float(), images.labels, mean=CIFAR_MEAN,
+        std=CIFAR_STD, protocol=protocol, seed=run_seed, pairs_seed=BENCH_SEED,
+        indices=images.indices, batch_size=7,
     )  # fmt: skip
 
 
@@ -127,14 +128,9 @@ def _same(a: LensRecord, b: LensRecord) -> bool:
 
 
 def _merged(session: Session, settings: Settings, sid: int) -> dict[str, list[LensRecord]]:
-    rows = session.scalars(
-        select(StageResult).where(
-            StageResult.submission_id == sid, StageResult.stage == "fourier_lens"
-        )
-    ).all()
     return {
-        r.unit: read_lens_records(storage.resolve(settings.artifacts_dir, r.records_path))
-        for r in rows
+        unit: read_lens_records(storage.resolve(settings.artifacts_dir, r.records_path))
+        for unit, r in results_by_unit(session, sid, STAGE).items()
     }
 
 
@@ -145,23 +141,23 @@ def test_lens_shards_run_on_their_queue_and_merge_to_one_direct_run(
     monkeypatch.setenv("CERTBENCH_SHARD_SIZE", str(shard_size))
     get_settings.cache_clear()
     sized = get_settings()
-    sid = _submit(session, sized, tmp_path)
+    sid = submit(session, sized, tmp_path)
     lens_shards = -(-6 // shard_size) + -(-4 // shard_size)
     certify_shards = 2 * -(-2 // shard_size)
     assert worker.run_next() == f"{certify_shards + lens_shards} shard(s) enqueued"
     queued = [(m.name, m.queue) for m in worker.pending()]
     assert queued == [(RUN_SHARD, QUEUE)] * certify_shards + [(RUN_SHARD, LENS_QUEUE)] * lens_shards
     worker.run_all()
-    submission = _state(session, sid)
+    submission = fresh(session, sid)
     assert submission.state == S.FINISHED, submission.message
     assert "Fourier lens (paper+custom): 6 path(s)" in submission.message
 
     merged = _merged(session, sized, sid)
     assert set(merged) == {"base", "smoothed"}
     for unit in ("base", "smoothed"):
-        direct = _direct(dataset, unit)
+        direct = _direct(dataset, unit, revealed_seed(session, sid))
         assert len(merged[unit]) == len(direct) == (6 if unit == "base" else 4)
-        assert all(_same(a, b) for a, b in zip(merged[unit], direct, strict=True))
+        assert _all_same(merged[unit], direct), (unit, merged[unit], direct)
 
     entry = session.get(LeaderboardEntry, sid)
     base = [r for r in merged["base"] if r.kind == "amplitude"]
@@ -175,35 +171,103 @@ def test_lens_shards_run_on_their_queue_and_merge_to_one_direct_run(
     assert entry.hff_pixel_within is None and entry.metrics["hff_pixel_between_smoothed"] is None
 
 
+def test_the_smoothed_records_change_with_the_run_seed_and_nothing_else(
+    settings, session, dataset, worker, tmp_path
+):
+    """The smoothed unit's noise is the run seed's: another seed redraws it on the same paths;
+    another run (submission, attempt, commitment, batch size) with the same seed gives the same
+    records; the base unit (softmax paths, exact Jacobian) draws nothing from it. Two fixed
+    128-bit seeds (8 noise draws per image, so the random ResNet's votes vary along a path)."""
+    load_stage_benchmark(session, dataset, STAGE, lens_block(dataset, noise_samples=8))
+    sid = submit(session, settings, tmp_path)
+    drawn = validated_item(worker, session, settings, sid)
+    assert drawn.seed_kind == "secret" and drawn.seed.bit_length() > 64  # p(fail) = 2^-64
+    item = dataclasses.replace(drawn, seed=2**127 + 12345)
+
+    def records(work: Any, unit: str, name: str, batch_size: int = 64) -> list[LensRecord]:
+        paths = run_unit(work, STAGE, unit, tmp_path / name, settings, batch_size)
+        return [r for path in paths for r in read_lens_records(path)]
+
+    mine = records(item, "smoothed", "mine")
+    assert _all_same(mine, _direct(dataset, "smoothed", item.seed, noise=8))
+    other_run = dataclasses.replace(
+        item, submission_id=item.submission_id + 100, attempt=item.attempt + 1,
+        seed_commitment=run_seeds.commitment("0x" + "0" * 32),
+    )  # fmt: skip
+    assert _all_same(mine, records(other_run, "smoothed", "other-run", batch_size=7))
+    reseeded = dataclasses.replace(item, seed=2**127 + 67890)
+    theirs = records(reseeded, "smoothed", "reseeded")
+    assert [(r.source, r.target) for r in theirs] == [(r.source, r.target) for r in mine]
+    assert [r.hff for r in theirs] != [r.hff for r in mine]  # other noise, other votes
+    assert _all_same(records(item, "base", "base"), records(reseeded, "base", "base-reseeded"))
+
+
+def test_shards_name_the_commitment_and_merged_records_reveal_the_seed(
+    settings, session, lens_benchmark, worker, tmp_path
+):
+    sid = submit(session, settings, tmp_path)
+    checked = run_keeping_the_seed_secret(worker, session, settings, sid, STAGE)
+    assert len(checked) == 10  # every base and smoothed shard, checked before the run ended
+    view = run_seeds.view(session, fresh(session, sid))
+    revealed = {"seed": view.value, "seed_kind": "secret", "seed_commitment": view.commitment}
+    results = results_by_unit(session, sid, STAGE)
+    assert set(results) == {"base", "smoothed"}
+    for result in results.values():
+        assert result.seeds == {**revealed, "pairs_seed": BENCH_SEED}
+        path = storage.resolve(settings.artifacts_dir, result.records_path)
+        assert read_lens_metadata(path).items() >= {**revealed, "pairs_seed": BENCH_SEED}.items()
+
+
+def test_the_revealed_seed_reproduces_the_lens_records_with_the_cli(
+    settings, session, dataset, worker, tmp_path
+):
+    """``certbench fourier-lens --seed <revealed> --pairs-seed <benchmark seed>`` gives the
+    stored records of both units (floats to 1e-6: the forward's batch shape differs); 8 noise
+    draws per image, so the smoothed votes depend on the noise."""
+    load_stage_benchmark(session, dataset, STAGE, lens_block(dataset, noise_samples=8))
+    sid = submit(session, settings, tmp_path)
+    worker.run_all()
+    assert fresh(session, sid).state == S.FINISHED
+    seed = run_seeds.view(session, fresh(session, sid)).value
+    merged = _merged(session, settings, sid)
+    weights, manifest_path = model_files(tmp_path / "cli")
+    cli = typer.Typer()
+    register(cli)
+    for unit, extra in (("smoothed", ["--smoothed"]), ("base", ["--kind", "jacobian"])):
+        out = tmp_path / f"cli-{unit}"
+        result = CliRunner().invoke(cli, [
+            "fourier-lens", "--weights", str(weights), "--manifest", str(manifest_path),
+            "--dataset", str(dataset), "--config", TEST_SETS[0], "--paths", "2", "--steps",
+            str(STEPS), "--kind", "amplitude", "--kind", "phase", "--jacobian-images", "2",
+            "--noise-samples", "8", "--seed", seed, "--pairs-seed", str(BENCH_SEED),
+            "--device", "cpu", "--out", str(out), *extra,
+        ])  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert _all_same(read_lens_records(out / "records.parquet"), merged[unit]), unit
+        assert read_lens_metadata(out / "records.parquet")["seed"] == str(int(seed, 16))
+
+
+def _all_same(a: list[LensRecord], b: list[LensRecord]) -> bool:
+    return len(a) == len(b) > 0 and all(_same(x, y) for x, y in zip(a, b, strict=True))
+
+
 def test_a_redelivered_lens_shard_is_recorded_once(
     settings, session, lens_benchmark, worker, tmp_path
 ):
-    sid = _submit(session, settings, tmp_path)
-    worker.run_next()
-    for message in worker.pending():
-        worker.take()
-        worker.execute(message)
-        if _lens(message, sid, 0) and message.args[2] == "base":
-            worker.execute(message)  # delivered twice, e.g. after a lost acknowledgement
-    worker.run_all()
-    assert _state(session, sid).state == S.FINISHED
-    outcomes = [out for m, out in worker.ran if _lens(m, sid, 0) and m.args[2] == "base"]
+    sid = submit(session, settings, tmp_path)
+    outcomes = run_delivering_twice(worker, STAGE, sid, "base")
+    assert fresh(session, sid).state == S.FINISHED
     assert outcomes == ["recorded: 1 lens unit(s)", "already recorded"]
-    rows = session.scalar(
-        select(func.count())
-        .select_from(StageShard)
-        .where(StageShard.submission_id == sid, StageShard.stage == "fourier_lens")
-    )
-    assert rows == 10
+    assert count_shards(session, STAGE, sid) == 10
 
 
 def test_cancel_stops_lens_shards_before_and_during_a_run(
     settings, session, lens_benchmark, worker, tmp_path
 ):
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     worker.run_next()
     item = get_work_item(session, sid, settings=settings)
-    stage = registry.get("fourier_lens")
+    stage = registry.get(STAGE)
     spec = next(s for s in stage_plan(item, settings) if s.unit == "base")
     target = tmp_path / "shard.parquet"
 
@@ -226,17 +290,17 @@ def test_cancel_stops_lens_shards_before_and_during_a_run(
 def stage_plan(item, settings):
     from models.shards import plan_item
 
-    return plan_item(item, settings, stage="fourier_lens")
+    return plan_item(item, settings, stage=STAGE)
 
 
 def test_a_fresh_rerun_drops_lens_shards_results_and_figures(
     settings, session, lens_benchmark, worker, tmp_path
 ):
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     worker.run_all()
     files = [
         storage.resolve(settings.artifacts_dir, r.records_path)
-        for r in session.scalars(select(StageResult).where(StageResult.stage == "fourier_lens"))
+        for r in session.scalars(select(StageResult).where(StageResult.stage == STAGE))
     ]
     assert len(files) == 2 and all(f.is_file() for f in files)
     assert pipeline.reset_for_rerun(session, sid, fresh=True, settings=settings)
@@ -245,16 +309,16 @@ def test_a_fresh_rerun_drops_lens_shards_results_and_figures(
     assert not any(f.exists() for f in files)
     app.send_task(VALIDATE, args=[sid])
     worker.run_all()
-    assert _state(session, sid).state == S.FINISHED
+    assert fresh(session, sid).state == S.FINISHED
     assert session.get(LeaderboardEntry, sid).hff_amplitude is not None
 
 
 def test_lens_figures_are_rest_fields_sort_keys_and_a_model_page_section(
     settings, session, lens_benchmark, worker, tmp_path
 ):
-    first, second = _submit(session, settings, tmp_path, 3), _submit(session, settings, tmp_path, 4)
+    first, second = submit(session, settings, tmp_path, 3), submit(session, settings, tmp_path, 4)
     worker.run_all()
-    assert {_state(session, s).state for s in (first, second)} == {S.FINISHED}
+    assert {fresh(session, s).state for s in (first, second)} == {S.FINISHED}
     values = {s: session.get(LeaderboardEntry, s).cd_phase for s in (first, second)}
     with TestClient(create_app(settings)) as client:
         for order in ("asc", "desc"):
@@ -283,6 +347,7 @@ def test_lens_figures_are_rest_fields_sort_keys_and_a_model_page_section(
         assert f"{figure['mean']:.3f}" in section and "paper+custom" in section
         assert "2 Fourier pairs × 10 images" in section and "2 Jacobian images (exact)" in section
         assert "pixel pairs" not in section  # kinds the benchmark does not run are not described
+        assert f"public seed {BENCH_SEED}" in section and "this run's noise seed" in section
         board = client.get("/leaderboards/tiny?sort=hff_amplitude&order=asc").text
         assert (
             'data-key="hff_amplitude"' in board and 'data-key="hff_amplitude_smoothed"' not in board
@@ -302,9 +367,9 @@ def test_a_plan_that_contradicts_the_clean_set_fails_the_run(
     block = lens_block(clean, kinds=["pixel_between"], pixel_pairs=1, smoothed=False)
     definition["stages"] = {"fourier_lens": {**block, "source_size": 20}}
     load_benchmark(session, definition)
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     worker.run_all()
-    submission = _state(session, sid)
+    submission = fresh(session, sid)
     assert submission.state == S.FAILED, submission.message
     assert submission.reason == Reason.DATASET_UNAVAILABLE
     assert "36 work units" in submission.message and "stored 45" in submission.message

@@ -7,25 +7,18 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import torch
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
+from stage_support import MODEL_SEED, fresh, is_shard, submit, write_model_labelled_dataset
 from support import (
-    CIFAR10_CLASSES,
-    SOURCE_SIZE,
     TEST_SETS,
-    create_submission,
     load_benchmark,
-    manifest,
     revealed_seed,
     tiny_definition,
     tiny_model,
     tiny_robustness,
-    weights_bytes,
-    write_hub_folder,
     write_tiny_train_split,
 )
 
@@ -34,11 +27,11 @@ from certbench.data import Subset, load_images
 from certbench.pd_threat import AnchorBank, PDThreat, build_anchor_bank
 from certbench.smoothing import derive_seed
 from models import pipeline, shards, storage
-from models.entities import LeaderboardEntry, StageShard, Submission
+from models.entities import LeaderboardEntry, StageShard
 from models.errors import StorageError
 from models.leaderboard import robustness_result
 from models.results import merge_stage
-from models.settings import Settings, get_settings
+from models.settings import get_settings
 from models.stages import registry
 from models.states import Reason, SubmissionState
 from models.work import get_work_item
@@ -50,31 +43,17 @@ CERTIFY_SHARD = ROBUSTNESS_SHARD = RUN_SHARD  # one task runs every stage's shar
 
 def _attack(message: Any, sid: int | None = None, index: int | None = None) -> bool:
     """Whether a message runs a PD-robustness shard (of ``sid``, shard ``index``)."""
-    return (
-        message.name == RUN_SHARD
-        and message.args[1] == "pd_robustness"
-        and (sid is None or message.args[0] == sid)
-        and (index is None or message.args[3] == index)
-    )
+    return is_shard(message, "pd_robustness", sid, index)
 
 
 S = SubmissionState
-MODEL_SEED = 3
 
 
 @pytest.fixture
 def robust_dataset(tmp_path: Path) -> Path:
     """The tiny layout, labelled with the model's own clean predictions so every image is
-    attacked (a random network is right on random labels only by chance)."""
-    root = tmp_path / "robust-dataset"
-    rng = np.random.default_rng(5)
-    model = tiny_model(seed=MODEL_SEED).eval()
-    for config in TEST_SETS:
-        images = rng.integers(0, 256, size=(SOURCE_SIZE, 3, 32, 32), dtype=np.uint8)
-        with torch.no_grad():
-            labels = model(torch.from_numpy(images).float() / 255).argmax(1).numpy()
-        write_hub_folder(root, config, images, labels, class_names=CIFAR10_CLASSES)
-    return write_tiny_train_split(root)
+    attacked, plus a training split (the anchors' source)."""
+    return write_tiny_train_split(write_model_labelled_dataset(tmp_path / "robust-dataset", seed=5))
 
 
 @pytest.fixture
@@ -82,18 +61,6 @@ def robust_benchmark(session: Session, robust_dataset: Path) -> str:
     definition = tiny_definition(robust_dataset, robustness=tiny_robustness(robust_dataset))
     load_benchmark(session, definition)
     return "tiny"
-
-
-def _submit(session: Session, settings: Settings, tmp_path: Path) -> int:
-    weights = weights_bytes(tiny_model(seed=MODEL_SEED), tmp_path / "upload")
-    sid = create_submission(session, settings, weights=weights, manifest_doc=manifest())
-    app.send_task(VALIDATE, args=[sid])
-    return sid
-
-
-def _submission(session: Session, sid: int) -> Submission:
-    session.expire_all()
-    return session.get(Submission, sid)
 
 
 def _direct_report(dataset: Path, bank: AnchorBank, seed: int) -> RobustnessReport:
@@ -118,14 +85,14 @@ def _direct_report(dataset: Path, bank: AnchorBank, seed: int) -> RobustnessRepo
 def test_robustness_shards_run_on_their_queue_and_fill_the_leaderboard(
     settings, session, robust_benchmark, robust_dataset, worker, tmp_path
 ):
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     assert worker.run_next() == "6 shard(s) enqueued"  # 4 certify + 2 robustness (1 image each)
     queued = [(m.name, m.queue) for m in worker.pending()]
     assert queued == [(CERTIFY_SHARD, QUEUE)] * 4 + [(ROBUSTNESS_SHARD, ROBUSTNESS_QUEUE)] * 2
     bank_path = settings.anchors_dir / "tiny_k2_s0.safetensors"
     assert not bank_path.exists()
     worker.run_all()
-    submission = _submission(session, sid)
+    submission = fresh(session, sid)
     assert submission.state == S.FINISHED, submission.message
     assert submission.shards_done == submission.shards_total == 6
     assert "attacked 2 clean image(s)" in submission.message
@@ -156,7 +123,7 @@ def test_robustness_shards_run_on_their_queue_and_fill_the_leaderboard(
 def test_a_redelivered_robustness_shard_is_recorded_once(
     settings, session, robust_benchmark, worker, tmp_path
 ):
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     worker.run_next()
     for message in worker.pending():
         worker.take()
@@ -164,7 +131,7 @@ def test_a_redelivered_robustness_shard_is_recorded_once(
         if _attack(message, sid, 0):
             worker.execute(message)  # delivered twice, e.g. after a lost acknowledgement
     worker.run_all()
-    assert _submission(session, sid).state == S.FINISHED
+    assert fresh(session, sid).state == S.FINISHED
     outcomes = [out for m, out in worker.ran if _attack(m, sid, 0)]
     assert outcomes == ["recorded: 1 image(s) attacked", "already recorded"]
     rows = session.scalar(
@@ -183,9 +150,9 @@ def test_a_bank_that_contradicts_the_protocol_fails_the_run(
         train.images, train.labels, class_names=train.class_names, dataset="x", k=2, seed=9
     )
     wrong.save(settings.anchors_dir / "tiny_k2_s0.safetensors")
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     worker.run_all()
-    submission = _submission(session, sid)
+    submission = fresh(session, sid)
     assert submission.state == S.FAILED
     assert submission.reason == Reason.ANCHORS_UNAVAILABLE
     assert "seed 9 (protocol: 0)" in submission.message and "certbench anchors build" in (
@@ -199,9 +166,9 @@ def test_a_missing_training_split_fails_with_dataset_unavailable(
     settings, session, dataset, worker, tmp_path
 ):
     load_benchmark(session, tiny_definition(dataset, robustness=tiny_robustness(dataset)))
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     worker.run_all()
-    submission = _submission(session, sid)
+    submission = fresh(session, sid)
     assert submission.state == S.FAILED
     assert submission.reason == Reason.DATASET_UNAVAILABLE
     assert "train" in submission.message
@@ -211,7 +178,7 @@ def test_a_missing_training_split_fails_with_dataset_unavailable(
 def test_aggregation_refuses_shards_attacked_with_different_banks(
     settings, session, robust_benchmark, worker, tmp_path
 ):
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     worker.run_next()
     while (message := worker.take()) is not None:
         if message.name != AGGREGATE:
@@ -234,7 +201,7 @@ def test_aggregation_refuses_shards_attacked_with_different_banks(
 def test_a_cancelled_submission_stops_its_robustness_shard(
     settings, session, robust_benchmark, worker, tmp_path
 ):
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     worker.run_next()
     pipeline.transition(
         session, sid, from_states={S.QUEUED}, to_state=S.CANCELLED, reason="cancelled_by_user"
@@ -252,7 +219,7 @@ def test_a_cancelled_submission_stops_its_robustness_shard(
 def test_a_fresh_rerun_drops_robustness_shards_and_result(
     settings, session, robust_benchmark, worker, tmp_path
 ):
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     worker.run_all()
     records = storage.resolve(settings.artifacts_dir, robustness_result(session, sid).records_path)
     assert records.is_file()
@@ -267,14 +234,14 @@ def test_a_fresh_rerun_drops_robustness_shards_and_result(
     assert not records.exists()
     app.send_task(VALIDATE, args=[sid])
     worker.run_all()
-    assert _submission(session, sid).state == S.FINISHED
+    assert fresh(session, sid).state == S.FINISHED
     assert robustness_result(session, sid) is not None
 
 
 def test_benchmarks_without_the_stage_leave_the_columns_empty(
     settings, session, benchmark, worker, tmp_path
 ):
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     worker.run_all()
     entry = session.get(LeaderboardEntry, sid)
     assert entry is not None and robustness_result(session, sid) is None
@@ -289,11 +256,11 @@ def test_robustness_shards_follow_their_own_size(
     monkeypatch.setenv("CERTBENCH_ROBUSTNESS_SHARD_SIZE", "1")
     get_settings.cache_clear()
     sized = get_settings()
-    sid = _submit(session, sized, tmp_path)
+    sid = submit(session, sized, tmp_path)
     assert worker.run_next() == "4 shard(s) enqueued"  # 2 certify (2 images each) + 2 robustness
     assert [
         s.stop - s.start for s in shards.plan(session, sid, settings=sized, stage="pd_robustness")
     ] == [1, 1]
     worker.run_all()
-    assert _submission(session, sid).state == S.FINISHED
+    assert fresh(session, sid).state == S.FINISHED
     assert robustness_result(session, sid).count == 2

@@ -9,34 +9,43 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-import torch
+import typer
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
+from stage_support import (
+    BENCH_SEED,
+    MODEL_SEED,
+    count_shards,
+    fresh,
+    load_stage_benchmark,
+    model_files,
+    results_by_unit,
+    run_delivering_twice,
+    run_keeping_the_seed_secret,
+    run_unit,
+    submit,
+    validated_item,
+    write_model_labelled_dataset,
+)
 from support import (
-    CIFAR10_CLASSES,
     SOURCE_SIZE,
     TEST_SETS,
-    create_submission,
-    load_benchmark,
-    manifest,
-    tiny_definition,
+    revealed_seed,
     tiny_model,
-    weights_bytes,
-    write_hub_folder,
 )
+from typer.testing import CliRunner
 
 from api.main import create_app
 from certbench.data import Subset, load_images
+from certbench.records import read_metadata
 from certbench.weather_attack import AttackConfig, attack_base, attack_smoothed
+from certbench.weather_commands import RECORDS, register
 from certbench.weather_examples import read_examples
 from certbench.weather_records import read_weather_records, summarize_weather
 from certbench.weather_threat import Particles, WeatherSet
-from models import pipeline, shards, storage
-from models.entities import LeaderboardEntry, StageResult, StageShard, Submission
-from models.leaderboard import stage_results
+from models import pipeline, run_seeds, shards, storage
+from models.entities import LeaderboardEntry, StageResult
 from models.settings import Settings, get_settings
 from models.stages.weather_protocol import WeatherAttackError
 from models.states import Reason, SubmissionState
@@ -46,8 +55,6 @@ from workers.names import AGGREGATE, QUEUE, RUN_SHARD, VALIDATE
 S = SubmissionState
 STAGE = "weather_attack"
 WEATHER_QUEUE = "certbench.weather"
-MODEL_SEED = 3
-BENCH_SEED = 7
 CONFIG = AttackConfig(steps=2, restarts=1, seed=BENCH_SEED)
 
 
@@ -75,48 +82,15 @@ def weather_block(dataset: Path, **changes: Any) -> dict[str, Any]:
 def weather_dataset(tmp_path: Path) -> Path:
     """The tiny layout labelled with the model's own clean predictions, so every image starts
     correct and the attack has something to break."""
-    root = tmp_path / "weather-dataset"
-    rng = np.random.default_rng(11)
-    model = tiny_model(seed=MODEL_SEED).eval()
-    for config in TEST_SETS:
-        images = rng.integers(0, 256, size=(SOURCE_SIZE, 3, 32, 32), dtype=np.uint8)
-        with torch.no_grad():
-            labels = model(torch.from_numpy(images).float() / 255).argmax(1).numpy()
-        write_hub_folder(root, config, images, labels, class_names=CIFAR10_CLASSES)
-    return root
+    return write_model_labelled_dataset(tmp_path / "weather-dataset", seed=11)
 
 
 def _load(session: Session, dataset: Path, **changes: Any) -> str:
-    definition = tiny_definition(dataset, seed=BENCH_SEED)
-    definition["stages"] = {STAGE: weather_block(dataset, **changes)}
-    load_benchmark(session, definition)
-    return "tiny"
-
-
-def _submit(session: Session, settings: Settings, tmp_path: Path) -> int:
-    weights = weights_bytes(tiny_model(seed=MODEL_SEED), tmp_path / "upload")
-    sid = create_submission(session, settings, weights=weights, manifest_doc=manifest())
-    app.send_task(VALIDATE, args=[sid])
-    return sid
-
-
-def _submission(session: Session, sid: int) -> Submission:
-    session.expire_all()
-    return session.get(Submission, sid)
-
-
-def _weather(message: Any, sid: int | None = None, index: int | None = None) -> bool:
-    return (
-        message.name == RUN_SHARD
-        and message.args[1] == STAGE
-        and (sid is None or message.args[0] == sid)
-        and (index is None or message.args[3] == index)
-    )
+    return load_stage_benchmark(session, dataset, STAGE, weather_block(dataset, **changes))
 
 
 def _results(session: Session, sid: int) -> dict[str, StageResult]:
-    submission = _submission(session, sid)
-    return {r.unit: r for r in stage_results(session, submission, STAGE)}
+    return results_by_unit(session, sid, STAGE)
 
 
 def _merged(settings: Settings, results: dict[str, StageResult], kind: str) -> list[Any]:
@@ -136,21 +110,24 @@ def _images(dataset: Path) -> Any:
     return load_images(dataset, config=TEST_SETS[0], subset=Subset(skip=2))
 
 
-def _direct_base(dataset: Path) -> list[Any]:
-    """One direct call of the core on the stage's 2 images, both weathers at once."""
+def _direct_base(dataset: Path, run_seed: int, config: AttackConfig = CONFIG) -> list[Any]:
+    """One direct call of the core on the stage's 2 images, both weathers at once: restart 0
+    from the benchmark's public seed, later restarts from the run's seed."""
     images = _images(dataset)
     return attack_base(
         tiny_model(seed=MODEL_SEED), images.images, images.labels, weathers=("rain", "snow"),
-        severities=(1,), config=CONFIG, indices=images.indices, batch_size=64,
+        severities=(1,), config=config, indices=images.indices, batch_size=64,
+        run_seed=run_seed,
     )  # fmt: skip
 
 
-def _direct_smoothed(dataset: Path) -> list[Any]:
+def _direct_smoothed(dataset: Path, run_seed: int) -> list[Any]:
+    """As ``_direct_base`` for the smoothed classifier: the noise from the run's seed."""
     images = _images(dataset)
     return attack_smoothed(
         tiny_model(seed=MODEL_SEED), images.images, images.labels, sigma=0.25,
         weathers=("rain", "snow"), severities=(1,), config=CONFIG, noise_samples=2, n0=4,
-        n=16, alpha=0.001, indices=images.indices, batch_size=64,
+        n=16, alpha=0.001, indices=images.indices, batch_size=64, run_seed=run_seed,
     )  # fmt: skip
 
 
@@ -163,7 +140,7 @@ def test_weather_shards_run_on_their_queue_and_fill_leaderboard_and_page(
     settings, session, weather_dataset, worker, tmp_path
 ):
     _load(session, weather_dataset)
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     # 4 certify + 2 images × (rain-1, snow-1, smoothed-rain-1, smoothed-snow-1) + 1 example
     assert worker.run_next() == "13 shard(s) enqueued"
     queued = [(m.queue, m.args[2]) for m in worker.pending() if m.name == RUN_SHARD]
@@ -173,7 +150,7 @@ def test_weather_shards_run_on_their_queue_and_fill_leaderboard_and_page(
         "smoothed-snow-1", "smoothed-snow-1", "examples",
     ]  # fmt: skip
     worker.run_all()
-    submission = _submission(session, sid)
+    submission = fresh(session, sid)
     assert submission.state == S.FINISHED, submission.message
     assert "worst-case weather" in submission.message
     assert [m.name for m, _ in worker.ran][-1] == AGGREGATE
@@ -182,8 +159,9 @@ def test_weather_shards_run_on_their_queue_and_fill_leaderboard_and_page(
     results = _results(session, sid)
     assert set(results) == {"rain-1", "snow-1", "smoothed-rain-1", "smoothed-snow-1", "examples"}
     base, smoothed = _merged(settings, results, "base"), _merged(settings, results, "smoothed")
-    assert base == _direct_base(weather_dataset)
-    assert _timeless(smoothed) == _timeless(_direct_smoothed(weather_dataset))
+    seed = revealed_seed(session, sid)
+    assert base == _direct_base(weather_dataset, seed)
+    assert _timeless(smoothed) == _timeless(_direct_smoothed(weather_dataset, seed))
     rows = summarize_weather(base).rows
     assert all(r["worst_case_accuracy"] <= r["random_accuracy"] for r in rows)
     assert not all(r.robust for r in base)  # the attack really broke something
@@ -244,6 +222,7 @@ def test_weather_shards_run_on_their_queue_and_fill_leaderboard_and_page(
         assert 'data-weather="snow" data-severity="1"' in section
         assert f"{expected['weather_worst_rain'] * 100:.1f}%" in section
         assert 'id="weather-bars"' in section
+        assert f"public seed {BENCH_SEED}" in section and "this run's noise seed" in section
         url = f"/models/{sid}/files/{STAGE}/examples-rain-1.png"
         assert f'src="{url}"' in section
         assert str(settings.artifacts_dir) not in html and str(weather_dataset) not in html
@@ -254,13 +233,122 @@ def test_weather_shards_run_on_their_queue_and_fill_leaderboard_and_page(
         assert 'data-key="weather_worst_rain"' in board and 'data-key="weather_acr"' in board
 
 
+SEEDS = (2**127 + 12345, 2**127 + 67890)
+"""Two fixed 128-bit run seeds, as the service draws them (fixed: the checks are exact)."""
+
+
+def test_the_records_change_with_the_run_seed_and_nothing_else(
+    settings, session, weather_dataset, worker, tmp_path
+):
+    """Restart 0 is the public random weather; restart 1's start, SmoothAdv's and CERTIFY's
+    noise are the run seed's. Another run (submission, attempt, commitment, batch size) with
+    the same seed gives the same records; another seed changes them, never the random weather."""
+    _load(session, weather_dataset, restarts=2)
+    sid = submit(session, settings, tmp_path)
+    drawn = validated_item(worker, session, settings, sid)
+    assert drawn.seed_kind == "secret" and drawn.seed.bit_length() > 64  # p(fail) = 2^-64
+    item = dataclasses.replace(drawn, seed=SEEDS[0])
+    other_run = dataclasses.replace(
+        item, submission_id=item.submission_id + 100, attempt=item.attempt + 1,
+        seed_commitment=run_seeds.commitment("0x" + "0" * 32),
+    )  # fmt: skip
+    reseeded = dataclasses.replace(item, seed=SEEDS[1])
+
+    def records(work: Any, kind: str, name: str, batch_size: int = 64) -> list[Any]:
+        units = [f"{kind}rain-1", f"{kind}snow-1"]
+        folders = [(unit, tmp_path / name / unit) for unit in units]
+        paths = [p for u, f in folders for p in run_unit(work, STAGE, u, f, settings, batch_size)]
+        return [r for path in paths for r in read_weather_records(path)]
+
+    smoothed = records(item, "smoothed-", "mine")
+    assert _timeless(smoothed) == _timeless(_direct_smoothed_two_restarts(weather_dataset))
+    assert _timeless(smoothed) == _timeless(records(other_run, "smoothed-", "other", 1))
+    theirs = records(reseeded, "smoothed-", "reseeded")
+    assert [r.objective for r in theirs] != [r.objective for r in smoothed]
+
+    base = records(item, "", "base")
+    config = AttackConfig(steps=2, restarts=2, seed=BENCH_SEED)
+    assert base == _direct_base(weather_dataset, SEEDS[0], config)
+    assert base == records(other_run, "", "base-other", 1)
+    reseeded_base = records(reseeded, "", "base-reseeded")
+    assert [r.random_prediction for r in reseeded_base] == [r.random_prediction for r in base]
+    assert any(r.restarts_run == 2 for r in base)  # restart 1 ran: the run seed's start
+    assert [r.attacked_loss for r in reseeded_base] != [r.attacked_loss for r in base]
+
+
+def _direct_smoothed_two_restarts(dataset: Path) -> list[Any]:
+    images = _images(dataset)
+    return attack_smoothed(
+        tiny_model(seed=MODEL_SEED), images.images, images.labels, sigma=0.25,
+        weathers=("rain", "snow"), severities=(1,), noise_samples=2, n0=4, n=16, alpha=0.001,
+        config=AttackConfig(steps=2, restarts=2, seed=BENCH_SEED), indices=images.indices,
+        run_seed=SEEDS[0],
+    )  # fmt: skip
+
+
+def test_shards_name_the_commitment_and_merged_records_reveal_the_seed(
+    settings, session, weather_dataset, worker, tmp_path
+):
+    _load(session, weather_dataset)
+    sid = submit(session, settings, tmp_path)
+    checked = run_keeping_the_seed_secret(worker, session, settings, sid, STAGE)
+    assert len(checked) == 9  # 8 one-image attack shards and the examples, before the end
+    view = run_seeds.view(session, fresh(session, sid))
+    revealed = {"seed": view.value, "seed_kind": "secret", "seed_commitment": view.commitment}
+    results = _results(session, sid)
+    assert len(results) == 5
+    seeds = {**revealed, "weather_seed": BENCH_SEED}
+    for unit, result in results.items():
+        weather, _, severity = unit.removeprefix("smoothed-").partition("-")
+        stream = {} if unit == "examples" else {"stream": f"{weather}/{severity}"}
+        assert result.seeds == {**seeds, **stream}, unit
+        path = storage.resolve(settings.artifacts_dir, result.records_path)
+        assert read_metadata(path).items() >= seeds.items(), unit
+
+
+def test_the_revealed_seed_reproduces_the_weather_records_with_the_cli(
+    settings, session, weather_dataset, worker, tmp_path
+):
+    """``certbench weather-attack --seed <revealed> --weather-seed <benchmark seed>`` gives the
+    stored records of the base (2 restarts: restart 1 from the run seed) and smoothed units."""
+    _load(session, weather_dataset, restarts=2, examples=0)
+    sid = submit(session, settings, tmp_path)
+    worker.run_all()
+    assert fresh(session, sid).state == S.FINISHED
+    seed = run_seeds.view(session, fresh(session, sid)).value
+    results = _results(session, sid)
+    weights, manifest_path = model_files(tmp_path / "cli")
+    cli = typer.Typer()
+
+    @cli.callback()
+    def main() -> None:  # keeps weather-attack a named sub-command
+        pass
+
+    register(cli)
+    for kind, extra in (("base", []), ("smoothed", ["--smoothed"])):
+        out = tmp_path / f"cli-{kind}"
+        result = CliRunner().invoke(cli, [
+            "weather-attack", "--weights", str(weights), "--manifest", str(manifest_path),
+            "--dataset", str(weather_dataset), "--config", TEST_SETS[0], "--skip", "2",
+            "--weather", "rain,snow", "--severities", "1", "--steps", "2", "--restarts", "2",
+            "--n0", "4", "--n", "16", "--alpha", "0.001", "--noise-samples", "2",
+            "--seed", seed, "--weather-seed", str(BENCH_SEED), "--device", "cpu",
+            "--out", str(out), *extra,
+        ])  # fmt: skip
+        assert result.exit_code == 0, result.output
+        mine, stored = read_weather_records(out / RECORDS[kind]), _merged(settings, results, kind)
+        if kind == "smoothed":
+            mine, stored = _timeless(mine), _timeless(stored)
+        assert mine == stored, kind
+
+
 def test_example_files_are_served_only_for_visible_finished_entries(
     settings, session, weather_dataset, worker, tmp_path
 ):
     _load(session, weather_dataset, smoothed=False)
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     worker.run_all()
-    assert _submission(session, sid).state == S.FINISHED
+    assert fresh(session, sid).state == S.FINISHED
     url = f"/models/{sid}/files/{STAGE}/examples-snow-1.png"
     with TestClient(create_app(settings)) as client:
         assert client.get(url).status_code == 200
@@ -269,7 +357,7 @@ def test_example_files_are_served_only_for_visible_finished_entries(
         assert client.get(f"/models/{sid}/files/pd_robustness/examples-snow-1.png").status_code == (
             404
         )
-        submission = _submission(session, sid)
+        submission = fresh(session, sid)
         submission.is_private = True
         session.commit()
         assert client.get(url).status_code == 404  # anonymous viewer, private entry
@@ -286,13 +374,15 @@ def test_any_sharding_gives_the_records_of_one_direct_call(
     get_settings.cache_clear()
     sized = get_settings()
     _load(session, weather_dataset, smoothed=False, examples=0)
-    sid = _submit(session, sized, tmp_path)
+    sid = submit(session, sized, tmp_path)
     assert worker.run_next() == "4 shard(s) enqueued"  # 2 certify + rain-1, snow-1 (2 images)
     worker.run_all()
-    assert _submission(session, sid).state == S.FINISHED
+    assert fresh(session, sid).state == S.FINISHED
     results = _results(session, sid)
     assert set(results) == {"rain-1", "snow-1"}
-    assert _merged(sized, results, "base") == _direct_base(weather_dataset)
+    assert _merged(sized, results, "base") == _direct_base(
+        weather_dataset, revealed_seed(session, sid)
+    )
     entry = session.get(LeaderboardEntry, sid)
     assert entry.metrics["weather_cert_acc_000"] is None  # not smoothed: not measured
 
@@ -301,45 +391,32 @@ def test_a_redelivered_weather_shard_is_recorded_once(
     settings, session, weather_dataset, worker, tmp_path
 ):
     _load(session, weather_dataset, smoothed=False, examples=0)
-    sid = _submit(session, settings, tmp_path)
-    worker.run_next()
-    for message in worker.pending():
-        worker.take()
-        worker.execute(message)
-        if _weather(message, sid, 0) and message.args[2] == "rain-1":
-            worker.execute(message)  # delivered twice, e.g. after a lost acknowledgement
-    worker.run_all()
-    assert _submission(session, sid).state == S.FINISHED
-    outcomes = [out for m, out in worker.ran if _weather(m, sid, 0) and m.args[2] == "rain-1"]
+    sid = submit(session, settings, tmp_path)
+    outcomes = run_delivering_twice(worker, STAGE, sid, "rain-1")
+    assert fresh(session, sid).state == S.FINISHED
     assert outcomes == ["recorded: 1 image(s) attacked", "already recorded"]
-    rows = session.scalar(
-        select(func.count())
-        .select_from(StageShard)
-        .where(StageShard.submission_id == sid, StageShard.stage == STAGE)
-    )
-    assert rows == 4  # rain-1 and snow-1, 2 one-image shards each
+    assert count_shards(session, STAGE, sid) == 4  # rain-1 and snow-1, 2 one-image shards each
 
 
 def test_a_cancelled_submission_stops_its_weather_shards(
     settings, session, weather_dataset, worker, tmp_path
 ):
     _load(session, weather_dataset)
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     worker.run_next()
     pipeline.transition(
         session, sid, from_states={S.QUEUED}, to_state=S.CANCELLED, reason="cancelled_by_user"
     )
     outcomes = [worker.execute(m) for m in iter(worker.take, None)]
     assert outcomes and all(o.startswith("skipped") for o in outcomes)
-    count = select(func.count()).select_from(StageShard).where(StageShard.stage == STAGE)
-    assert session.scalar(count) == 0
+    assert count_shards(session, STAGE) == 0
 
 
 def test_a_fresh_rerun_drops_weather_shards_results_and_files(
     settings, session, weather_dataset, worker, tmp_path
 ):
     _load(session, weather_dataset, smoothed=False)
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     worker.run_all()
     results = _results(session, sid)
     files = [
@@ -352,12 +429,11 @@ def test_a_fresh_rerun_drops_weather_shards_results_and_files(
     assert all(f.is_file() for f in files)
     assert pipeline.reset_for_rerun(session, sid, fresh=True, settings=settings)
     assert _results(session, sid) == {}
-    count = select(func.count()).select_from(StageShard).where(StageShard.stage == STAGE)
-    assert session.scalar(count) == 0
+    assert count_shards(session, STAGE) == 0
     assert not any(f.exists() for f in files)
     app.send_task(VALIDATE, args=[sid])
     worker.run_all()
-    assert _submission(session, sid).state == S.FINISHED
+    assert fresh(session, sid).state == S.FINISHED
     assert set(_results(session, sid)) == {"rain-1", "snow-1", "examples"}
 
 
@@ -374,12 +450,12 @@ def test_leaving_the_perturbation_set_fails_the_submission(
 
     monkeypatch.setattr(WeatherSet, "project", escape)
     _load(session, weather_dataset, smoothed=False, examples=0)
-    sid = _submit(session, settings, tmp_path)
+    sid = submit(session, settings, tmp_path)
     worker.run_next()
     with pytest.raises(WeatherAttackError, match="left the rain-1 perturbation set"):
         for message in iter(worker.take, None):
             worker.execute(message)
-    submission = _submission(session, sid)
+    submission = fresh(session, sid)
     assert submission.state == S.FAILED
     assert submission.reason == Reason.WORKER_ERROR
     assert "left the rain-1 perturbation set" in submission.message
