@@ -5,6 +5,10 @@ migrates the database (``alembic upgrade head``, never ``create_all``), loads th
 benchmark definitions that are not in the database yet, starts the embedded worker
 (``certbench worker --embedded``, a subprocess; api never imports workers) when no broker is
 configured, then runs uvicorn.
+
+Only typer, the standard library and light modules are imported at module level; SQLAlchemy,
+Alembic and the settings are imported inside the commands that use them, so that
+``certbench --help`` (which loads every command module) answers at once.
 """
 
 from __future__ import annotations
@@ -15,22 +19,15 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import ValidationError
-from sqlalchemy import select
 
-import migrations
 from certbench.errors import CertbenchError
-from models import accounts
-from models.artifacts import remove_stale_partials
-from models.base import utcnow
-from models.catalog import list_benchmarks, load_definition, packaged_definitions, upsert_benchmark
-from models.db import session_scope
-from models.entities import Benchmark, Role
-from models.queue import prepare_embedded_broker
-from models.settings import Settings, get_settings
+from models.roles import Role
+
+if TYPE_CHECKING:
+    from models.settings import Settings
 
 WORKER_STOP_SECONDS = 20
 DEFAULT_MAX_API_WORKERS = 8
@@ -49,6 +46,10 @@ def register(app: typer.Typer) -> None:
 
 
 def _settings() -> Settings:
+    from pydantic import ValidationError
+
+    from models.settings import get_settings
+
     try:
         return get_settings()
     except ValidationError as err:
@@ -65,6 +66,12 @@ def load_packaged_benchmarks(settings: Settings) -> list[str]:
     """Load the packaged definitions missing from the database or stored at an older version
     (a release that adds a stage upgrades them); returns their names. A stored version at or
     above the packaged one (an admin's own edit) is left alone."""
+    from sqlalchemy import select
+
+    from models.catalog import packaged_definitions, upsert_benchmark
+    from models.db import session_scope
+    from models.entities import Benchmark
+
     loaded = []
     with session_scope(settings) as session:
         stored = dict(session.execute(select(Benchmark.name, Benchmark.definition_version)).all())
@@ -79,6 +86,10 @@ def prepare_service(settings: Settings, *, load_benchmarks: bool) -> None:
     """What ``serve`` does once before any API process starts: migrate, remove partial uploads a
     killed process left behind, load the packaged benchmarks, and create the embedded broker's
     tables (kombu creates them lazily, which races between API processes)."""
+    import migrations
+    from models.artifacts import remove_stale_partials
+    from models.queue import prepare_embedded_broker
+
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     migrations.upgrade(settings)
     removed = remove_stale_partials(settings, older_than=settings.partial_upload_grace_seconds)
@@ -193,6 +204,9 @@ def create_user(
     token: Annotated[bool, typer.Option("--token/--no-token", help="Also issue a token.")] = True,
 ) -> None:
     """Create a user (and print a new API token for it)."""
+    from models import accounts
+    from models.db import session_scope
+
     settings = _settings()
     with session_scope(settings) as session:
         try:
@@ -212,6 +226,10 @@ def create_token(
     expires_in_days: Annotated[int | None, typer.Option(min=1, help="Expiry.")] = None,
 ) -> None:
     """Issue an API token for a user; prints the secret (shown only once)."""
+    from models import accounts
+    from models.base import utcnow
+    from models.db import session_scope
+
     settings = _settings()
     with session_scope(settings) as session:
         try:
@@ -227,6 +245,9 @@ def create_token(
 @admin_app.command("revoke-token")
 def revoke_token(token_id: Annotated[int, typer.Argument(help="Token id.")]) -> None:
     """Revoke an API token."""
+    from models import accounts
+    from models.db import session_scope
+
     settings = _settings()
     with session_scope(settings) as session:
         try:
@@ -239,6 +260,9 @@ def revoke_token(token_id: Annotated[int, typer.Argument(help="Token id.")]) -> 
 @admin_app.command("list-users")
 def list_users() -> None:
     """List users and their roles."""
+    from models import accounts
+    from models.db import session_scope
+
     settings = _settings()
     with session_scope(settings) as session:
         for user in accounts.list_users(session):
@@ -254,6 +278,9 @@ def load(
     files: Annotated[list[Path], typer.Argument(help="Definition files (JSON or YAML).")],
 ) -> None:
     """Create or update benchmarks from definition files (a changed file needs a new version)."""
+    from models.catalog import load_definition, upsert_benchmark
+    from models.db import session_scope
+
     settings = _settings()
     try:
         definitions = [load_definition(path) for path in files]
@@ -282,6 +309,9 @@ def load_packaged() -> None:
 @benchmarks_app.command("list")
 def list_all() -> None:
     """List benchmarks in the database."""
+    from models.catalog import list_benchmarks
+    from models.db import session_scope
+
     settings = _settings()
     with session_scope(settings) as session:
         for b in list_benchmarks(session):
@@ -297,6 +327,8 @@ def list_all() -> None:
 @db_app.command("upgrade")
 def upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
     """Apply migrations up to REVISION (default head)."""
+    import migrations
+
     settings = _settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     migrations.upgrade(settings, revision)
@@ -306,5 +338,7 @@ def upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
 @db_app.command("downgrade")
 def downgrade(revision: Annotated[str, typer.Argument()]) -> None:
     """Revert migrations down to REVISION (``base`` empties the database)."""
+    import migrations
+
     migrations.downgrade(_settings(), revision)
     typer.echo(f"database at {revision}")

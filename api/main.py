@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
 
+from api.docs import install_docs
 from api.errors import install_error_handlers
 from api.limits import BodySizeLimit
 from api.openapi import install_openapi
@@ -57,7 +58,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Certified-robustness leaderboard: submit models, read ranked results.",
         version="1",
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # /docs and /redoc come from api.docs, with no CDN
+        redoc_url=None,
         openapi_url="/openapi.json",
     )
     app.state.settings = settings
@@ -77,5 +79,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(health.router, prefix=API_PREFIX)
     app.include_router(api_router())
+    install_docs(app)  # mounts /static/docs, so before mount_web's /static
     mount_web(app)
     return app

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.data_sources import DataSourcePublic
 from api.progress_schemas import EstimatePublic, ThroughputPublic
 from models.entities import (
     Benchmark,
@@ -19,7 +20,7 @@ from models.entities import (
     TestSet,
     User,
 )
-from models.leaderboard import HIGHER_IS_BETTER, LeaderboardPage
+from models.leaderboard import HIGHER_IS_BETTER, LeaderboardPage, benchmark_sort_keys
 from models.progress import ProgressReport
 from models.run_seeds import SeedView
 
@@ -164,6 +165,11 @@ class TestSetPublic(BaseModel):
             "content hash workers check (sha256 of the config's parquet shard) or hub_commit"
         ),
     )
+    source: DataSourcePublic = Field(
+        description="where this server reads the images from: the Hub repo at a revision, or a "
+        "local folder named by its content hash (``dataset_repo`` is the published name either "
+        "way)"
+    )
 
     @classmethod
     def of(cls, test_set: TestSet) -> TestSetPublic:
@@ -180,6 +186,13 @@ class TestSetPublic(BaseModel):
             band=test_set.band,
             attributes=dict(test_set.attributes),
             provenance=dict(test_set.provenance or {}),
+            source=DataSourcePublic.of(
+                repo=test_set.dataset_repo,
+                folder=test_set.dataset_folder,
+                revision=test_set.revision,
+                provenance=test_set.provenance or {},
+                name=test_set.name,
+            ),
         )
 
 
@@ -224,6 +237,15 @@ class BenchmarkPublic(BaseModel):
             "name (``robustness`` repeats the pd_robustness one)"
         ),
     )
+    sort_keys: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "the leaderboard's sort keys → the column label the web page shows: every figure "
+            "of the rows' `metrics` this benchmark stores (same names), then sigma, submitted, "
+            "finished and model_name"
+        ),
+        examples=[{"macr": "mACR", "cert_acc_050": "r = 0.5", "sigma": "σ"}],
+    )
     estimate: EstimatePublic | None = Field(
         default=None,
         description="the work of one submission, the same at every σ (no stage's cost depends "
@@ -256,6 +278,7 @@ class BenchmarkPublic(BaseModel):
             stages={
                 name: public_protocol(row) or {} for name, row in (benchmark.stages or {}).items()
             },
+            sort_keys=benchmark_sort_keys(benchmark),
         )
 
 
@@ -268,6 +291,7 @@ class TestSetBrief(BaseModel):
     config: str | None
     band: str | None
     hub_url: str
+    source: str = Field(description="where this server reads it from (``source.label``)")
 
 
 class BenchmarkSummary(BaseModel):
@@ -296,7 +320,13 @@ class BenchmarkSummary(BaseModel):
             **public.model_dump(exclude={"test_sets"}),
             test_set_count=len(public.test_sets),
             test_sets=[
-                TestSetBrief(name=t.name, config=t.config, band=t.band, hub_url=t.hub_url)
+                TestSetBrief(
+                    name=t.name,
+                    config=t.config,
+                    band=t.band,
+                    hub_url=t.hub_url,
+                    source=t.source.label,
+                )
                 for t in public.test_sets
             ],
         )
@@ -311,13 +341,18 @@ class FacetsPublic(BaseModel):
 
 
 class DatasetPublic(BaseModel):
-    """A published dataset repo and the configs the benchmarks use from it."""
+    """A published dataset repo, the configs the benchmarks use from it, and where this server
+    reads them from."""
 
     repo: str
     hub_url: str
     benchmarks: list[str]
     configs: list[str]
     load_example: str
+    sources: list[DataSourcePublic] = Field(
+        description="the distinct sources this server reads the repo's test sets from (a local "
+        "folder, or the Hub at a revision), in the benchmarks' order"
+    )
 
 
 # ---- submissions ------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from certbench.batch_invariance import PaddedForward
 from certbench.errors import ThreatModelError
 from certbench.pd_threat import (
     AnchorBank,
@@ -501,7 +502,8 @@ def robust_accuracy(
         if device is not None
         else (first.device if first is not None else torch.device("cpu"))
     )
-    model = model.eval().to(dev)
+    # every forward padded: an image's attack must not depend on its batch (batch_invariance)
+    model = PaddedForward(model.eval().to(dev))
     threat = anchors if isinstance(anchors, PDThreat) else PDThreat(anchors, device=dev)
     if threat.device != dev:
         raise ThreatModelError(f"the PDThreat lives on {threat.device} but the model on {dev}.")

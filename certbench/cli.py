@@ -53,10 +53,26 @@ def user_errors(command: F) -> F:
 
 Weights = Annotated[Path, typer.Option(help="Model weights (safetensors only).")]
 ManifestPath = Annotated[Path, typer.Option(help="JSON manifest: architecture, classes, mean/std.")]
+
+
+def dataset_name(value: str | None) -> str | None:
+    """Option callback: a misspelt dataset name is a usage error at once (with a suggestion),
+    not a Hub lookup that fails after retries (``certbench.dataset_names``)."""
+    from certbench.dataset_names import check_name
+
+    if value is not None:
+        try:
+            check_name(value)
+        except CertbenchError as err:
+            raise typer.BadParameter(str(err)) from err
+    return value
+
+
 Dataset = Annotated[
     str,
     typer.Option(
-        help="Hub id (cifar10, org/name), Hub-layout folder, or torchvision CIFAR folder."
+        help="Hub id (cifar10, org/name), Hub-layout folder, or torchvision CIFAR folder.",
+        callback=dataset_name,
     ),
 ]
 Seed = Annotated[

@@ -14,7 +14,6 @@ from __future__ import annotations
 import codecs
 import io
 import pickle
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ import torch
 import yaml
 from PIL import Image as PILImage
 
+from certbench.dataset_names import HUB_ALIASES, check_name, is_hub_id
 from certbench.errors import DataSourceError
 
 if TYPE_CHECKING:
@@ -41,8 +41,6 @@ __all__ = [
     "load_images",
 ]
 
-HUB_ALIASES: Mapping[str, str] = {"cifar10": "uoft-cs/cifar10", "cifar100": "uoft-cs/cifar100"}
-"""Short names accepted as ``source`` and the Hub dataset each one stands for."""
 
 SPLITS = ("train", "test")
 SOURCE_INDEX = "source_index"
@@ -52,8 +50,6 @@ COARSE_COLUMN = "coarse_label"
 # Encoded image formats accepted in parquet image columns; naming them spares PIL probing every
 # plugin for each image (about a quarter of the decode time for 32x32 PNGs).
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "GIF")
-
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 
 
 def _local_hint(repo: str) -> str:
@@ -285,8 +281,9 @@ def _resolve(source: str | Path) -> tuple[str, Path | str]:
     if isinstance(source, str) and not path.exists():
         if source in HUB_ALIASES:
             return "hub", HUB_ALIASES[source]
-        if _HUB_ID.fullmatch(source) and not source.startswith("."):
+        if is_hub_id(source):
             return "hub", source
+        check_name(source)
     if not path.exists():
         raise DataSourceError(f"dataset source {str(source)!r} does not exist")
     if not path.is_dir():

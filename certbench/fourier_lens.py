@@ -48,6 +48,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from certbench.batch_invariance import pad_rows
 from certbench.errors import LensError
 from certbench.interpolation import (
     LOW_FREQUENCY_FRACTION,
@@ -439,14 +440,6 @@ def _path_length(context: _Context, kind: str, pair: np.ndarray) -> int:
 
 # --------------------------------------------------------------------------- Jacobian
 
-MIN_ROWS = 8
-"""Jacobian batches are zero-padded to at least this many rows. CPU kernels (oneDNN) take other
-code paths for batches of one or two, and their round-off can flip a ReLU whose input is near 0,
-which changes the piecewise-constant Jacobian by far more than round-off (0.1 % seen on one
-image of a ResNet-20, so a shard holding one Jacobian image disagreed with an unsharded run).
-Padded, an image's Jacobian does not depend on how many images share its batch; the weather
-attack pads its forwards for the same reason (``certbench.weather_objectives.MIN_ROWS``)."""
-
 
 def jacobian_sq_norms(
     model: nn.Module,
@@ -464,11 +457,11 @@ def jacobian_sq_norms(
     ``projections = n > 0``: Hoffman et al.'s random projections, K·‖vᵀJ‖² averaged over n unit
     vectors v uniform on the sphere (one per image and projection, seeded by ``seeds``), an
     unbiased estimate of ‖J‖²_F. The entry's Jacobian norm is √(mean over images).
-    Batches are padded to ``MIN_ROWS`` (see there); padded rows get no cotangent.
+    Batches are padded (``certbench.batch_invariance``: a ReLU near 0 flipped by another
+    kernel's round-off changed one image's Jacobian by 0.1 %); padded rows get no cotangent.
     """
     rows = len(x)
-    if rows < MIN_ROWS:
-        x = torch.cat([x, x.new_zeros((MIN_ROWS - rows, *x.shape[1:]))])
+    x = pad_rows(x)
     z = normalise(x, mean, std).to(torch.float32).requires_grad_(True)
     with torch.enable_grad():
         logits = model(denormalise(z, mean, std).to(torch.float32))

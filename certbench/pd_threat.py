@@ -33,6 +33,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from certbench.batch_invariance import pad_rows
 from certbench.errors import ThreatModelError
 
 BETA = 0.5
@@ -393,7 +394,12 @@ class PDThreat:
     def geometry(self, x: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(coef, ‖x̃ − x‖²) for a batch: (B, M) each, from one GEMM."""
         flat, labels = self._prepare(x, labels)
-        return self.coef[labels], self._squared_distance(flat, flat @ self.anchors.T)
+        return self.coef[labels], self._squared_distance(flat, self._cross(flat))
+
+    def _cross(self, rows: torch.Tensor) -> torch.Tensor:
+        """``rows @ Aᵀ`` on a batch padded to ``MIN_ROWS``, so that a row's products do not depend
+        on how many rows share the GEMM (``certbench.batch_invariance``)."""
+        return (pad_rows(rows) @ self.anchors.T)[: rows.shape[0]]
 
     def _squared_distance(self, flat: torch.Tensor, cross: torch.Tensor) -> torch.Tensor:
         sq = self.anchor_sq.unsqueeze(0) - 2 * cross + (flat * flat).sum(1, keepdim=True)
@@ -406,7 +412,7 @@ class PDThreat:
         """
         flat, labels = self._prepare(x, labels)
         d = delta.reshape(delta.shape[0], -1).to(self.device, self.dtype)
-        both = torch.cat([flat, d]) @ self.anchors.T
+        both = self._cross(torch.cat([flat, d]))
         cross, along = both[: flat.shape[0]], both[flat.shape[0] :]
         along = along - (d * flat).sum(1, keepdim=True)
         return along.clamp_min(0) * self.coef[labels] / self._squared_distance(flat, cross)

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from certbench.cli import user_errors
+from certbench.cli import dataset_name, user_errors
 
 RECIPE_NAMES = (
     "gaussian",
@@ -45,7 +45,10 @@ def train_command(
     ],
     dataset: Annotated[
         str,
-        typer.Option(help="cifar10, cifar100, a Hub id, a Hub-layout or torchvision folder."),
+        typer.Option(
+            help="cifar10, cifar100, a Hub id, a Hub-layout or torchvision folder.",
+            callback=dataset_name,
+        ),
     ],
     out: Annotated[Path, typer.Option(help="Output folder (weights, manifest, log, checkpoint).")],
     arch: Annotated[str, typer.Option(help="Registry architecture.")] = "cifar_resnet110",

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from certbench.batch_invariance import padded_forward
 from certbench.errors import ThreatModelError
 from certbench.random_streams import seeded_generator
 from certbench.smoothing import derive_seed
@@ -24,20 +25,11 @@ from certbench.weather_threat import WeatherSet
 Objective = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, ...]]
 """(attacked images, labels, per-image noise or None) -> (loss per image, predicted class)."""
 
-MIN_ROWS = 8
-"""Every model forward is zero-padded to at least this many rows: CPU kernels (oneDNN, MKL) take
-other code paths for batches of one or two, which changes the last float bits and so, through
-sign steps, could change an attack's trajectory. With the padding, records are bitwise identical
-for any batch size and sharding (checked for ResNet-20 and the tests' CNN)."""
-
 
 def forward(model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
-    """``model(inputs)`` with the batch zero-padded to ``MIN_ROWS`` (see there)."""
-    rows = inputs.shape[0]
-    if rows >= MIN_ROWS:
-        return model(inputs)
-    padding = inputs.new_zeros((MIN_ROWS - rows, *inputs.shape[1:]))
-    return model(torch.cat([inputs, padding]))[:rows]
+    """``model(inputs)`` with the batch zero-padded (``certbench.batch_invariance``): records are
+    bitwise identical for any batch size and sharding."""
+    return padded_forward(model, inputs)
 
 
 def base_objective(model: nn.Module) -> Objective:

@@ -41,7 +41,6 @@ ALPHA_TIE = 0.05
 #: Leaderboard sort keys whose ranks carry tie marks → the figure's image-terms key.
 TIE_KEYS: dict[str, str] = {
     "macr": "acr",
-    "acr": "acr",
     **{key: f"certified@{radius:g}" for radius, key in RADIUS_KEYS.items()},
     **{f"band_{band}": f"acr:{band}" for band in BANDS},
 }

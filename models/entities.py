@@ -30,6 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from models.base import Base, UTCDateTime, utcnow
+from models.roles import Role
 from models.states import DEDUP_STATES, SubmissionState
 
 
@@ -44,13 +45,6 @@ def _enum(cls: type[StrEnum], name: str) -> Enum:
         values_callable=lambda members: [m.value for m in members],
         validate_strings=True,
     )
-
-
-class Role(StrEnum):
-    """What a user may do: submitters submit and read their own; admins manage everything."""
-
-    SUBMITTER = "submitter"
-    ADMIN = "admin"
 
 
 class User(Base):

@@ -21,8 +21,9 @@ from models.entities import (
     Submission,
     User,
 )
-from models.errors import NotFoundError
+from models.errors import IntakeError, NotFoundError
 from models.stages import registry
+from models.stages.base import MetricSpec
 from models.stages.certification import TestSetResult
 from models.stages.pd_robustness import RobustnessResult
 from models.states import SubmissionState
@@ -35,8 +36,13 @@ SUBMISSION_SORTS: dict[str, Any] = {
     "finished": LeaderboardEntry.finished_at,
     "model_name": Submission.model_name,
 }
-#: Older names of metric keys, still accepted.
-ALIASES = {"acr": "macr"}
+#: Their labels (the leaderboard's column headers).
+SUBMISSION_LABELS = {
+    "sigma": "σ",
+    "submitted": "Submitted",
+    "finished": "Finished",
+    "model_name": "Model",
+}
 
 
 def metric_directions() -> dict[str, bool]:
@@ -45,17 +51,51 @@ def metric_directions() -> dict[str, bool]:
 
 
 def sort_keys() -> dict[str, bool]:
-    """Every accepted sort key → higher is better (stage metrics, aliases, submission columns)."""
-    metrics = metric_directions()
-    keys = dict(metrics)
-    keys.update({alias: metrics[target] for alias, target in ALIASES.items()})
+    """Every sort key of any benchmark → higher is better (stage metrics, submission columns)."""
+    keys = dict(metric_directions())
     keys.update(dict.fromkeys(SUBMISSION_SORTS, True))
     return keys
 
 
-#: Sort keys accepted by the API (at import time; plug-in stages registered by then included).
+#: Sort keys of any benchmark (at import time; plug-in stages registered by then included).
 SORT_COLUMNS = sort_keys()
 HIGHER_IS_BETTER = dict(SORT_COLUMNS)
+
+
+def benchmark_metric_specs(benchmark: Benchmark) -> list[MetricSpec]:
+    """Every figure the benchmark's stages store, in registry order: its leaderboard columns and
+    its REST-only figures. Each key is a field of a leaderboard row's ``metrics`` and a sort
+    key; ``label`` is the column header the web page shows for it."""
+    stages = benchmark.stages or {}
+    specs: list[MetricSpec] = []
+    for stage in registry.all_stages():
+        protocol = stages.get(stage.name)
+        if stage.protocol_model is not None and protocol is None:
+            continue
+        specs += stage.metric_specs(
+            protocol, test_sets=len(benchmark.test_sets), bands=list(benchmark.bands)
+        )
+    return specs
+
+
+def benchmark_sort_keys(benchmark: Benchmark) -> dict[str, str]:
+    """The sort keys of one benchmark → their labels: its figures, then the submission
+    columns (σ, submission and finish times, model name)."""
+    keys = {spec.key: spec.label for spec in benchmark_metric_specs(benchmark)}
+    keys.update(SUBMISSION_LABELS)
+    return keys
+
+
+def check_sort(benchmark: Benchmark, sort: str) -> None:
+    """Refuse a sort key the benchmark does not have (an empty ordering would look like a
+    ranking). Raises IntakeError (422) naming the benchmark's keys."""
+    keys = benchmark_sort_keys(benchmark)
+    if sort not in keys:
+        raise IntakeError(
+            f"sort={sort!r} is not a sort key of benchmark {benchmark.name!r}; valid keys: "
+            f"{', '.join(keys)}",
+            code="invalid_sort",
+        )
 
 
 @dataclass(frozen=True)
@@ -138,18 +178,13 @@ def leaderboard(
     session: Session, benchmark: Benchmark, query: LeaderboardQuery, *, viewer: User | None
 ) -> LeaderboardPage:
     """A page of the benchmark's leaderboard as ``viewer`` may see it (hidden and private entries
-    only for their owner and admins). Raises NotFoundError for an unknown sort key.
+    only for their owner and admins). Raises IntakeError for a sort key the benchmark lacks.
 
     Three small queries: the filtered count, the ids of the page (walking a (benchmark, metric)
     index, so the first pages touch only ~``limit`` rows), then the full rows of those ids with
     their owner and artifact (manifest) in one join.
     """
-    keys = sort_keys()
-    if query.sort not in keys:
-        raise NotFoundError(
-            f"sort={query.sort!r} is not a leaderboard column; use one of {sorted(keys)}",
-            code="invalid_sort",
-        )
+    check_sort(benchmark, query.sort)
     total = session.scalar(_filtered(benchmark, query, viewer, func.count())) or 0
     ids_query = _filtered(benchmark, query, viewer, LeaderboardEntry.submission_id)
     column = SUBMISSION_SORTS.get(query.sort)
@@ -160,7 +195,7 @@ def leaderboard(
             and_(
                 value.submission_id == LeaderboardEntry.submission_id,
                 value.benchmark_id == benchmark.id,
-                value.key == ALIASES.get(query.sort, query.sort),
+                value.key == query.sort,
             ),
         )
         column = value.value

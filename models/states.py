@@ -49,6 +49,9 @@ TERMINAL_STATES = frozenset({S.FINISHED, S.FAILED, S.REJECTED, S.CANCELLED, S.DU
 UNSUCCESSFUL_STATES = frozenset({S.FAILED, S.REJECTED})
 #: Submissions an identical upload is a duplicate of (dead ones may be submitted again).
 DEDUP_STATES = frozenset({S.SUBMITTED, S.VALIDATING, S.QUEUED, S.RUNNING, S.FINISHED})
+#: Submissions that ended without an entry (failed, rejected, cancelled, duplicate): only their
+#: owner and admins see them, with the reason; public pages and REST never show them.
+NO_ENTRY_STATES = frozenset(SubmissionState) - DEDUP_STATES
 
 
 class Reason(StrEnum):

@@ -38,6 +38,7 @@ from models.settings import Settings
 from models.states import (
     ACTIVE_STATES,
     DEDUP_STATES,
+    NO_ENTRY_STATES,
     UNSUCCESSFUL_STATES,
     WAITING_STATES,
     Reason,
@@ -355,10 +356,16 @@ def _store_artifact(
 
 
 def can_see(submission: Submission, viewer: User | None) -> bool:
-    """Owners and admins see everything of a submission; others only public, visible entries."""
+    """Owners and admins see everything of a submission; others only public, visible ones that
+    are or may become an entry (a failed, rejected, cancelled or duplicate upload is the
+    owner's business: its reason is on the owner's status page)."""
     if viewer is not None and (viewer.role == Role.ADMIN or viewer.id == submission.user_id):
         return True
-    return not submission.is_private and not submission.hidden
+    return (
+        not submission.is_private
+        and not submission.hidden
+        and submission.state not in NO_ENTRY_STATES
+    )
 
 
 def get_visible(
@@ -384,7 +391,11 @@ def get_visible(
 
 def visibility_filter(viewer: User | None) -> ColumnElement[bool]:
     """SQL condition matching ``can_see`` (used by leaderboard and list queries)."""
-    public = and_(Submission.is_private.is_(False), Submission.hidden.is_(False))
+    public = and_(
+        Submission.is_private.is_(False),
+        Submission.hidden.is_(False),
+        Submission.state.not_in(sorted(NO_ENTRY_STATES)),
+    )
     if viewer is None:
         return public
     if viewer.role == Role.ADMIN:

@@ -8,6 +8,9 @@ re-queues the task if the pool process dies. Run one ``certbench worker`` per GP
 
 ``--embedded`` is what ``certbench serve`` starts when no broker is configured: the same worker
 over the embedded SQLite transport, exiting when its parent process goes away.
+
+Only typer and the standard library are imported at module level: ``certbench --help`` loads
+every command module, and Celery, pydantic and the stage registry would make it take seconds.
 """
 
 from __future__ import annotations
@@ -16,19 +19,14 @@ import logging
 import os
 import signal
 import threading
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from celery.utils.nodenames import host_format
-from pydantic import ValidationError
 
-from models.queue import celery_config as broker_config
-from models.queue import ensure_embedded_queue
-from models.settings import Settings, get_settings
-from workers.config import check_timing
 from workers.errors import WorkerConfigError
-from workers.names import QUEUES
-from workers.names import queues as known_queues
+
+if TYPE_CHECKING:
+    from models.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +56,26 @@ def worker(
     ] = None,
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "info",
     queues: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="Comma-separated queues to consume, e.g. 'certbench.robustness' for a worker "
-            "that only runs the attacks; every queue needs some worker.",
+            "that only runs the attacks; every queue needs some worker. Default: the control "
+            "queue and every stage's queue.",
         ),
-    ] = ",".join(QUEUES),
+    ] = None,
 ) -> None:
     """Run a certification worker (validate, certify shards, aggregate) until stopped."""
+    from celery.utils.nodenames import host_format
+    from pydantic import ValidationError
+
+    from models.queue import celery_config as broker_config
+    from models.queue import ensure_embedded_queue
+    from models.settings import get_settings
+    from workers.config import check_timing
+    from workers.names import QUEUES
+
+    if queues is None:
+        queues = ",".join(QUEUES)
     if device is not None:
         os.environ["CERTBENCH_WORKER_DEVICE"] = device
         get_settings.cache_clear()
@@ -111,6 +121,8 @@ def worker(
 
 def _queues(option: str) -> list[str]:
     """The queues named in ``--queues``; unknown names are refused (a typo would idle)."""
+    from workers.names import queues as known_queues
+
     names = [name.strip() for name in option.split(",") if name.strip()]
     known = known_queues()
     unknown = sorted(set(names) - set(known))

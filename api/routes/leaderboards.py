@@ -16,8 +16,15 @@ from models.leaderboard import SORT_COLUMNS, LeaderboardQuery
 
 router = APIRouter(prefix="/leaderboards", tags=["leaderboards"], responses=ERROR_RESPONSES)
 
-SortKey = Literal[tuple(SORT_COLUMNS)]  # type: ignore[valid-type]
 MAX_COMPARED = 10
+SORT_HELP = (
+    "the figure to rank by: a field of the rows' `metrics` (its key as written there, e.g. "
+    "`macr`, `cert_acc_050`, `band_low`, `pd_acc_8`) or `sigma`, `submitted`, `finished`, "
+    "`model_name`. The keys a benchmark has are listed as `sort_keys` by "
+    "`GET /api/v1/benchmarks/{name}` (the enum here is every key of any benchmark); a key the "
+    "benchmark lacks is a 422 `invalid_sort` naming its keys. Entries without the figure (e.g. "
+    "the base classifier's robustness before that stage ran) sort last in either order"
+)
 
 
 @router.get("/{benchmark}/facets", response_model=FacetsPublic)
@@ -77,13 +84,11 @@ def get_leaderboard(
     viewer: OptionalUser,
     benchmark: str,
     sort: Annotated[
-        SortKey,
+        str,
         Query(
-            description=(
-                "metric or column to sort by; base_accuracy, linf_acc_8, linf_acc_16, pd_acc_8 "
-                "and pd_acc_16 are the base classifier's robustness (seed 004, ε in 1/255), and "
-                "entries without it sort last in either order"
-            )
+            max_length=64,
+            description=SORT_HELP,
+            json_schema_extra={"enum": sorted(SORT_COLUMNS)},
         ),
     ] = "macr",
     order: Literal["asc", "desc"] = "desc",

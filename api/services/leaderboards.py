@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from api.data_sources import DataSourcePublic
 from api.progress_schemas import EstimatePublic
 from api.schemas import (
     HUB_URL,
@@ -27,6 +28,7 @@ from api.schemas import (
     RobustnessPublic,
     SeedPublic,
     StageResultPublic,
+    TestSetPublic,
     TestSetResultPublic,
     TiePublic,
 )
@@ -129,16 +131,19 @@ def benchmark(
 
 
 def datasets(session: Session) -> list[DatasetPublic]:
-    """Published dataset repos used by the benchmarks, with Hub links and configs."""
-    by_repo: dict[str, tuple[set[str], list[str]]] = {}
+    """Published dataset repos used by the benchmarks, with Hub links, configs and where this
+    server reads them from (a local folder or the Hub at a revision)."""
+    by_repo: dict[str, tuple[set[str], list[str], dict[str, DataSourcePublic]]] = {}
     for bench in list_benchmarks(session):
         for test_set in bench.test_sets:
-            names, configs = by_repo.setdefault(test_set.dataset_repo, (set(), []))
+            names, configs, sources = by_repo.setdefault(test_set.dataset_repo, (set(), [], {}))
             names.add(bench.name)
             if test_set.config and test_set.config not in configs:
                 configs.append(test_set.config)
+            source = TestSetPublic.of(test_set).source
+            sources.setdefault(source.label, source)
     out = []
-    for repo, (names, configs) in sorted(by_repo.items()):
+    for repo, (names, configs, sources) in sorted(by_repo.items()):
         example = configs[0] if configs else None
         call = (
             f'load_dataset("{repo}", "{example}", split="test")'
@@ -152,6 +157,7 @@ def datasets(session: Session) -> list[DatasetPublic]:
                 benchmarks=sorted(names),
                 configs=configs,
                 load_example=f"from datasets import load_dataset; ds = {call}",
+                sources=list(sources.values()),
             )
         )
     return out

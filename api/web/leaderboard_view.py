@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from urllib.parse import urlencode
 
 from api.schemas import BenchmarkPublic
-from models.leaderboard import HIGHER_IS_BETTER, SORT_COLUMNS, LeaderboardQuery
+from models.leaderboard import HIGHER_IS_BETTER, SUBMISSION_SORTS, LeaderboardQuery
 from models.stages import registry
 from models.stages.base import Stage
 
@@ -21,7 +21,8 @@ DEFAULT_PAGE_SIZE = 50
 
 @dataclass(frozen=True)
 class Column:
-    """A metric column: ``key`` is the sort key (a ``SORT_COLUMNS`` name), ``kind`` its format."""
+    """A metric column: ``key`` is the sort key and the REST field of the rows' ``metrics``,
+    ``header`` the label the page shows (and names in "sorted by ..."), ``kind`` its format."""
 
     key: str
     header: str
@@ -115,6 +116,20 @@ class Filters:
             order = "desc" if HIGHER_IS_BETTER.get(key, True) else "asc"
         return self.params(sort=key, order=order, page=1)
 
+    def order_note(self) -> str:
+        """How the rows run, in words: best/worst first for a figure, else by the column."""
+        descending = self.order == "desc"
+        if self.sort in SUBMISSION_SORTS:
+            words = {
+                "sigma": ("largest σ first", "smallest σ first"),
+                "submitted": ("newest first", "oldest first"),
+                "finished": ("newest first", "oldest first"),
+                "model_name": ("Z to A", "A to Z"),
+            }[self.sort]
+            return words[0] if descending else words[1]
+        best = descending == HIGHER_IS_BETTER.get(self.sort, True)
+        return "best first" if best else "worst first"
+
     def aria_sort(self, key: str) -> str:
         if key != self.sort:
             return "none"
@@ -126,10 +141,6 @@ class Filters:
             (self.search, self.sigma, self.architecture, self.extra_data, self.venue,
              self.baseline, self.flagged)
         )  # fmt: skip
-
-
-def valid_sort(key: str) -> bool:
-    return key in SORT_COLUMNS
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,6 @@ from api.web.leaderboard_view import (
     Pager,
     certified_columns,
     metric_columns,
-    valid_sort,
 )
 from certbench.architectures import available_architectures
 from certbench.errors import CertbenchError
@@ -192,12 +191,25 @@ def home(request: Request, session: SessionDep, viewer: WebViewer) -> HTMLRespon
         top = lb_service.leaderboard(
             session, bench.name, LeaderboardQuery(limit=HOME_TOP), viewer=viewer
         )
-        repos = sorted({(ts.dataset_repo, ts.hub_url) for ts in bench.test_sets})
-        cards.append({"benchmark": bench, "top": top.rows, "repos": repos})
+        cards.append({"benchmark": bench, "top": top.rows, "repos": _sources_by_repo(bench)})
     groups: dict[str, list[dict[str, Any]]] = {}
     for card in cards:
         groups.setdefault(card["benchmark"].base_dataset, []).append(card)
     return render(request, "home.html", {"viewer": viewer, "groups": groups})
+
+
+def _sources_by_repo(bench: BenchmarkPublic) -> dict[str, list[tuple[str, str | None]]]:
+    """Each dataset repo of a benchmark → where this server reads its test sets from: distinct
+    (``DataSourcePublic.where`` text, Hub link or None). A local folder is never shown as the
+    Hub."""
+    repos: dict[str, list[tuple[str, str | None]]] = {}
+    for test_set in sorted(bench.test_sets, key=lambda t: t.dataset_repo):
+        source = test_set.source
+        where = (source.where(), test_set.hub_url if source.kind == "hub" else None)
+        wheres = repos.setdefault(test_set.dataset_repo, [])
+        if where not in wheres:
+            wheres.append(where)
+    return repos
 
 
 # ---- leaderboard ------------------------------------------------------------------------------
@@ -237,9 +249,8 @@ def leaderboard_page(
     baseline: Annotated[str, Query(pattern="^(|only|exclude)$")] = "",
     flagged: Annotated[str, Query(pattern="^(|only|exclude)$")] = "",
 ) -> HTMLResponse:
-    """Ranked entries, sorted and filtered server-side; one page of rows per request."""
-    if not valid_sort(sort):
-        raise IntakeError(f"sort={sort!r} is not a leaderboard column", code="invalid_sort")
+    """Ranked entries, sorted and filtered server-side; one page of rows per request. A sort
+    key the benchmark lacks is the 422 error page naming its keys (as in REST)."""
     filters = Filters(
         sort=sort,
         order=order,
@@ -271,6 +282,8 @@ def leaderboard_page(
             "analysis_link": has_analysis(session, benchmark),
             "columns": metric_columns(bench),
             "filters": filters,
+            "sort_label": bench.sort_keys[filters.sort],
+            "repos": _sources_by_repo(bench),
             "pager": Pager.of(total=board.total, page=page, per_page=per_page),
             "page_sizes": PAGE_SIZES,
             "architectures": available_architectures(),

@@ -311,8 +311,10 @@ class Stage:
     def metric_specs(
         self, protocol: Mapping[str, Any] | None, *, test_sets: int, bands: Sequence[str]
     ) -> list[MetricSpec]:
-        """The leaderboard columns of one benchmark: ``protocol`` is the stage's stored block
-        (None for a stage without one), ``test_sets`` and ``bands`` the benchmark's."""
+        """Every figure the stage stores for one benchmark: its leaderboard columns and its
+        REST-only figures (``column=False``), each a ``metrics`` field and a sort key of that
+        benchmark. ``protocol`` is the stage's stored block (None for a stage without one),
+        ``test_sets`` and ``bands`` the benchmark's."""
         return self.all_metric_specs()
 
     def batch_size_variable(self) -> str:

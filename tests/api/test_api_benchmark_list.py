@@ -23,7 +23,7 @@ def test_the_list_is_slim_and_paged(client: TestClient, actors: Actors, session:
     by_name = {b["name"]: b for b in listing.json()}
     fourier = by_name["cifar10-f"]
     assert fourier["test_set_count"] == len(fourier["test_sets"]) == 192
-    assert set(fourier["test_sets"][0]) == {"name", "config", "band", "hub_url"}
+    assert set(fourier["test_sets"][0]) == {"name", "config", "band", "hub_url", "source"}
     detail = client.get("/api/v1/benchmarks/cifar10-f").json()
     assert [t["name"] for t in detail["test_sets"]] == [t["name"] for t in fourier["test_sets"]]
     assert detail["test_sets"][0]["num_images"] == 500

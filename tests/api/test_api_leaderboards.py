@@ -54,6 +54,16 @@ def test_benchmarks_and_datasets(client: TestClient, entries: dict[str, int]):
             "configs": ["set0", "set1"],
             "load_example": 'from datasets import load_dataset; ds = load_dataset("certbench/tiny",'
             ' "set0", split="test")',
+            "sources": [
+                {
+                    "kind": "hub",
+                    "repo": "certbench/tiny",
+                    "revision": None,
+                    "sha256": None,
+                    "pinned": False,
+                    "label": "certbench/tiny on the Hub (latest revision, not pinned)",
+                }
+            ],
         }
     ]
 
@@ -80,8 +90,9 @@ def test_leaderboard_sorting_filters_paging(
     assert client.get(url, params={"search": "weak"}).json()["total"] == 1
     owner = client.get(url, headers=actors.alice).json()
     assert "mine-only" in [r["model_name"] for r in owner["rows"]]
+    bogus = client.get(url, params={"sort": "bogus"})
+    assert bogus.status_code == 422 and bogus.json()["code"] == "invalid_sort"
     for params, code in (
-        ({"sort": "bogus"}, 422),
         ({"order": "sideways"}, 422),
         ({"limit": 0}, 422),
         ({"limit": 10_000}, 422),

@@ -162,7 +162,8 @@ def test_sorting_by_robustness_puts_unmeasured_entries_last(
     page = client.get(f"/api/v1/leaderboards/{NAME}", params={"sort": "pd_acc_8", "limit": 1})
     assert page.json()["rows"][0]["rank"] == 1 and page.json()["total"] == 4
     bad = client.get(f"/api/v1/leaderboards/{NAME}", params={"sort": "pd_acc_4"})
-    assert bad.status_code == 422 and bad.json()["code"] == "invalid_request"
+    assert bad.status_code == 422 and bad.json()["code"] == "invalid_sort"
+    assert "pd_acc_16" in bad.json()["message"]  # names the keys this benchmark has
 
 
 def test_results_carry_the_robustness_block_without_paths(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
@@ -27,7 +28,14 @@ from data_layouts import (
 )
 from PIL import Image as PILImage
 
-from certbench.data import HUB_ALIASES, ImageSet, Subset, list_configs, load_images
+from certbench.data import (
+    HUB_ALIASES,
+    ImageSet,
+    Subset,
+    list_configs,
+    load_images,
+    source_kind,
+)
 from certbench.errors import CertbenchError, DataSourceError
 
 N = 40
@@ -610,6 +618,42 @@ def test_missing_path(tmp_path: Path) -> None:
         load_images(tmp_path / "nowhere")
     with pytest.raises(DataSourceError, match=r"does not exist"):
         load_images("./relative/nowhere")
+
+
+@pytest.mark.parametrize(
+    ("name", "suggestion"),
+    [("cifr10", "cifar10"), ("cifar-10", "cifar10"), ("CIFAR100", "cifar100")],
+)
+def test_misspelt_name_suggests_an_alias_without_the_hub(
+    name: str, suggestion: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bare name that is no alias is refused before any Hub call (which would retry for ~30 s
+    offline): the Hub client is made to fail loudly if it is reached at all."""
+
+    def no_hub(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the Hub was queried for a bare, unknown name")
+
+    monkeypatch.setattr(datasets, "load_dataset", no_hub)
+    monkeypatch.setattr(datasets, "get_dataset_config_names", no_hub)
+    message = f"unknown dataset {name!r}; did you mean {suggestion}?"
+    with pytest.raises(DataSourceError, match=re.escape(message)):
+        load_images(name)
+    with pytest.raises(DataSourceError, match=re.escape(message)):
+        list_configs(name)
+
+
+def test_unknown_name_without_a_close_alias_lists_the_names() -> None:
+    with pytest.raises(DataSourceError) as caught:
+        load_images("imagenette")
+    assert "did you mean" not in str(caught.value)
+    assert "cifar10, cifar100" in str(caught.value) and "org/name" in str(caught.value)
+
+
+def test_org_name_is_a_hub_id_and_local_names_win(cifar_root: Path) -> None:
+    """``org/name`` still means the Hub; an existing folder named like an alias is local."""
+    assert source_kind("some-org/cifr10") == ("hub", "some-org/cifr10")
+    assert source_kind("cifar10") == ("hub", HUB_ALIASES["cifar10"])
+    assert source_kind(cifar_root)[0] == "torchvision"
 
 
 def test_file_instead_of_folder(tmp_path: Path) -> None:

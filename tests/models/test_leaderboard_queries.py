@@ -7,7 +7,7 @@ from service_factories import finished_submission, load_tiny, make_user
 from sqlalchemy.orm import Session
 
 from models.entities import Role
-from models.errors import NotFoundError
+from models.errors import IntakeError
 from models.leaderboard import LeaderboardQuery, leaderboard, results_of
 from models.settings import Settings
 from models.submissions import set_moderation
@@ -103,7 +103,7 @@ def test_private_and_hidden_entries(session: Session, board: dict, settings: Set
 
 
 def test_unknown_sort_and_results(session: Session, board: dict):
-    with pytest.raises(NotFoundError, match="not a leaderboard column"):
+    with pytest.raises(IntakeError, match=r"not a sort key of benchmark .*valid keys: macr, "):
         leaderboard(session, board["benchmark"], LeaderboardQuery(sort="nope"), viewer=None)
     page = leaderboard(session, board["benchmark"], LeaderboardQuery(limit=1), viewer=None)
     results = results_of(session, page.rows[0].submission)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 from conftest import Site, screenshot
 from sqlalchemy import select
@@ -155,9 +156,8 @@ def test_leaderboard_sorts_by_robustness_columns(page: Any, site: Site) -> None:
 def test_model_page_with_robustness_draws_its_chart(page: Any, site: Site) -> None:
     page.goto(f"/models/{site.seeded.entries['webclean']['Bravo']}")
     section = page.locator("#robustness")
-    assert (
-        section.locator("h2").inner_text()
-        == "Robustness of the base classifier (Projected Displacement, Muthukumar et al.)"
+    assert section.locator("h2").inner_text() == (
+        "Robustness of the base classifier (Projected Displacement, Muthukumar et al.)"
     )
     assert page.locator("#robustness-table tbody tr").count() == 2  # ε = 8/255 and 16/255
     chart = page.locator("#robustness-bars")
@@ -291,3 +291,61 @@ def test_print_layout_keeps_charts_and_drops_navigation(page: Any, site: Site) -
     assert page.locator("header.site").is_hidden()
     assert page.locator("#cert-acc").is_visible() and page.locator("#pa-ecdf").is_visible()
     screenshot(page, "model-print")
+
+
+def _offline(page: Any, server: str) -> list[str]:
+    """Abort every request that does not go to the served app; returns the list of those
+    attempted (a page that works offline attempts none)."""
+    attempted: list[str] = []
+
+    def route(request_route: Any) -> None:
+        url = request_route.request.url
+        if url.startswith(f"{server}/") or url.startswith("data:"):
+            request_route.continue_()
+        else:
+            attempted.append(url)
+            request_route.abort()
+
+    page.route("**/*", route)
+    return attempted
+
+
+def _operations(server: str) -> int:
+    spec = httpx.get(f"{server}/openapi.json", timeout=30).json()
+    return sum(
+        1
+        for path in spec["paths"].values()
+        for method in path
+        if method in ("get", "post", "put", "patch", "delete")
+    )
+
+
+def test_api_docs_render_offline(page: Any, server: str) -> None:
+    """Swagger UI at /docs renders every operation with only this app reachable."""
+    attempted = _offline(page, server)
+    page.goto("/docs")
+    page.wait_for_selector(".opblock", timeout=60_000)
+    assert page.locator(".opblock").count() == _operations(server)
+    paths = page.locator(".opblock-summary-path").all_inner_texts()
+    assert "/api/v1/leaderboards/{benchmark}" in [p.replace("\u200b", "") for p in paths]
+    assert "certbench" in page.locator(".info .title").inner_text()
+    screenshot(page, "api-docs")
+    assert attempted == []
+
+
+def test_api_redoc_renders_offline(page: Any, server: str, console: list[str]) -> None:
+    """ReDoc at /redoc renders every operation with only this app reachable; the Redocly logo
+    it always requests from cdn.redoc.ly is refused by the page's policy, not fetched."""
+    attempted = _offline(page, server)
+    page.goto("/redoc")
+    operations = page.locator("div[id^='tag/'][id*='/operation/']")
+    operations.first.wait_for(timeout=60_000)
+    assert operations.count() == _operations(server)
+    assert "certbench" in page.locator("h1").first.inner_text()
+    screenshot(page, "api-redoc")
+    assert attempted == []
+    assert all(
+        "image 'https://cdn.redoc.ly/" in message and "Content Security Policy" in message
+        for message in console
+    ), console
+    console.clear()

@@ -1,0 +1,48 @@
+"""Forward passes whose per-row results do not depend on how many rows share the batch.
+
+CPU kernels (oneDNN convolutions, MKL GEMMs) take other code paths for batches of one or two
+rows than for larger ones, and the last float bits of a row's output change with them. Attacks
+amplify that: a sign step (APGD, the weather search) or a ReLU near zero (a Jacobian) turns a
+round-off difference into a different trajectory, so a shard holding one image disagreed with an
+unsharded run (seen for the PD attack's ``linf_pd_threat``, 5e-7 relative, the lens Jacobian,
+0.1 %, and the weather search). Zero-padding every batch to at least ``MIN_ROWS`` rows keeps each
+row on the same kernels whatever the sharding; checked bitwise for ResNet-20 and the tests' CNN
+(``tests/certbench/test_batch_invariance.py``). The padded rows cost nothing once a batch holds
+``MIN_ROWS`` images, which every full-size batch does.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["MIN_ROWS", "PaddedForward", "pad_rows", "padded_forward"]
+
+MIN_ROWS = 8
+"""Every padded batch has at least this many rows."""
+
+
+def pad_rows(inputs: torch.Tensor, rows: int = MIN_ROWS) -> torch.Tensor:
+    """``inputs`` with zero rows appended up to ``rows`` (unchanged when it has enough)."""
+    missing = rows - inputs.shape[0]
+    if missing <= 0:
+        return inputs
+    return torch.cat([inputs, inputs.new_zeros((missing, *inputs.shape[1:]))])
+
+
+def padded_forward(model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+    """``model(inputs)`` computed on a batch padded to ``MIN_ROWS``; padded rows are dropped, so
+    gradients flow to the real rows only."""
+    return model(pad_rows(inputs))[: inputs.shape[0]]
+
+
+class PaddedForward(nn.Module):
+    """A model whose every forward is :func:`padded_forward` (for code that calls ``model(x)``
+    many times, such as an attack loop)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return padded_forward(self.model, inputs)
