@@ -95,6 +95,10 @@ async def _service_error(_request: Request, err: Exception) -> JSONResponse:
         submission_id = getattr(err, "submission_id", None)
         if submission_id is not None:
             details = [{"submission_id": submission_id}]
+    if isinstance(err, QuotaExceededError):
+        details = err.details
+        if err.retry_after is not None:
+            headers = {"Retry-After": str(err.retry_after)}
     return JSONResponse(error_body(code, str(err), details), status_code=status, headers=headers)
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.data_sources import DataSourcePublic
+from api.progress_schemas import EstimatePublic, ThroughputPublic
 from models.entities import (
     Benchmark,
     LeaderboardEntry,
@@ -20,6 +21,7 @@ from models.entities import (
     User,
 )
 from models.leaderboard import HIGHER_IS_BETTER, LeaderboardPage, benchmark_sort_keys
+from models.progress import ProgressReport
 from models.run_seeds import SeedView
 
 if TYPE_CHECKING:
@@ -91,6 +93,15 @@ class QuotaPublic(BaseModel):
     unsuccessful_per_day: int
     active: int
     concurrent: int
+    forward_passes_today: int = Field(
+        description="estimated forward passes charged to your submissions of the last 24 hours "
+        "(cancelled or failed runs: the part they computed; rejected uploads and duplicates: "
+        "nothing)"
+    )
+    forward_passes_per_day: int = Field(
+        description="the daily compute quota (CERTBENCH_QUOTA_FORWARD_PASSES_PER_DAY); admins "
+        "are exempt"
+    )
 
 
 class MePublic(UserPublic):
@@ -257,6 +268,13 @@ class BenchmarkPublic(BaseModel):
         ),
         examples=[{"macr": "mACR", "cert_acc_050": "r = 0.5", "sigma": "σ"}],
     )
+    estimate: EstimatePublic | None = Field(
+        default=None,
+        description="the work of one submission, the same at every σ (no stage's cost depends "
+        "on σ), estimated before an entry's preprocessing is known (a Fourier-lens pixel path "
+        "counts 1 image here: see the stage's note); seconds at this fleet's measured "
+        "throughput. Only in ``GET /benchmarks/{name}``",
+    )
 
     @classmethod
     def of(cls, benchmark: Benchmark, *, entries: int) -> BenchmarkPublic:
@@ -366,14 +384,6 @@ class FacetsPublic(BaseModel):
     sigmas: list[float]
 
 
-class TestSetProgress(BaseModel):
-    __test__ = False
-
-    test_set: str
-    images_done: int
-    images_total: int
-
-
 class DatasetPublic(BaseModel):
     """A published dataset repo, the configs the benchmarks use from it, and where this server
     reads them from."""
@@ -456,7 +466,32 @@ class SubmissionPublic(BaseModel):
         "another user's private or hidden entry"
     )
     attempt: int
-    progress: float
+    progress: float = Field(
+        description="fraction of the estimated forward passes done, every stage weighted by its "
+        "work: recorded shards plus the running shards' partial counts (1 once finished); the "
+        "same figure as ``/progress``"
+    )
+    samples_done: int = Field(
+        default=0, description="forward passes done (recorded + running shards), as progress"
+    )
+    samples_total: int = Field(default=0, description="estimated forward passes in all")
+    throughput: ThroughputPublic | None = Field(
+        default=None,
+        description="measured samples/s and images/s: the running shards now, else the average "
+        "of the recorded ones; null before any shard reported",
+    )
+    eta_seconds: float | None = Field(
+        default=None,
+        description="remaining estimated forward passes over the measured rate of each stage "
+        "(this submission's, else this fleet's recent shards); null while a stage with work "
+        "left was never measured, or once the run ended (``eta_basis`` says why)",
+    )
+    eta_basis: str = Field(default="", description="how eta_seconds was computed, or why null")
+    estimate: EstimatePublic | None = Field(
+        default=None,
+        description="the work estimated from the protocol (forward passes, seconds at this "
+        "fleet's throughput or null, basis); also in the 202 response",
+    )
     shards_done: int
     shards_total: int
     queue_position: int | None
@@ -494,10 +529,23 @@ class SubmissionPublic(BaseModel):
         show_duplicate_of: bool,
         with_events: bool = False,
         seed: SeedView | None = None,
+        report: ProgressReport | None = None,
     ) -> SubmissionPublic:
         """``show_duplicate_of``: whether the viewer may see the original's id (not when it is
-        another user's private or hidden entry)."""
+        another user's private or hidden entry); ``report``: its progress (``models.progress``),
+        whose fraction replaces the stored one."""
         artifact = submission.artifact
+        progress: dict[str, Any] = {"progress": submission.progress}
+        if report is not None:
+            progress = {
+                "progress": report.fraction,
+                "samples_done": report.samples_done,
+                "samples_total": report.samples_total,
+                "throughput": ThroughputPublic.of(report.throughput),
+                "eta_seconds": report.eta_seconds,
+                "eta_basis": report.eta_basis,
+                "estimate": EstimatePublic.of(report.estimate),
+            }
         return cls(
             id=submission.id,
             state=submission.state,
@@ -517,7 +565,7 @@ class SubmissionPublic(BaseModel):
             protocol_version=submission.protocol_version,
             duplicate_of=submission.duplicate_of_id if show_duplicate_of else None,
             attempt=submission.attempt,
-            progress=submission.progress,
+            **progress,
             shards_done=submission.shards_done,
             shards_total=submission.shards_total,
             queue_position=queue_position,

@@ -247,7 +247,12 @@ class Submission(Base):
     recoveries: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     shards_total: Mapped[int] = mapped_column(Integer, default=0)
     shards_done: Mapped[int] = mapped_column(Integer, default=0)
+    # Fraction of the estimated forward passes done (recorded shards + running ones' partial
+    # counts), written by ``models.progress.refresh``; the API recomputes it live.
     progress: Mapped[float] = mapped_column(Float, default=0.0)
+    # The work the submission was estimated at when it was made (``models.estimates``): what
+    # the daily compute quota counts. None for submissions from before the estimate existed.
+    estimated_forward_passes: Mapped[int | None] = mapped_column(BigInteger)
     worker: Mapped[str | None] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
@@ -315,7 +320,13 @@ class ShardDispatch(Base):
     One row per planned shard once it was first sent: ``dispatched_at`` (last time a message was
     sent) and ``dispatches`` (how many were sent); ``claimed_by``/``claimed_until`` the worker
     computing it and its lease (renewed by heartbeats); ``expired_claims`` how many workers died
-    on it, with their ``history``. A recorded shard's row is kept for its history.
+    on it, with their ``history`` (and how earlier attempts stopped: cancelled, ...). A recorded
+    shard's row is kept for its history.
+
+    Progress of the current attempt (``models.progress``): ``images_done`` and ``samples_done``
+    (forward passes, under the stage's estimate) since ``started_at`` (when it was claimed),
+    written by the worker's lease at most every few seconds (``updated_at``) and, when the shard
+    is recorded, set to its final counts: the measured samples/s of this fleet.
     """
 
     __tablename__ = "shard_dispatches"
@@ -332,6 +343,10 @@ class ShardDispatch(Base):
     claimed_until: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
     expired_claims: Mapped[int] = mapped_column(Integer, default=0)
     history: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    images_done: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    samples_done: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class StageResult(Base):

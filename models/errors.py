@@ -55,9 +55,25 @@ class ConflictError(ServiceError):
 
 
 class QuotaExceededError(ServiceError):
-    """The user has used up a daily or concurrency quota."""
+    """The user has used up a daily or concurrency quota.
+
+    ``retry_after``: seconds until the request would fit (the API's ``Retry-After`` header),
+    when that is known; ``details``: the numbers behind the refusal (usage, limit, request).
+    """
 
     code = "quota_exceeded"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        retry_after: int | None = None,
+        details: list[dict[str, object]] | None = None,
+    ) -> None:
+        super().__init__(message, code=code)
+        self.retry_after = retry_after
+        self.details = details
 
 
 class IntakeError(ServiceError):
@@ -97,6 +113,7 @@ class ServiceUnavailableError(ServiceError):
     ) -> None:
         super().__init__(message, code=code)
         self.submission_id = submission_id
+
 
 class DatasetMismatchError(ServiceError):
     """The data a worker loaded is not the data the benchmark definition pins (its content hash

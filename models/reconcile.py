@@ -118,6 +118,7 @@ def _give_up(session: Session, row: ShardDispatch, *, settings: Settings) -> Non
     attempts = "; ".join(
         f"{h['worker'] or 'unknown worker'} (lease expired {h['lease_expired_at']})"
         for h in row.history
+        if "lease_expired_at" in h  # not the attempts that stopped on purpose (cancelled, ...)
     )
     label = f"{row.stage} shard {row.shard_index}" + (f" of {row.unit!r}" if row.unit else "")
     pipeline.fail(

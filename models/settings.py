@@ -49,6 +49,11 @@ class Settings(BaseSettings):
     quota_submissions_per_day: int = Field(default=20, ge=0)
     quota_failed_per_day: int = Field(default=20, ge=0)
     quota_concurrent: int = Field(default=2, ge=0)
+    # Daily compute quota per user: estimated forward passes of the submissions made in the last
+    # 24 hours (``models.compute_quota``; admins are exempt). The default, 5e10, is generous but
+    # finite: five runs of the largest packaged benchmark (CIFAR-10-F, 9.6e9 at n = 100,000) or
+    # about 250 of packaged CIFAR-10 (1.9e8), more than one GPU computes in a day.
+    quota_forward_passes_per_day: int = Field(default=50_000_000_000, ge=0)
 
     # Worker leases: a shard (or a validation) whose heartbeat is older than lease_seconds is
     # taken as lost with its worker; the watchdog's reconciler sends it again (at most

@@ -3,20 +3,21 @@
 The plan is deterministic (every worker computes the same one from the database and the shard
 sizes), so a shard is named by (stage, unit, shard index) alone. Recording is exactly-once: the
 unique key on ``stage_shards`` decides, so redelivered tasks and resumed submissions neither
-duplicate nor lose work. Progress (per stage and per unit) is computed from the same rows.
+duplicate nor lose work. Progress (per stage and per unit, ``models.progress``) is computed from
+the same rows and from the running shards' counts on their dispatch rows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from models import pipeline, storage
+from models import pipeline, progress, storage
 from models.base import utcnow
 from models.entities import ShardDispatch, StageShard
 from models.errors import StorageError
@@ -28,7 +29,7 @@ from models.work import WorkItem, get_submission, get_work_item
 
 def stages_of(item: WorkItem) -> list[Stage]:
     """The registered stages this submission's benchmark runs, in registry order."""
-    return [stage for stage in registry.all_stages() if stage.enabled(item)]
+    return registry.enabled_stages(item)
 
 
 def plan_item(item: WorkItem, settings: Settings, *, stage: str | None = None) -> list[ShardSpec]:
@@ -107,8 +108,10 @@ def record(
     """Record a finished shard whose records file is already written (atomically).
 
     Returns True when newly recorded, False when it was recorded already (redelivery); the unique
-    constraint decides, so concurrent duplicates are safe. Updates the submission's progress and
-    renews its lease. Raises StorageError if the records file is missing.
+    constraint decides, so concurrent duplicates are safe. Sets its dispatch row's counts to the
+    shard's images and forward passes (what this fleet's throughput is measured on), updates the
+    submission's progress and renews its lease. Raises StorageError if the records file is
+    missing.
     """
     if not storage.resolve(settings.artifacts_dir, records_path).is_file():
         raise StorageError(
@@ -133,7 +136,11 @@ def record(
     except IntegrityError:
         session.rollback()
         return False
-    refresh_progress(session, submission_id)
+    cost = progress.unit_cost(session, submission_id, spec.stage, spec.unit, settings=settings)
+    final = {"images_done": spec.size, "samples_done": cost.passes(spec.start, spec.stop)}
+    session.execute(_dispatch_update(submission_id, spec.key).values(**final, updated_at=utcnow()))
+    session.commit()
+    refresh_progress(session, submission_id, settings=settings)
     pipeline.heartbeat(session, submission_id, settings=settings, worker=worker)
     return True
 
@@ -150,13 +157,12 @@ def done_count(session: Session, submission_id: int) -> int:
     )
 
 
-def refresh_progress(session: Session, submission_id: int) -> None:
-    """Write ``shards_done`` and the fraction done from the recorded rows (the one source)."""
+def refresh_progress(session: Session, submission_id: int, *, settings: Settings) -> None:
+    """Write ``shards_done`` and the fraction of the work done (``models.progress``)."""
     submission = get_submission(session, submission_id)
     submission.shards_done = done_count(session, submission_id)
-    total = submission.shards_total
-    submission.progress = min(1.0, submission.shards_done / total) if total else 0.0
     session.commit()
+    progress.refresh(session, submission_id, settings=settings)
 
 
 def all_recorded(session: Session, submission_id: int) -> bool:
@@ -165,39 +171,6 @@ def all_recorded(session: Session, submission_id: int) -> bool:
     return bool(submission.shards_total) and done_count(session, submission_id) >= (
         submission.shards_total
     )
-
-
-@dataclass(frozen=True)
-class UnitProgress:
-    """Shards and images recorded for one unit of one stage."""
-
-    stage: str
-    unit: str
-    shards_done: int
-    shards_total: int
-    images_done: int
-    images_total: int
-
-
-def progress(session: Session, submission_id: int, *, settings: Settings) -> list[UnitProgress]:
-    """Progress per stage and unit, from the plan and the recorded rows."""
-    done: dict[tuple[str, str], list[StageShard]] = {}
-    for row in recorded(session, submission_id):
-        done.setdefault((row.stage, row.unit), []).append(row)
-    totals: dict[tuple[str, str], list[ShardSpec]] = {}
-    for spec in plan(session, submission_id, settings=settings):
-        totals.setdefault((spec.stage, spec.unit), []).append(spec)
-    return [
-        UnitProgress(
-            stage=stage,
-            unit=unit,
-            shards_done=len(done.get((stage, unit), [])),
-            shards_total=len(specs),
-            images_done=sum(r.stop - r.start for r in done.get((stage, unit), [])),
-            images_total=sum(s.size for s in specs),
-        )
-        for (stage, unit), specs in totals.items()
-    ]
 
 
 def check_complete(
@@ -230,6 +203,21 @@ def _dispatch_row(
 ) -> ShardDispatch | None:
     stage, unit, index = key
     return session.get(ShardDispatch, (submission_id, stage, unit, index), populate_existing=True)
+
+
+def _dispatch_update(submission_id: int, key: tuple[str, str, int]) -> Any:
+    """An UPDATE of one dispatch row (add ``.where`` and ``.values``)."""
+    stage, unit, index = key
+    return (
+        update(ShardDispatch)
+        .where(
+            ShardDispatch.submission_id == submission_id,
+            ShardDispatch.stage == stage,
+            ShardDispatch.unit == unit,
+            ShardDispatch.shard_index == index,
+        )
+        .execution_options(synchronize_session=False)
+    )
 
 
 def mark_dispatched(
@@ -291,7 +279,14 @@ def claim(
             | (ShardDispatch.claimed_until < now)
             | (ShardDispatch.claimed_by == worker),
         )
-        .values(claimed_by=worker, claimed_until=now + timedelta(seconds=settings.lease_seconds))
+        .values(
+            claimed_by=worker,
+            claimed_until=now + timedelta(seconds=settings.lease_seconds),
+            images_done=0,
+            samples_done=0,
+            started_at=now,
+            updated_at=now,
+        )
         .execution_options(synchronize_session=False)
     )
     session.commit()
@@ -341,6 +336,17 @@ def release_claim(
         .execution_options(synchronize_session=False)
     )
     session.commit()
+
+
+def note_attempt(
+    session: Session, submission_id: int, key: tuple[str, str, int], entry: dict[str, Any]
+) -> None:
+    """Append how an attempt on the shard ended (``outcome``: cancelled, failed, ...) to its
+    dispatch row's history, next to the lost workers the reconciler notes there."""
+    row = _dispatch_row(session, submission_id, key)
+    if row is not None:
+        row.history = [*row.history, entry]
+        session.commit()
 
 
 def dispatches(session: Session, submission_id: int) -> dict[tuple[str, str, int], ShardDispatch]:

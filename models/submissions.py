@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from models import artifacts, run_seeds
+from models import artifacts, compute_quota, run_seeds
 from models.base import utcnow
 from models.entities import Artifact, Benchmark, Role, Submission, SubmissionEvent, User
 from models.errors import (
@@ -46,7 +46,7 @@ from models.states import (
 )
 
 S = SubmissionState
-QUOTA_WINDOW = timedelta(days=1)
+QUOTA_WINDOW = compute_quota.QUOTA_WINDOW
 
 
 #: Attempts of an intake that lost a dedup race to a concurrent identical one (the next attempt
@@ -188,20 +188,27 @@ def find_original(session: Session, key: str) -> Submission | None:
 
 
 def create_submission(
-    session: Session, *, user: User, benchmark: Benchmark, upload: Upload, settings: Settings
+    session: Session,
+    *,
+    user: User,
+    benchmark: Benchmark,
+    upload: Upload,
+    settings: Settings,
+    forward_passes: int | None = None,
 ) -> Submission:
     """Store an upload and create its submission (state ``submitted``), or a ``duplicate`` row
     pointing at the existing identical submission (no file written, no quota used).
 
-    Safe under concurrency (see the module docstring). Raises QuotaExceededError before anything
-    is stored.
+    ``forward_passes``: its estimated work (``models.estimates``), checked against the daily
+    compute quota and stored; None skips that quota (tests that do not estimate).
+    Safe under concurrency (see the module docstring). Raises QuotaExceededError (or
+    IntakeError for an estimate beyond the compute quota) before anything is stored.
     """
     key = dedup_key(upload.weights_sha256, upload.manifest_sha256, benchmark.protocol_version)
     for attempt in range(INTAKE_ATTEMPTS):
         try:
-            return _create_once(
-                session, user=user, benchmark=benchmark, upload=upload, key=key, settings=settings
-            )
+            return _create_once(session, user=user, benchmark=benchmark, upload=upload, key=key,
+                                settings=settings, forward_passes=forward_passes)  # fmt: skip
         except IntegrityError:
             # A concurrent identical original committed between our lookup and our insert; the
             # next attempt finds it. (``_create_once`` already rolled back and cleaned up.)
@@ -218,6 +225,7 @@ def _create_once(
     upload: Upload,
     key: str,
     settings: Settings,
+    forward_passes: int | None,
 ) -> Submission:
     written: Path | None = None
     try:
@@ -227,6 +235,8 @@ def _create_once(
         if original is not None:
             return _create_duplicate(session, user=user, original=original, upload=upload, key=key)
         check_quotas(session, user, settings=settings)
+        if forward_passes is not None:
+            compute_quota.check(session, user, forward_passes, settings=settings)
         artifact, written = _store_artifact(session, upload, settings=settings)
         submission = Submission(
             user_id=user.id,
@@ -245,6 +255,7 @@ def _create_once(
             protocol_version=benchmark.protocol_version,
             dedup_key=key,
             is_baseline=upload.is_baseline,
+            estimated_forward_passes=forward_passes,
         )
         session.add(submission)
         session.flush()

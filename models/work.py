@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from models import storage
 from models.data_pins import pinned_revision
-from models.entities import Submission, TestSet
+from models.entities import Benchmark, Submission, TestSet
 from models.errors import NotFoundError
 from models.run_seeds import run_seed, seed_text
 from models.settings import Settings
@@ -199,4 +199,45 @@ def get_work_item(session: Session, submission_id: int, *, settings: Settings) -
         stages={name: dict(row) for name, row in (benchmark.stages or {}).items()},
         seed_commitment=seed_row.commitment if seed_row is not None else "",
         seed_kind=seed_row.kind if seed_row is not None else "public",
+    )
+
+
+def planning_item(
+    benchmark: Benchmark, *, sigma: float, manifest: dict[str, Any], settings: Settings
+) -> WorkItem:
+    """A work item for planning only: what a submission of this manifest to ``benchmark`` would
+    run, before (or without) a submission row: the estimate at intake, a benchmark page, the
+    progress of many submissions at once. It has no submission id, weights or seed (the secret
+    seed is never read for planning); stages' ``units`` and ``estimate`` need none of them."""
+    specs = tuple(
+        TestSetSpec(
+            id=ts.id,
+            name=ts.name,
+            source=dataset_source(ts, settings),
+            config=ts.config,
+            revision=ts.revision,
+            split=ts.split,
+            subset_skip=ts.subset_skip,
+            subset_limit=ts.subset_limit,
+            num_images=ts.num_images,
+            band=ts.band,
+        )
+        for ts in benchmark.test_sets
+    )
+    return WorkItem(
+        submission_id=0,
+        state=SubmissionState.SUBMITTED,
+        attempt=0,
+        benchmark=benchmark.name,
+        num_classes=benchmark.num_classes,
+        sigma=sigma,
+        n0=benchmark.n0,
+        n=benchmark.n,
+        alpha=benchmark.alpha,
+        seed=0,
+        protocol_version=benchmark.protocol_version,
+        manifest=dict(manifest),
+        weights_path=None,
+        test_sets=specs,
+        stages={name: dict(row) for name, row in (benchmark.stages or {}).items()},
     )

@@ -1,10 +1,14 @@
-"""Keeping a submission's lease alive while a long shard runs, and noticing cancellation.
+"""Keeping a submission's lease alive while a long shard runs, reporting its progress, and
+noticing when it must stop, and why.
 
 A shard can run for minutes inside one ``certify`` or ``robust_accuracy`` call, so the lease is
-renewed by a background thread every ``heartbeat_seconds`` rather than by that loop. Cancellation
-is checked from its progress callback (per record, per attacked batch; at most every
-``cancel_check_seconds``), which also writes the submission's fractional progress; the callback
-raises ``ShardCancelled`` to stop the shard.
+renewed by a background thread every ``heartbeat_seconds`` rather than by that loop. The stage's
+progress callback (per record, per attacked batch) lands in ``on_progress``: at most every
+``cancel_check_seconds`` it checks the submission's state and writes the shard's images and
+forward passes so far to its dispatch row (``models.progress.record_partial``: what the
+progress, throughput and ETA views read). Once the submission stopped wanting the shard it raises
+``ShardCancelled`` naming why: cancelled, failed (the watchdog gave up on it, or another shard
+failed it), finished elsewhere, or taken over by another worker after this one's claim lapsed.
 """
 
 from __future__ import annotations
@@ -12,26 +16,32 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 
-from sqlalchemy import update
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
-from models import pipeline, shards
+from models import pipeline, progress, shards
 from models.db import session_scope
-from models.entities import Submission
+from models.entities import ShardDispatch, StageShard, Submission
 from models.settings import Settings
-from models.states import SubmissionState
+from models.states import Reason, SubmissionState
 from workers.errors import ShardCancelled
 
 log = logging.getLogger(__name__)
+S = SubmissionState
+Key = tuple[str, str, int]
 
 
 class ShardLease:
-    """Context manager: heartbeat thread + cancel/progress callback for one running shard.
+    """Context manager: heartbeat thread + progress/cancel callback for one running shard.
 
-    ``lost`` is set once the submission no longer holds a lease (cancelled, failed by the
-    watchdog, finished elsewhere); ``on_progress`` then raises ``ShardCancelled``.
+    ``lost`` is set once the submission no longer holds a lease (or this worker no longer holds
+    the shard's claim); ``on_progress`` then raises ``ShardCancelled`` with the reason.
+    ``samples(done)`` gives the forward passes of the shard's first ``done`` images (the stage's
+    estimate); ``done`` is the images finished so far.
     """
 
     def __init__(
@@ -42,7 +52,8 @@ class ShardLease:
         worker: str,
         shard_images: int,
         cancel_check_seconds: float,
-        shard_key: tuple[str, str, int] | None = None,
+        shard_key: Key | None = None,
+        samples: Callable[[int], int] | None = None,
     ) -> None:
         self.settings = settings
         self.submission_id = submission_id
@@ -50,13 +61,14 @@ class ShardLease:
         self.shard_images = max(1, shard_images)
         self.cancel_check_seconds = cancel_check_seconds
         self.shard_key = shard_key
+        self.samples = samples or (lambda done: 0)
         self.lost = threading.Event()
         self.beats = 0
+        self.done = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._beat, name=f"lease-{submission_id}", daemon=True
         )
-        self._done = 0
         self._last_check = time.monotonic()
 
     def __enter__(self) -> ShardLease:
@@ -100,39 +112,87 @@ class ShardLease:
 
     def on_record(self, _record: object) -> None:
         """A per-record callback: one more image done."""
-        self.on_progress(self._done + 1)
+        self.on_progress(self.done + 1)
 
     def on_progress(self, done: int) -> None:
         """``done`` images of the shard finished: every few seconds check the state and write
-        progress; raises ShardCancelled once the submission stopped running."""
-        self._done = done
+        the shard's progress; raises ShardCancelled once the shard is no longer wanted."""
+        self.done = done
         if self.lost.is_set():
-            raise ShardCancelled(f"submission {self.submission_id} lost its lease")
+            raise self.stopped()
         now = time.monotonic()
         if now - self._last_check < self.cancel_check_seconds:
             return
         self._last_check = now
         if not self._still_running():
             self.lost.set()
-            raise ShardCancelled(f"submission {self.submission_id} is no longer running")
+            raise self.stopped()
 
     def _still_running(self) -> bool:
-        """One round trip: bump progress iff still running; False means stop."""
+        """One round trip: write the shard's counts iff the submission still runs."""
         with session_scope(self.settings) as session:
-            submission = session.get(Submission, self.submission_id)
-            if submission is None or submission.state != SubmissionState.RUNNING:
-                return False
-            total = max(1, submission.shards_total)
-            fraction = (submission.shards_done + self._done / self.shard_images) / total
-            session.execute(
-                update(Submission)
-                .where(
-                    Submission.id == self.submission_id,
-                    Submission.state == SubmissionState.RUNNING,
-                    Submission.progress < fraction,
-                )
-                .values(progress=min(fraction, 1.0))
-                .execution_options(synchronize_session=False)
+            state = session.scalar(
+                select(Submission.state).where(Submission.id == self.submission_id)
             )
-            session.commit()
+            if state != S.RUNNING:
+                return False
+            if self.shard_key is not None:
+                progress.record_partial(
+                    session,
+                    self.submission_id,
+                    self.shard_key,
+                    worker=self.worker,
+                    images=self.done,
+                    samples=self.samples(self.done),
+                    settings=self.settings,
+                )
             return True
+
+    def stopped(self) -> ShardCancelled:
+        """The error to stop with, saying why (read from the database)."""
+        try:
+            with session_scope(self.settings) as session:
+                outcome, why = stop_reason(session, self.submission_id, self.shard_key)
+        except SQLAlchemyError as err:
+            outcome = "stopped"
+            why = f"submission {self.submission_id} no longer holds a lease ({err})"
+        return ShardCancelled(why, outcome=outcome)
+
+
+def stop_reason(session: Session, submission_id: int, key: Key | None) -> tuple[str, str]:
+    """(outcome, sentence) for a shard whose lease or claim is gone (see ``ShardCancelled``)."""
+    submission = session.get(Submission, submission_id, populate_existing=True)
+    if submission is None:
+        return "stopped", f"submission {submission_id} no longer exists"
+    state, detail = submission.state, submission.message or submission.reason or ""
+    if state == S.CANCELLED:
+        return "cancelled", f"submission {submission_id} was cancelled ({detail})"
+    if state == S.FAILED:
+        by = "the watchdog" if submission.reason == Reason.LEASE_EXPIRED else "a worker"
+        return "failed", (
+            f"submission {submission_id} was failed by {by} ({submission.reason}: {detail})"
+        )  # fmt: skip
+    if state == S.FINISHED:
+        return "finished_elsewhere", f"submission {submission_id} was finished by another worker"
+    if state == S.RUNNING and key is not None:
+        return _claim_lost(session, submission_id, key)
+    return "stopped", f"submission {submission_id} is {state} (no longer running)"
+
+
+def _claim_lost(session: Session, submission_id: int, key: Key) -> tuple[str, str]:
+    """The submission runs, but this worker's claim on the shard lapsed: who has it now."""
+    stage, unit, index = key
+    where = (
+        (StageShard.submission_id == submission_id)
+        & (StageShard.stage == stage)
+        & (StageShard.unit == unit)
+        & (StageShard.shard_index == index)
+    )
+    recorder = session.execute(select(StageShard.worker).where(where)).first()
+    if recorder is not None:
+        return "finished_elsewhere", f"the shard was recorded by {recorder[0] or 'another worker'}"
+    row = session.get(ShardDispatch, (submission_id, *key), populate_existing=True)
+    holder = row.claimed_by if row is not None and row.claimed_by else "no worker yet"
+    return "taken_over", (
+        f"this worker's claim on the shard lapsed and the reconciler gave it to {holder}"
+    )  # fmt: skip

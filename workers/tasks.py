@@ -10,6 +10,7 @@ merge. Nothing here knows a stage by name; nothing ever blocks on another task's
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from sqlalchemy.exc import OperationalError as DatabaseError
 from sqlalchemy.orm import Session
 
 from models import pipeline, results, shards, storage
+from models.base import utcnow
 from models.db import session_scope
 from models.entities import Submission
 from models.generated_datasets import ensure_for_work_item
@@ -42,6 +44,7 @@ from workers.validation import validate_model
 
 S = SubmissionState
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 TRANSIENT = (DatabaseError, BrokerError)
 """Database or broker hiccups: retried with backoff; everything else fails the submission."""
@@ -312,6 +315,7 @@ def _run_leased(
             Reason.ARTIFACT_MISSING,
             f"weights of submission {submission_id} are gone",
         )
+    cost = registry.get(shard.stage).estimate(item, settings).unit(shard.unit)
     lease = ShardLease(
         settings,
         submission_id,
@@ -319,12 +323,14 @@ def _run_leased(
         shard_images=shard.size,
         cancel_check_seconds=WorkerSettings().cancel_check_seconds,
         shard_key=shard.key,
+        samples=lambda done: cost.passes(shard.start, shard.start + done),
     )
     try:
         with lease:
             return run(lease)
     except ShardCancelled as stop:
-        return f"stopped: {stop}"
+        return _stopped(settings, item, shard, label=label, worker=worker, done=lease.done,
+                        stop=stop)  # fmt: skip
     except SoftTimeLimitExceeded:
         return _fail(
             settings,
@@ -339,6 +345,30 @@ def _run_leased(
         if reason is None:
             raise
         return _fail(settings, submission_id, Reason(reason), str(err))
+
+
+def _stopped(
+    settings: Settings,
+    item: WorkItem,
+    shard: ShardSpec,
+    *,
+    label: str,
+    worker: str,
+    done: int,
+    stop: ShardCancelled,
+) -> str:
+    """Log and record why a shard stopped before it finished (cancelled, failed by the
+    watchdog, finished elsewhere, ...); the outcome string starts with that word."""
+    sentence = (
+        f"{label} of submission {item.submission_id} stopped after {done} of {shard.size} "
+        f"image(s): {stop}"
+    )
+    log.info("%s on %s: %s", stop.outcome, worker, sentence)
+    entry = {"worker": worker, "at": utcnow().isoformat(), "outcome": stop.outcome,
+             "images_done": done, "message": str(stop)}  # fmt: skip
+    with session_scope(settings) as session:
+        shards.note_attempt(session, item.submission_id, shard.key, entry)
+    return f"{stop.outcome}: {sentence}"
 
 
 def _start_running(session: Session, submission_id: int, settings: Settings, worker: str) -> bool:

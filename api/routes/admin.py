@@ -76,11 +76,17 @@ def revoke_token(session: SessionDep, _admin: AdminUser, token_id: RowId) -> Non
 
 @router.patch("/submissions/{submission_id}", response_model=SubmissionPublic)
 def moderate(
-    session: SessionDep, _admin: AdminUser, submission_id: RowId, body: ModerationUpdate
+    session: SessionDep,
+    settings: SettingsDep,
+    _admin: AdminUser,
+    submission_id: RowId,
+    body: ModerationUpdate,
 ) -> SubmissionPublic:
     """Hide an entry, flag it (with a reason shown on the leaderboard), or mark a baseline."""
     submission = set_moderation(session, submission_id, **body.model_dump(exclude_unset=True))
-    return submission_service.public(session, submission, viewer=_admin, events=True)
+    return submission_service.public(
+        session, submission, viewer=_admin, settings=settings, events=True
+    )
 
 
 @router.post(

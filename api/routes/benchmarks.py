@@ -51,7 +51,7 @@ def get_benchmark(
     session: SessionDep, settings: SettingsDep, viewer: OptionalUser, name: str
 ) -> BenchmarkPublic:
     """One benchmark by name, with whether its data is on this machine (``data_available``,
-    ``data_hint``)."""
+    ``data_hint``) and the estimated work of a submission to it (``estimate``)."""
     return service.benchmark(session, name, viewer=viewer, settings=settings)
 
 

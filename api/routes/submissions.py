@@ -9,7 +9,8 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import CurrentUser, QueueDep, RowId, SessionDep, SettingsDep
 from api.openapi import submission_request_body
-from api.schemas import ERROR_RESPONSES, SubmissionList, SubmissionPublic, TestSetProgress
+from api.progress_schemas import ProgressPublic
+from api.schemas import ERROR_RESPONSES, SubmissionList, SubmissionPublic
 from api.services import submissions as service
 from api.zoo_schemas import WeightsPublication
 from models.states import SubmissionState
@@ -36,12 +37,19 @@ async def create_submission(
     quotas are checked before the body is read; the weights stream to disk. Checked before
     anything is stored; then queued for validation and certification (202). An identical upload
     (same weights, manifest and protocol version) returns a ``duplicate`` submission pointing at
-    the original (200). 503 when the task queue is down: the submission is recorded as failed
-    (``queue_unavailable``, counted against no quota) and its id is in ``details``."""
+    the original (200). The response's ``estimate`` is the work estimated from the protocol
+    (forward passes, and seconds at this fleet's measured throughput, or null). The daily
+    compute quota counts that estimate: 422 ``estimate_exceeds_quota`` when it alone exceeds the
+    quota, 429 ``quota_compute`` (with ``Retry-After`` and the numbers in ``details``) when it
+    does not fit in what is left today. 503 when the task queue is down: the submission is
+    recorded as failed (``queue_unavailable``, counted against no quota) and its id is in
+    ``details``."""
     submission = await service.submit(request, session, queue, user=user, settings=settings)
     if submission.state == SubmissionState.DUPLICATE:
         response.status_code = status.HTTP_200_OK
-    return await run_in_threadpool(service.public, session, submission, viewer=user)
+    return await run_in_threadpool(
+        service.public, session, submission, viewer=user, settings=settings
+    )
 
 
 @router.get("", response_model=SubmissionList)
@@ -54,42 +62,56 @@ def list_submissions(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> SubmissionList:
     """Your own submissions, newest first."""
-    return service.list_own(session, user=user, state=state, offset=offset, limit=limit)
+    return service.list_own(
+        session, user=user, state=state, offset=offset, limit=limit, settings=settings
+    )
 
 
 @router.get("/{submission_id}", response_model=SubmissionPublic)
 def get_submission(
-    session: SessionDep, user: CurrentUser, submission_id: RowId
+    session: SessionDep, settings: SettingsDep, user: CurrentUser, submission_id: RowId
 ) -> SubmissionPublic:
-    """State, reason, message, progress, queue position and history (owner and admins)."""
-    return service.status(session, submission_id, viewer=user)
+    """State, reason, message, progress (fraction of the estimated forward passes, recorded and
+    running shards), measured ``throughput``, ``eta_seconds``, the ``estimate``, queue position
+    and history (owner and admins)."""
+    return service.status(session, submission_id, viewer=user, settings=settings)
 
 
-@router.get("/{submission_id}/progress", response_model=list[TestSetProgress])
+@router.get("/{submission_id}/progress", response_model=ProgressPublic)
 def get_progress(
-    session: SessionDep, user: CurrentUser, submission_id: RowId
-) -> list[TestSetProgress]:
-    """Images certified so far per test set (owner and admins)."""
-    return service.progress_by_test_set(session, submission_id, viewer=user)
+    session: SessionDep, settings: SettingsDep, user: CurrentUser, submission_id: RowId
+) -> ProgressPublic:
+    """Progress of every stage and unit in images and forward passes (recorded shards plus the
+    running shards' partial counts), measured throughput and ETA, per stage and overall; its
+    ``progress`` is the submission's. Owner and admins.
+
+    Changed: this endpoint returned a bare list of certification test-set rows
+    (``test_set``, ``images_done``, ``images_total``); those rows are now ``test_sets``."""
+    return service.progress_report(session, submission_id, viewer=user, settings=settings)
 
 
 @router.post("/{submission_id}/cancel", response_model=SubmissionPublic)
 def cancel_submission(
-    session: SessionDep, user: CurrentUser, submission_id: RowId
+    session: SessionDep, settings: SettingsDep, user: CurrentUser, submission_id: RowId
 ) -> SubmissionPublic:
-    """Cancel a waiting or running submission; workers stop before the next shard (409 if it
-    already ended)."""
-    return service.cancel(session, submission_id, user=user)
+    """Cancel a waiting or running submission; a running shard stops within seconds and its
+    worker records it as cancelled (409 if it already ended)."""
+    return service.cancel(session, submission_id, user=user, settings=settings)
 
 
 @router.patch("/{submission_id}/weights", response_model=SubmissionPublic)
 def publish_weights(
-    session: SessionDep, user: CurrentUser, submission_id: RowId, body: WeightsPublication
+    session: SessionDep,
+    settings: SettingsDep,
+    user: CurrentUser,
+    submission_id: RowId,
+    body: WeightsPublication,
 ) -> SubmissionPublic:
     """Model zoo: publish the weights under an SPDX licence (``public: true``), or withdraw them
     (``public: false``). Only the submitter can publish; an admin can withdraw. Anyone may then
     download them from ``/api/v1/entries/{id}/weights`` once the entry has finished, if the
     entry itself is public and visible."""
     return service.publish_weights(
-        session, submission_id, user=user, publish=body.public, license=body.license
-    )
+        session, submission_id, user=user, publish=body.public, license=body.license,
+        settings=settings,
+    )  # fmt: skip

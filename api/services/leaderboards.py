@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.data_sources import DataSourcePublic
+from api.progress_schemas import EstimatePublic
 from api.schemas import (
     HUB_URL,
     BenchmarkPublic,
@@ -33,7 +34,7 @@ from api.schemas import (
 )
 from api.zoo_schemas import WeightsLinkPublic
 from certbench.errors import RecordsError
-from models import comparisons, run_seeds, storage
+from models import comparisons, estimates, run_seeds, storage
 from models import leaderboard as lb
 from models.catalog import get_benchmark, list_benchmarks
 from models.data_availability import availability_by_id, benchmark_availability, sources_of
@@ -160,6 +161,8 @@ def benchmark_summaries(
 def benchmark(
     session: Session, name: str, *, viewer: User | None, settings: Settings | None = None
 ) -> BenchmarkPublic:
+    """One benchmark; with ``settings``, also whether its data is here and the estimated work
+    of a submission to it."""
     found = get_benchmark(session, name)
     entries = session.scalar(
         select(func.count())
@@ -172,7 +175,13 @@ def benchmark(
         )
     )
     public = BenchmarkPublic.of(found, entries=entries or 0)
-    return public.model_copy(update=data_fields(found, settings))
+    public = public.model_copy(update=data_fields(found, settings))
+    if settings is not None:
+        work = estimates.for_manifest(
+            session, found, sigma=found.sigmas[0], manifest={}, settings=settings
+        )
+        public.estimate = EstimatePublic.of(work)
+    return public
 
 
 def datasets(session: Session) -> list[DatasetPublic]:

@@ -6,17 +6,18 @@ from fastapi import Request
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from api.progress_schemas import ProgressPublic
 from api.queue import JobQueue
-from api.schemas import QuotaPublic, SubmissionList, SubmissionPublic, TestSetProgress
+from api.schemas import QuotaPublic, SubmissionList, SubmissionPublic
 from api.services.intake import build_upload
 from api.services.upload_stream import ReceivedUpload, receive_upload
-from models import run_seeds, zoo
+from models import compute_quota, estimates, progress, run_seeds, zoo
 from models import submissions as crud
 from models.entities import Submission, User
 from models.errors import IntakeError, ServiceUnavailableError
 from models.pipeline import fail
+from models.progress import ProgressReport
 from models.settings import Settings
-from models.shards import recorded
 from models.states import Reason, SubmissionState
 
 
@@ -32,12 +33,14 @@ async def submit(
     a ``duplicate`` row.
 
     The quotas are checked before the body is read (and again, authoritatively, in the
-    transaction that creates the rows); the weights stream to a staged file. Raises
-    QuotaExceededError, IntakeError/PayloadTooLargeError (nothing stored), and
-    ServiceUnavailableError when the queue is down (the submission is then marked failed, and
-    the error names it).
+    transaction that creates the rows); the weights stream to a staged file. The work is
+    estimated from the manifest (``models.estimates``) and checked against the daily compute
+    quota. Raises QuotaExceededError, IntakeError/PayloadTooLargeError (nothing stored; also for
+    an estimate beyond the compute quota), and ServiceUnavailableError when the queue is down
+    (the submission is then marked failed, and the error names it).
     """
     await run_in_threadpool(crud.check_quotas, session, user, settings=settings)
+    await run_in_threadpool(compute_quota.check_room, session, user, settings=settings)
     received = await receive_upload(request, settings=settings)
     try:
         return await run_in_threadpool(
@@ -77,9 +80,15 @@ def _accept(
         weights_public=received.weights_public,
         weights_license=received.weights_license,
     )
+    work = estimates.for_manifest(
+        session, benchmark, sigma=upload.sigma, manifest=upload.manifest, settings=settings,
+        rates={},
+    )  # fmt: skip
+    compute_quota.check_size(user, work.forward_passes, settings=settings)
     submission = crud.create_submission(
-        session, user=user, benchmark=benchmark, upload=upload, settings=settings
-    )
+        session, user=user, benchmark=benchmark, upload=upload, settings=settings,
+        forward_passes=work.forward_passes,
+    )  # fmt: skip
     if submission.state == SubmissionState.SUBMITTED:
         _enqueue(session, queue, submission.id)
     return submission
@@ -109,45 +118,57 @@ def public(
     submission: Submission,
     *,
     viewer: User | None,
+    settings: Settings,
     events: bool = False,
+    report: ProgressReport | None = None,
 ) -> SubmissionPublic:
-    """Public shape with the live queue position, as ``viewer`` may see it: ``duplicate_of`` is
-    hidden (null) when the original is another user's private or hidden entry, as its message
-    already is."""
+    """Public shape with the live queue position and progress (``models.progress``), as
+    ``viewer`` may see it: ``duplicate_of`` is hidden (null) when the original is another
+    user's private or hidden entry, as its message already is."""
     original = (
         session.get(Submission, submission.duplicate_of_id)
         if submission.duplicate_of_id is not None
         else None
     )
+    if report is None:
+        report = progress.reports(session, [submission], settings=settings)[submission.id]
     return SubmissionPublic.of(
         submission,
         queue_position=crud.queue_position(session, submission),
         with_events=events,
         show_duplicate_of=original is not None and crud.can_see(original, viewer),
         seed=run_seeds.view(session, submission),
+        report=report,
     )
 
 
-def status(session: Session, submission_id: int, *, viewer: User) -> SubmissionPublic:
-    """State, reason, progress and queue position (owner and admins only)."""
+def status(
+    session: Session, submission_id: int, *, viewer: User, settings: Settings
+) -> SubmissionPublic:
+    """State, reason, progress, ETA and queue position (owner and admins only)."""
     submission = crud.get_visible(session, submission_id, viewer=viewer, owner_only=True)
-    return public(session, submission, viewer=viewer, events=True)
+    return public(session, submission, viewer=viewer, settings=settings, events=True)
 
 
-def progress_by_test_set(
-    session: Session, submission_id: int, *, viewer: User
-) -> list[TestSetProgress]:
-    """Images certified so far per test set, from the recorded shards (owner and admins)."""
+def progress_report(
+    session: Session, submission_id: int, *, viewer: User, settings: Settings
+) -> ProgressPublic:
+    """Progress of every stage and unit, throughput and ETA (owner and admins): the numbers the
+    submission's ``progress`` is computed from."""
     submission = crud.get_visible(session, submission_id, viewer=viewer, owner_only=True)
-    done: dict[str, int] = {}
-    for shard in recorded(session, submission.id, stage="certification"):
-        done[shard.unit] = done.get(shard.unit, 0) + (shard.stop - shard.start)
-    return [
-        TestSetProgress(
-            test_set=ts.name, images_done=done.get(ts.name, 0), images_total=ts.num_images
-        )
-        for ts in submission.benchmark.test_sets
-    ]
+    return ProgressPublic.of(progress.report(session, submission.id, settings=settings))
+
+
+def status_with_progress(
+    session: Session, submission_id: int, *, viewer: User, settings: Settings
+) -> tuple[SubmissionPublic, ProgressPublic]:
+    """The status and the progress of every stage from one report (the status page shows both,
+    so they must agree)."""
+    submission = crud.get_visible(session, submission_id, viewer=viewer, owner_only=True)
+    report = progress.report(session, submission.id, settings=settings)
+    shape = public(session, submission, viewer=viewer, settings=settings, events=True,
+                   report=report)  # fmt: skip
+    return shape, ProgressPublic.of(report)
 
 
 def list_own(
@@ -157,28 +178,41 @@ def list_own(
     state: SubmissionState | None,
     offset: int,
     limit: int,
+    settings: Settings,
 ) -> SubmissionList:
     total, rows = crud.list_for_user(session, user=user, state=state, offset=offset, limit=limit)
+    reports = progress.reports(session, rows, settings=settings)
     return SubmissionList(
         total=total,
         offset=offset,
         limit=limit,
-        items=[public(session, s, viewer=user) for s in rows],
+        items=[
+            public(session, s, viewer=user, settings=settings, report=reports[s.id]) for s in rows
+        ],
     )
 
 
-def cancel(session: Session, submission_id: int, *, user: User) -> SubmissionPublic:
-    return public(session, crud.cancel(session, submission_id, by=user), viewer=user, events=True)
+def cancel(
+    session: Session, submission_id: int, *, user: User, settings: Settings
+) -> SubmissionPublic:
+    cancelled = crud.cancel(session, submission_id, by=user)
+    return public(session, cancelled, viewer=user, settings=settings, events=True)
 
 
 def publish_weights(
-    session: Session, submission_id: int, *, user: User, publish: bool, license: str | None
+    session: Session,
+    submission_id: int,
+    *,
+    user: User,
+    publish: bool,
+    license: str | None,
+    settings: Settings,
 ) -> SubmissionPublic:
     """Publish or withdraw an entry's weights (``models.zoo.set_publication``)."""
     submission = zoo.set_publication(
         session, submission_id, by=user, public=publish, license=license
     )
-    return public(session, submission, viewer=user)
+    return public(session, submission, viewer=user, settings=settings)
 
 
 def rerun(
@@ -193,11 +227,12 @@ def rerun(
     """Admin re-run: reset to ``submitted`` and queue validation again."""
     submission = crud.rerun(session, submission_id, fresh=fresh, settings=settings)
     _enqueue(session, queue, submission.id)
-    return public(session, submission, viewer=admin, events=True)
+    return public(session, submission, viewer=admin, settings=settings, events=True)
 
 
 def quota(session: Session, user: User, *, settings: Settings) -> QuotaPublic:
     usage = crud.quota_usage(session, user)
+    compute = compute_quota.usage(session, user, settings=settings)
     return QuotaPublic(
         submissions_today=usage.submissions_today,
         submissions_per_day=settings.quota_submissions_per_day,
@@ -205,4 +240,6 @@ def quota(session: Session, user: User, *, settings: Settings) -> QuotaPublic:
         unsuccessful_per_day=settings.quota_failed_per_day,
         active=usage.active,
         concurrent=settings.quota_concurrent,
+        forward_passes_today=compute.used,
+        forward_passes_per_day=compute.limit,
     )

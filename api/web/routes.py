@@ -56,7 +56,6 @@ from models.accounts import authenticate
 from models.catalog import get_benchmark
 from models.errors import AuthenticationError, IntakeError, NotFoundError
 from models.leaderboard import LeaderboardQuery
-from models.shards import recorded
 from models.states import ACTIVE_STATES
 from models.submissions import get_visible
 
@@ -92,8 +91,37 @@ def _metric(value: float | None, kind: str) -> str:
     return _fixed(value)
 
 
+def _count(value: float | None) -> str:
+    """A count or rate with thousands separators ("1,900"); small rates keep a decimal."""
+    if value is None:
+        return "–"
+    return f"{value:,.1f}" if 0 < abs(value) < 10 and value != int(value) else f"{value:,.0f}"
+
+
+def _duration(seconds: float | None) -> str:
+    """A time span as people say it: "about 3 min", "about 2 h 10 min", "about 3 days 4 h"."""
+    if seconds is None:
+        return "–"
+    minutes = round(seconds / 60)
+    if seconds < 60:
+        return f"about {max(1, round(seconds))} s"
+    if minutes < 60:
+        return f"about {minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"about {hours} h {minutes} min" if minutes else f"about {hours} h"
+    days, hours = divmod(hours, 24)
+    return f"about {days} day{'s' if days > 1 else ''} {hours} h"
+
+
 templates.env.filters.update(
-    percent=_percent, fixed=_fixed, date=_date, datetime=_datetime, metric=_metric
+    percent=_percent,
+    fixed=_fixed,
+    date=_date,
+    datetime=_datetime,
+    metric=_metric,
+    count=_count,
+    duration=_duration,
 )
 templates.env.globals.update(max_compare=MAX_COMPARE)
 
@@ -293,8 +321,9 @@ def model_page(
     classifier's robustness (seed 004), provenance."""
     results = lb_service.results(session, submission_id, viewer=viewer)
     submission = sub_service.public(
-        session, get_visible(session, submission_id, viewer=viewer), viewer=viewer
-    )
+        session, get_visible(session, submission_id, viewer=viewer), viewer=viewer,
+        settings=settings,
+    )  # fmt: skip
     bench = lb_service.benchmark(session, results.benchmark, viewer=viewer)
     context: dict[str, Any] = {
         "viewer": viewer,
@@ -403,7 +432,9 @@ def compare_page(
         )
     bench = lb_service.benchmark(session, entries[0].benchmark, viewer=viewer)
     submissions = [
-        sub_service.public(session, get_visible(session, i, viewer=viewer), viewer=viewer)
+        sub_service.public(
+            session, get_visible(session, i, viewer=viewer), viewer=viewer, settings=settings
+        )
         for i in ids
     ]
     curves = [
@@ -510,6 +541,7 @@ def _sign_in_first(request: Request) -> RedirectResponse:
 def my_submissions(
     request: Request,
     session: SessionDep,
+    settings: SettingsDep,
     viewer: WebViewer,
     page: Annotated[int, Query(ge=1, le=100_000)] = 1,
 ) -> Response:
@@ -518,7 +550,7 @@ def my_submissions(
         return _sign_in_first(request)
     listing = sub_service.list_own(
         session, user=viewer, state=None, offset=(page - 1) * DEFAULT_PAGE_SIZE,
-        limit=DEFAULT_PAGE_SIZE,
+        limit=DEFAULT_PAGE_SIZE, settings=settings,
     )  # fmt: skip
     pager = Pager.of(total=listing.total, page=page, per_page=DEFAULT_PAGE_SIZE)
     return render(
@@ -528,45 +560,43 @@ def my_submissions(
 
 @router.get("/submissions/{submission_id}", response_class=HTMLResponse, name="web_status")
 def submission_status(
-    request: Request, session: SessionDep, viewer: WebViewer, submission_id: RowId
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: WebViewer,
+    submission_id: RowId,
 ) -> Response:
-    """State, reason, progress per test set and queue position; refreshes while active."""
+    """State, reason, progress of every stage and unit, throughput, ETA, the estimated work and
+    the queue position; refreshes while active. The figures are ``/progress``'s."""
     if viewer is None:
         return _sign_in_first(request)
-    status = sub_service.status(session, submission_id, viewer=viewer)
+    status, report = sub_service.status_with_progress(
+        session, submission_id, viewer=viewer, settings=settings
+    )
     return render(
         request,
         "status.html",
         {
             "viewer": viewer,
             "s": status,
+            "p": report,
             "active": status.state in ACTIVE_STATES,
-            "progress": _progress_by_test_set(session, submission_id, status.benchmark),
         },
     )
 
 
-def _progress_by_test_set(
-    session: SessionDep, submission_id: int, benchmark: str
-) -> list[dict[str, Any]]:
-    """Images certified so far per test set, from the recorded shards."""
-    done: dict[str, int] = {}
-    for shard in recorded(session, submission_id, stage="certification"):
-        done[shard.unit] = done.get(shard.unit, 0) + shard.count
-    return [
-        {"name": ts.name, "done": done.get(ts.name, 0), "total": ts.num_images}
-        for ts in get_benchmark(session, benchmark).test_sets
-    ]
-
-
 @router.post("/submissions/{submission_id}/cancel", name="web_cancel")
 def cancel_submission(
-    request: Request, session: SessionDep, viewer: WebViewer, submission_id: RowId
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: WebViewer,
+    submission_id: RowId,
 ) -> Response:
     check_same_origin(request)
     if viewer is None:
         return _sign_in_first(request)
-    sub_service.cancel(session, submission_id, user=viewer)
+    sub_service.cancel(session, submission_id, user=viewer, settings=settings)
     return RedirectResponse(f"/submissions/{submission_id}", status_code=303)
 
 

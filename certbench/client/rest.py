@@ -242,9 +242,12 @@ class Client:
         return Submission.from_json(self._object("GET", f"{API}/submissions/{submission_id}"))
 
     def progress(self, submission_id: int) -> list[TestSetProgress]:
-        """Images certified so far on each test set."""
+        """Images certified so far on each test set: the report's ``test_sets`` (servers from
+        before it covered every stage answered with a bare list of these rows)."""
         body = self._json("GET", f"{API}/submissions/{submission_id}/progress")
-        rows = body if isinstance(body, list) else []
+        rows = body.get("test_sets", []) if isinstance(body, Mapping) else body
+        if not isinstance(rows, list):
+            rows = []
         return [TestSetProgress.from_json(r) for r in rows if isinstance(r, Mapping)]
 
     def cancel(self, submission_id: int) -> Submission:

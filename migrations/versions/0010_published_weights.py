@@ -5,7 +5,7 @@ downloadable by this migration) and ``submissions.weights_license`` (an SPDX ide
 ``certbench.licenses``, null until the submitter chooses one).
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0009
 Created: 2026-12-09 10:00:00
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0010"
-down_revision: str | Sequence[str] | None = "0008"
+down_revision: str | Sequence[str] | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -12,6 +12,10 @@ A stage turns a submission into leaderboard figures in three steps the pipeline 
 3. ``merge(item, shards, context)``: merge every recorded shard into per-unit results and the
    stage's leaderboard metrics (a ``StageOutcome``); idempotent (it only reads shard files and
    writes merged files atomically), the pipeline stores the outcome in one transaction.
+4. ``estimate(item, settings)``: the forward passes each unit's images cost under the stage's
+   protocol (a ``StageEstimate``), known before anything runs: summed at intake (the estimate in
+   the 202 response, the compute quota), it weights progress (a cheap stage does not count like
+   an expensive one) and turns measured samples/s into an ETA (``models.progress``).
 
 Plus what the service shows: ``metric_specs(benchmark)`` (leaderboard keys, labels, direction,
 units) and, optionally, a web section (``api/web/stages/<name>.py`` + a template partial).
@@ -94,6 +98,70 @@ class RecordedShard:
     count: int
     seconds: float
     path: Path
+
+
+@dataclass(frozen=True)
+class UnitCost:
+    """Forward passes of one unit's images, run-length encoded: ``runs`` is a sequence of
+    (images, forward passes per image) in image order, so images of different kinds in one
+    unit (the Fourier lens' paths and Jacobian images) cost what they cost, and the forward
+    passes of any image range (a shard, or the first images of a running shard) are exact
+    under the estimate."""
+
+    unit: str
+    runs: tuple[tuple[int, int], ...]
+
+    @property
+    def images(self) -> int:
+        return sum(count for count, _ in self.runs)
+
+    def passes(self, start: int = 0, stop: int | None = None) -> int:
+        """Forward passes of images ``[start, stop)`` (default: the whole unit)."""
+        stop = self.images if stop is None else stop
+        total, position = 0, 0
+        for count, per_image in self.runs:
+            low, high = max(start, position), min(stop, position + count)
+            if high > low:
+                total += (high - low) * per_image
+            position += count
+        return total
+
+
+@dataclass(frozen=True)
+class StageEstimate:
+    """The work of one stage for one submission, from its protocol alone.
+
+    ``exact`` is False when a figure is a bound, said in ``note`` (early stops make attacks an
+    upper bound; see each stage's ``estimate``). A forward pass is one image through the network;
+    an attack's backward passes are not counted (an attack stage's measured samples/s is lower
+    for it, which the ETA uses)."""
+
+    stage: str
+    units: tuple[UnitCost, ...]
+    exact: bool
+    basis: str
+    """How the figure follows from the protocol ("15 images × (n0 100 + n 1,000)")."""
+    note: str = ""
+
+    @property
+    def forward_passes(self) -> int:
+        return sum(unit.passes() for unit in self.units)
+
+    @property
+    def images(self) -> int:
+        return sum(unit.images for unit in self.units)
+
+    def unit(self, name: str) -> UnitCost:
+        """The cost of the unit called ``name``. Raises KeyError for a unit the stage lacks."""
+        for unit in self.units:
+            if unit.unit == name:
+                return unit
+        raise KeyError(f"stage {self.stage!r} has no unit {name!r}")
+
+
+def per_image(units: Sequence[Unit], passes: int) -> tuple[UnitCost, ...]:
+    """Every unit at the same forward passes per image."""
+    return tuple(UnitCost(unit.name, ((unit.num_images, passes),)) for unit in units)
 
 
 @dataclass(frozen=True)
@@ -195,6 +263,22 @@ class Stage:
     def shard_size(self, settings: Settings) -> int:
         """Images per shard. Every worker must use the same value (the plan depends on it)."""
         return settings.shard_size
+
+    def estimate(self, item: WorkItem, settings: Settings) -> StageEstimate:
+        """Forward passes per unit under this submission's protocol, before anything runs.
+
+        ``item`` may be a planning item (``models.work.planning_item``: no submission yet, at
+        intake or for a benchmark page), so only protocol fields may be read. The default, for a
+        stage that declares no cost, counts one forward pass per image and says so; built-in
+        stages override it with their protocol's count.
+        """
+        return StageEstimate(
+            stage=self.name,
+            units=per_image(self.units(item, settings), 1),
+            exact=False,
+            basis="one forward pass per image",
+            note=f"the {self.name} stage declares no cost: counted as one forward pass per image",
+        )
 
     def run(self, item: WorkItem, shard: ShardSpec, context: RunContext) -> ShardOutput:
         raise NotImplementedError

@@ -29,9 +29,11 @@ from models.stages.base import (
     ShardOutput,
     ShardSpec,
     Stage,
+    StageEstimate,
     StageOutcome,
     Unit,
     UnitResult,
+    per_image,
     run_seed_metadata,
 )
 from models.stages.registry import register
@@ -61,6 +63,18 @@ class Certification(Stage):
 
     def units(self, item: WorkItem, settings: Settings) -> list[Unit]:
         return [Unit(ts.name, ts.num_images) for ts in item.test_sets]
+
+    def estimate(self, item: WorkItem, settings: Settings) -> StageEstimate:
+        """Exact: CERTIFY draws n0 selection and n estimation samples per image (the stage
+        never abstains early), one forward pass each, on every test set."""
+        images = sum(ts.num_images for ts in item.test_sets)
+        return StageEstimate(
+            stage=self.name,
+            units=per_image(self.units(item, settings), item.n0 + item.n),
+            exact=True,
+            basis=f"{images:,} images over {len(item.test_sets)} test set(s) × "
+            f"(n0 {item.n0:,} + n {item.n:,}) samples",
+        )
 
     def run(self, item: WorkItem, shard: ShardSpec, context: RunContext) -> ShardOutput:
         """CERTIFY the shard's images with the benchmark protocol; write the records."""

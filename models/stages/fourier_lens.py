@@ -54,6 +54,7 @@ from models.stages.base import (
     ShardOutput,
     ShardSpec,
     Stage,
+    StageEstimate,
     StageOutcome,
     Unit,
     UnitResult,
@@ -71,6 +72,7 @@ from models.stages.lens_block import (
     LensBlock,
     feasibility,
     fingerprint,
+    work_estimate,
     work_sizes,
 )
 from models.stages.registry import register
@@ -186,6 +188,10 @@ class FourierLens(Stage):
 
     def units(self, item: WorkItem, settings: Settings) -> list[Unit]:
         return [Unit(name, size) for name, size in item.stages[self.name]["units"].items()]
+
+    def estimate(self, item: WorkItem, settings: Settings) -> StageEstimate:
+        """Per kind, from the stored plan and the entry's preprocessing (``work_estimate``)."""
+        return work_estimate(item.stages[self.name], item.manifest, item.num_classes)
 
     def run(self, item: WorkItem, shard: ShardSpec, context: RunContext) -> ShardOutput:
         """Compute the shard's work units with ``lens_records`` and write their records."""

@@ -48,9 +48,11 @@ from models.stages.base import (
     ShardOutput,
     ShardSpec,
     Stage,
+    StageEstimate,
     StageOutcome,
     Unit,
     UnitResult,
+    per_image,
     run_seed_metadata,
 )
 from models.stages.registry import register
@@ -239,6 +241,20 @@ class FourierSensitivity(Stage):
     def shard_size(self, settings: Settings) -> int:
         """Each unit is one shard: its size is set per benchmark by ``points_per_shard``."""
         return WHOLE_UNIT
+
+    def estimate(self, item: WorkItem, settings: Settings) -> StageEstimate:
+        """Exact: a perturbed image (point × image) costs one base forward pass, plus CERTIFY's
+        n0 + n (no early abstention) for the smoothed map: ``plan_of``'s count per point."""
+        row = item.stages[self.name]
+        p = row["sensitivity"]
+        smoothed = f" + (n0 {p['n0']:,} + n {p['n']:,})" if row["smoothed"] else ""
+        return StageEstimate(
+            stage=self.name,
+            units=per_image(self.units(item, settings),
+                            row["forward_passes_per_point"] // row["num_images"]),
+            exact=True,
+            basis=f"{row['points']:,} points × {row['num_images']:,} images × (1{smoothed})",
+        )  # fmt: skip
 
     def run(self, item: WorkItem, shard: ShardSpec, context: RunContext) -> ShardOutput:
         """Compute the unit's points over every image, point by point; write the records."""

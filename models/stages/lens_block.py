@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from math import comb
 from typing import Any, Literal
@@ -16,6 +17,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from models.catalog import ImageSource
+from models.stages.base import StageEstimate, UnitCost
 
 Kind = Literal["amplitude", "phase", "pixel_within", "pixel_between", "jacobian"]
 #: The core's work kinds in plan order (``certbench.lens_metrics.KINDS``; not imported here so the
@@ -172,3 +174,55 @@ def fingerprint(row: Mapping[str, Any]) -> str:
             "subset_limit", "num_images")  # fmt: skip
     canonical = json.dumps({k: row.get(k) for k in keys}, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def pixel_path_bound(manifest: Mapping[str, Any], pixel_step: float) -> int | None:
+    """The most images a pixel path can hold for this entry, or None without a manifest.
+
+    A pixel path steps ``pixel_step`` along z₁ − z₀ in the entry's normalised space
+    (``certbench.interpolation.pixel_path_length``), and two images in [0, 1] differ by at most
+    1/std_c per pixel of channel c, so ‖z₁ − z₀‖ ≤ √(H·W·Σ_c 1/std_c²). Real CIFAR pairs are
+    3–5 times shorter than this bound."""
+    preprocessing = manifest.get("preprocessing")
+    if not preprocessing:
+        return None
+    _, height, width = manifest.get("input_size") or (3, 32, 32)
+    distance = math.sqrt(height * width * sum(1 / s**2 for s in preprocessing["std"]))
+    return max(1, math.ceil(distance / pixel_step - 1e-12))
+
+
+def work_estimate(
+    row: Mapping[str, Any], manifest: Mapping[str, Any], num_classes: int
+) -> StageEstimate:
+    """Forward passes of each unit's work units, kind by kind in plan order: a Fourier path is
+    ``steps`` images, a pixel path at most ``pixel_path_bound`` images (an upper bound; 1 each,
+    a lower bound, when no entry's preprocessing is known), a Jacobian image one forward pass
+    (its backward passes, one per class, are not counted); the smoothed unit scores every path
+    image on ``noise_samples`` noisy copies."""
+    parameters, sizes = row["parameters"], row["work"]
+    bound = pixel_path_bound(manifest, parameters["pixel_step"])
+    per_kind = {"amplitude": parameters["steps"], "phase": parameters["steps"],
+                "pixel_within": bound or 1, "pixel_between": bound or 1, "jacobian": 1}  # fmt: skip
+    units = []
+    for unit in row["units"]:
+        noise = row["noise_samples"] if unit == SMOOTHED else 1
+        kinds = [k for k in KINDS if k in sizes and not (unit == SMOOTHED and k == "jacobian")]
+        units.append(UnitCost(unit, tuple((sizes[k], per_kind[k] * noise) for k in kinds)))
+    pixel = {"pixel_within", "pixel_between"} & set(sizes)
+    if pixel and bound is None:
+        note = "a lower bound: pixel paths count 1 image each here; their length depends on the "
+        note += "entry's preprocessing (counted at their upper bound when a model is submitted)"
+    elif pixel:
+        note = f"an upper bound: pixel paths counted at their longest ({bound} images)"
+    else:
+        note = ""
+    counts = ", ".join(f"{sizes[k]:,} {k}" for k in KINDS if k in sizes)
+    return StageEstimate(
+        stage="fourier_lens",
+        units=tuple(units),
+        exact=not note,
+        basis=f"{counts} work unit(s) on {num_classes} classes; Fourier paths of "
+        f"{parameters['steps']} images"
+        + (f" × {row['noise_samples']} noise samples (smoothed)" if row.get("smoothed") else ""),
+        note=note,
+    )

@@ -35,9 +35,11 @@ from models.stages.base import (
     ShardOutput,
     ShardSpec,
     Stage,
+    StageEstimate,
     StageOutcome,
     Unit,
     UnitResult,
+    per_image,
     run_seed_metadata,
 )
 from models.stages.registry import register
@@ -143,6 +145,27 @@ class PDRobustness(Stage):
 
     def units(self, item: WorkItem, settings: Settings) -> list[Unit]:
         return [Unit(UNIT, item.stages[self.name]["num_images"])]
+
+    def estimate(self, item: WorkItem, settings: Settings) -> StageEstimate:
+        """An upper bound: one clean forward pass per image, then for every ε and every attack
+        plan (APGD-CE, plus APGD-T on min(n_target_classes, classes − 1) targets when there are
+        at least 4 classes) ℓ∞ APGD and PD-aware APGD of n_iter + 1 forward passes each and one
+        pass checking the projected example (``certbench.attacks._attack_batch``). Images the
+        model already misclassifies are not attacked, so the real count is lower."""
+        row = item.stages[self.name]
+        targets = min(row["n_target_classes"], item.num_classes - 1)
+        plans = 1 + (targets if item.num_classes >= 4 else 0)
+        per_attack = 2 * (row["n_iter"] + 1) + 1
+        passes = 1 + len(row["eps"]) * plans * per_attack
+        return StageEstimate(
+            stage=self.name,
+            units=per_image(self.units(item, settings), passes),
+            exact=False,
+            basis=f"{row['num_images']:,} images × (1 clean + {len(row['eps'])} ε × {plans} "
+            f"attack plan(s) × (2 × (n_iter {row['n_iter']} + 1) + 1)) forward passes",
+            note="an upper bound: misclassified images are not attacked; backward passes of "
+            "the attacks are not counted",
+        )
 
     def failure_reason(self, error: BaseException) -> str | None:
         """A missing or contradicting anchor bank is ``anchors_unavailable``."""

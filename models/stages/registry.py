@@ -14,10 +14,13 @@ import importlib
 import os
 import threading
 from importlib.metadata import entry_points
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from models.errors import BenchmarkDefinitionError
 from models.stages.base import Stage
+
+if TYPE_CHECKING:
+    from models.work import WorkItem
 
 BUILTIN = (
     "models.stages.certification",
@@ -75,6 +78,11 @@ def all_stages() -> list[Stage]:
     """Every registered stage, in registration order (certification first)."""
     _load()
     return list(_stages.values())
+
+
+def enabled_stages(item: WorkItem) -> list[Stage]:
+    """The registered stages this submission's benchmark runs, in registration order."""
+    return [stage for stage in all_stages() if stage.enabled(item)]
 
 
 def get(name: str) -> Stage:

@@ -49,6 +49,7 @@ from models.stages.base import (
     ShardOutput,
     ShardSpec,
     Stage,
+    StageEstimate,
     StageOutcome,
     Unit,
     UnitResult,
@@ -68,6 +69,7 @@ from models.stages.weather_protocol import (
     result_seeds,
     unit_name,
     weather_spec,
+    work_estimate,
 )
 from models.work import WorkItem
 
@@ -117,6 +119,10 @@ class WeatherAttack(Stage):
         if row["examples"]:
             units.append(Unit(EXAMPLES, row["examples"]))
         return units
+
+    def estimate(self, item: WorkItem, settings: Settings) -> StageEstimate:
+        """Per unit kind, from the protocol (``weather_protocol.work_estimate``)."""
+        return work_estimate(item, self.units(item, settings))
 
     def run(self, item: WorkItem, shard: ShardSpec, context: RunContext) -> ShardOutput:
         """Attack the shard's images on its unit's set (or draw its examples); write records."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -13,7 +13,7 @@ from pydantic import Field, field_validator
 
 from models.catalog import ImageSource
 from models.settings import Settings
-from models.stages.base import run_seed_metadata
+from models.stages.base import StageEstimate, Unit, UnitCost, run_seed_metadata
 from models.work import TestSetSpec, WorkItem, image_source_spec
 
 if TYPE_CHECKING:
@@ -152,3 +152,39 @@ def result_seeds(item: WorkItem, spec: WeatherSpec) -> dict[str, Any]:
     """The seeds merged records and stored results carry (served only after the run ends): the
     run's revealed seed (``run_seed_metadata``) and the random weather sets' public seed."""
     return {**run_seed_metadata(item), "weather_seed": spec.seed}
+
+
+def work_estimate(item: WorkItem, units: Sequence[Unit]) -> StageEstimate:
+    """Forward passes per image of each unit (``certbench.weather_attack``): a restart classifies
+    its start and each of ``steps`` iterates (steps + 1 passes). Base units: one clean pass +
+    every restart, an upper bound (an image leaves the search once broken); smoothed units: every
+    restart on ``noise_samples`` noisy copies, then CERTIFY's n0 + n, exact; examples: every
+    restart for each weather (``weather_examples``), an upper bound."""
+    row = item.stages[STAGE]
+    restart = row["restarts"] * (row["steps"] + 1)
+    cost = {
+        "base": 1 + restart,
+        "smoothed": restart * row["noise_samples"] + item.n0 + item.n,
+        EXAMPLES: len(row["weathers"]) * restart,
+    }
+
+    def kind(unit: str) -> str:
+        return EXAMPLES if unit == EXAMPLES else parse_unit(unit)[0]
+
+    smoothed = (
+        f"; smoothed: {restart:,} × {row['noise_samples']} noise samples + (n0 {item.n0:,} + "
+        f"n {item.n:,})"
+        if row["smoothed"]
+        else ""
+    )
+    sets = len(row["weathers"]) * len(row["severities"])
+    return StageEstimate(
+        stage=STAGE,
+        units=tuple(UnitCost(u.name, ((u.num_images, cost[kind(u.name)]),)) for u in units),
+        exact=False,
+        basis=f"{row['num_images']:,} images × {sets} weather set(s); per image, base: 1 + "
+        f"restarts {row['restarts']} × (steps {row['steps']} + 1){smoothed}; "
+        f"{row['examples']} example image(s)",
+        note="an upper bound for the base classifier's attack (an image leaves the search once "
+        "broken); backward passes of the attacks are not counted",
+    )

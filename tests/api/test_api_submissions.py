@@ -223,11 +223,11 @@ def test_progress_per_test_set(
     plan = shards.plan(session, sid, settings=settings)
     record_shard(session, sid, plan[1], settings=settings)
     progress = client.get(f"{URL}/{sid}/progress", headers=actors.alice).json()
-    assert progress == [
+    assert progress["test_sets"] == [
         {"test_set": "set0", "images_done": 0, "images_total": 3},
         {"test_set": "set1", "images_done": 3, "images_total": 3},
     ]
     status = client.get(f"{URL}/{sid}", headers=actors.alice).json()
-    assert status["state"] == "running" and status["progress"] == 0.5
+    assert status["state"] == "running" and status["progress"] == progress["progress"] == 0.5
     assert status["queue_position"] is None
     assert client.get(f"{URL}/{sid}/progress", headers=actors.bob).status_code == 404

@@ -228,7 +228,15 @@ def test_owner_signs_in_and_follows_a_running_submission(
     rows = page.locator("#progress-table tbody tr")
     assert rows.count() == 6
     assert rows.first.locator("td.num").inner_text() == "8 / 8"
-    assert rows.nth(1).locator("td.num").inner_text() == "0 / 8"
+    assert rows.nth(1).locator("td.num").inner_text() == "3 / 8"  # a shard running: 3 images
+    assert rows.nth(2).locator("td.num").inner_text() == "0 / 8"
+    # progress (8 + 3 of 48 images at 1,010 forward passes each) and the ETA at the running
+    # shard's measured 252.5 samples/s (37 images × 1,010 left: 148 s)
+    assert page.locator("#overall").get_attribute("value") == str(11 / 48)
+    assert page.locator("#overall-percent").inner_text() == "22.9%"
+    assert page.locator("#eta").inner_text() == "about 2 min left at 252 samples/s"
+    assert "1 shard(s) running now" in page.locator("#throughput").inner_text()
+    assert page.locator("#estimate").inner_text().startswith("48,480 forward passes")
     screenshot(page, "status-running")
     page.click("header.site button.link")  # sign out
     page.wait_for_url(page.context.pages[0].url)

@@ -235,13 +235,31 @@ def test_status_page_is_for_the_owner_only(client: TestClient, site: Site) -> No
     client.cookies.set(COOKIE_NAME, site.seeded.tokens["root"])  # admins see everything
     html = client.get(f"/submissions/{running}").text
     assert '<dd id="state">running</dd>' in html
-    assert html.count('<td class="num">8 / 8</td>') == 1
-    assert html.count('<td class="num">0 / 8</td>') == 5
+    assert html.count('<td class="num">8 / 8</td>') == 1  # recorded
+    assert html.count('<td class="num">3 / 8</td>') == 1  # running: 3 images so far
+    assert html.count('<td class="num">0 / 8</td>') == 4
     assert 'http-equiv="refresh"' in html
+    _status_page_shows_the_rest_apis_progress(client, running, html)
     client.cookies.set(COOKIE_NAME, "cb_revoked_or_wrong")
     stale = client.get("/leaderboards/webbands")
     assert stale.status_code == 200 and f'{COOKIE_NAME}=""' in stale.headers["set-cookie"]
     client.cookies.clear()
+
+
+def _status_page_shows_the_rest_apis_progress(client: TestClient, sid: int, html: str) -> None:
+    """The page's fraction, ETA and estimate are ``/progress``'s: 8 recorded + 3 running images
+    of 48 at 1,010 forward passes each; the running shard did 3,030 in 12 s (252.5 samples/s)."""
+    token = client.cookies.get(COOKIE_NAME)
+    report = client.get(
+        f"/api/v1/submissions/{sid}/progress", headers={"Authorization": f"Bearer {token}"}
+    ).json()
+    assert report["samples_done"] == 11 * 1010 and report["samples_total"] == 48 * 1010
+    assert f'<progress id="overall" max="1" value="{report["progress"]}">' in html
+    assert "11,110 of 48,480 forward passes" in html
+    assert report["eta_seconds"] == pytest.approx(37 * 1010 / 252.5)  # 148 s
+    assert '<p id="eta"><strong>about 2 min left</strong> at 252 samples/s</p>' in html
+    assert "252 samples/s, 0.2 images/s (1 shard(s) running now)" in html
+    assert '<dd id="estimate">48,480 forward passes' in html
 
 
 def test_owner_cancels_from_the_status_page(client: TestClient, site: Site) -> None:

@@ -13,21 +13,24 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image
 from service_factories import RobustnessPlan, record_robustness_shard
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from certbench.records import write_records
 from certbench.smoothing import ABSTAIN, CertifyRecord, certified_radius, lower_confidence_bound
 from generators import hub
-from models import pipeline, shards, storage
+from models import pipeline, progress, shards, storage
 from models.accounts import create_token, create_user
+from models.base import utcnow
 from models.catalog import parse_definition, upsert_benchmark
-from models.entities import Benchmark, Role, User
+from models.entities import Benchmark, Role, ShardDispatch, User
 from models.results import complete_submission
 from models.settings import Settings
 from models.stages.base import ShardSpec
@@ -250,6 +253,37 @@ def _record(session: Session, sid: int, spec: ShardSpec, *, settings: Settings, 
     )
 
 
+#: The running entry's second test set is being certified: 3 of its 8 images in 12 s.
+IN_FLIGHT_IMAGES, IN_FLIGHT_SECONDS = 3, 12.0
+
+
+def _in_flight(session: Session, sid: int, spec: ShardSpec, *, settings: Settings) -> None:
+    """A worker holds ``spec`` and reported ``IN_FLIGHT_IMAGES`` after ``IN_FLIGHT_SECONDS``
+    (its claim outlives the test session, so the page keeps showing it)."""
+    assert shards.claim(session, sid, spec, worker="seed-worker/1", settings=settings) is None
+    samples = IN_FLIGHT_IMAGES * (PROTOCOL["n0"] + N_SAMPLES)
+    progress.record_partial(
+        session,
+        sid,
+        spec.key,
+        worker="seed-worker/1",
+        images=IN_FLIGHT_IMAGES,
+        samples=samples,
+        settings=settings,
+    )
+    now = utcnow()
+    session.execute(
+        update(ShardDispatch)
+        .where(ShardDispatch.submission_id == sid, ShardDispatch.unit == spec.unit)
+        .values(
+            started_at=now - timedelta(seconds=IN_FLIGHT_SECONDS),
+            updated_at=now,
+            claimed_until=now + timedelta(days=1),
+        )
+    )
+    session.commit()
+
+
 def submit(
     session: Session,
     *,
@@ -388,4 +422,5 @@ def seed_database(session: Session, settings: Settings, dataset_folder: Path) ->
     _record(
         session, seeded.running_id, specs[0], settings=settings, quality=0.5, sigma=0.25, seed=901
     )
+    _in_flight(session, seeded.running_id, specs[1], settings=settings)
     return seeded

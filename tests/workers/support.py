@@ -21,11 +21,12 @@ from torch import nn
 
 from certbench.architectures import build_classifier
 from certbench.loading import save_weights
-from models import run_seeds, submissions
+from models import pipeline, run_seeds, submissions
 from models.accounts import create_user
 from models.catalog import get_benchmark, parse_definition, upsert_benchmark
 from models.entities import Benchmark, Submission, User
 from models.settings import Settings
+from models.states import SubmissionState
 from models.submissions import Upload
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "certbench"))
@@ -203,3 +204,25 @@ def revealed_seed(session: Session, submission_id: int) -> int:
         raise AssertionError(f"submission {submission_id} has no revealed seed: {view}")
     assert run_seeds.commitment(view.value) == view.commitment
     return run_seeds.parse(view.value)
+
+
+class CancelOnFirstForward(nn.Module):
+    """The submission's model, which cancels the submission the first time it runs (as a user
+    pressing Cancel while a shard computes)."""
+
+    def __init__(self, model: nn.Module, settings: Settings, sid: int) -> None:
+        super().__init__()
+        self.model, self.settings, self.sid, self.calls = model, settings, sid, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from models.db import session_scope
+
+        self.calls += 1
+        if self.calls == 1:
+            with session_scope(self.settings) as db:
+                assert pipeline.transition(
+                    db, self.sid, from_states={SubmissionState.RUNNING},
+                    to_state=SubmissionState.CANCELLED, reason="cancelled_by_user",
+                    message="cancelled by alice",
+                )  # fmt: skip
+        return self.model(x)

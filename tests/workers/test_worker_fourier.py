@@ -9,19 +9,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from stage_support import count_shards, fresh, is_shard, results_by_unit, submit
 from support import (
     TEST_SETS,
+    CancelOnFirstForward,
     load_benchmark,
     revealed_seed,
     tiny_definition,
     tiny_model,
 )
-from torch import nn
 
 from api.main import create_app
 from certbench.data import Subset, load_images
@@ -31,7 +30,6 @@ from certbench.fourier_records import read_sensitivity_records
 from certbench.fourier_sensitivity import sensitivity_records
 from models import pipeline, run_seeds, storage
 from models.entities import MetricValue, StageResult, Submission
-from models.settings import Settings
 from models.stages import inputs
 from models.states import SubmissionState
 from workers.app import app
@@ -178,27 +176,6 @@ def test_a_redelivered_fourier_shard_is_recorded_once(settings, session, dataset
     assert _result(session, sid).count == POINTS * 2
 
 
-class CancelOnFirstForward(nn.Module):
-    """The submission's model, which cancels the submission the first time it runs (as a user
-    pressing Cancel while a Fourier shard computes)."""
-
-    def __init__(self, model: nn.Module, settings: Settings, sid: int) -> None:
-        super().__init__()
-        self.model, self.settings, self.sid, self.calls = model, settings, sid, 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from models.db import session_scope
-
-        self.calls += 1
-        if self.calls == 1:
-            with session_scope(self.settings) as db:
-                assert pipeline.transition(
-                    db, self.sid, from_states={S.RUNNING}, to_state=S.CANCELLED,
-                    reason="cancelled_by_user",
-                )  # fmt: skip
-        return self.model(x)
-
-
 def test_cancel_stops_a_running_fourier_shard(
     settings, session, dataset, worker, tmp_path, monkeypatch
 ):
@@ -211,7 +188,7 @@ def test_cancel_stops_a_running_fourier_shard(
     wrapped = CancelOnFirstForward(tiny_model(seed=3), settings, sid)
     monkeypatch.setattr(inputs, "model_for", lambda item, device: wrapped)
     outcome = worker.execute(message)
-    assert outcome.startswith("stopped:"), outcome
+    assert outcome.startswith("cancelled: fourier_sensitivity shard 0"), outcome
     assert wrapped.calls == 1  # stopped at the first progress report, not after the shard
     assert _fourier_shards(session, sid) == 0
     assert fresh(session, sid).state == S.CANCELLED

@@ -1,0 +1,107 @@
+"""The daily compute quota: what each submission is charged, the 422/429 refusals and when a
+refused submission fits (Retry-After), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from service_factories import load_tiny, make_user, upload
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from models import compute_quota
+from models.base import utcnow
+from models.entities import Role, Submission, User
+from models.errors import IntakeError, QuotaExceededError
+from models.settings import Settings
+from models.states import Reason, SubmissionState
+from models.submissions import create_submission
+
+S = SubmissionState
+
+
+def _made(session: Session, settings: Settings, user: User, seed: int, passes: int, *,
+          hours_ago: float, **values: object) -> int:  # fmt: skip
+    """A submission estimated at ``passes`` made ``hours_ago``, then set to ``values``."""
+    sid = create_submission(
+        session, user=user, benchmark=load_tiny(session), upload=upload(seed=seed),
+        settings=settings, forward_passes=passes,
+    ).id  # fmt: skip
+    session.execute(
+        update(Submission)
+        .where(Submission.id == sid)
+        .values(created_at=utcnow() - timedelta(hours=hours_ago), **values)
+    )
+    session.commit()
+    return sid
+
+
+@pytest.fixture
+def roomy(settings: Settings) -> Settings:
+    """Room for the setup's submissions; the concurrency and count quotas out of the way."""
+    return settings.model_copy(
+        update={"quota_forward_passes_per_day": 10_000, "quota_concurrent": 50}
+    )
+
+
+def test_charges_count_estimated_work_and_only_what_cancelled_runs_computed(session, roomy):
+    alice, _ = make_user(session, "alice")
+    _made(session, roomy, alice, 1, 100, hours_ago=20, state=S.FINISHED)
+    _made(session, roomy, alice, 2, 80, hours_ago=2, state=S.CANCELLED, progress=0.25)
+    _made(session, roomy, alice, 3, 60, hours_ago=1, state=S.FAILED, progress=0.5,
+          reason=Reason.WORKER_ERROR.value)  # fmt: skip
+    _made(session, roomy, alice, 4, 500, hours_ago=1, state=S.REJECTED)  # refused at validation
+    _made(session, roomy, alice, 5, 500, hours_ago=1, state=S.FAILED,
+          reason=Reason.QUEUE_UNAVAILABLE.value)  # the service's failure, not theirs  # fmt: skip
+    _made(session, roomy, alice, 6, 900, hours_ago=30, state=S.FINISHED)  # left the window
+    _made(session, roomy, alice, 7, 40, hours_ago=0.5)  # waiting: charged in full
+    usage = compute_quota.usage(session, alice, settings=roomy)
+    assert usage.used == 100 + 20 + 30 + 40
+    assert [cost for _, cost in usage.charges] == [100, 20, 30, 40]  # oldest first
+
+
+def test_429_says_when_enough_older_work_leaves_the_window(session, roomy):
+    tight = roomy.model_copy(update={"quota_forward_passes_per_day": 200})
+    alice, _ = make_user(session, "alice")
+    _made(session, roomy, alice, 1, 100, hours_ago=20, state=S.FINISHED)
+    _made(session, roomy, alice, 2, 50, hours_ago=10, state=S.RUNNING)
+    compute_quota.check(session, alice, 50, settings=tight)  # 150 + 50 fits exactly
+    with pytest.raises(QuotaExceededError) as refused:
+        compute_quota.check(session, alice, 120, settings=tight)
+    error = refused.value
+    assert error.code == "quota_compute"
+    # 150 + 120 − 200 = 70 must leave the window: the 20-hour-old 100 does so in 4 hours
+    assert 4 * 3600 - 60 < error.retry_after <= 4 * 3600
+    assert error.details == [{"forward_passes": 120, "used": 150, "limit": 200, "left": 50,
+                              "retry_after_seconds": error.retry_after}]  # fmt: skip
+    with pytest.raises(QuotaExceededError) as both:
+        compute_quota.check(session, alice, 200, settings=tight)  # needs both to expire
+    assert 14 * 3600 - 60 < both.value.retry_after <= 14 * 3600
+
+
+def test_an_estimate_beyond_the_quota_is_a_422_and_admins_are_exempt(session, roomy):
+    alice, _ = make_user(session, "alice")
+    root, _ = make_user(session, "root", Role.ADMIN)
+    with pytest.raises(IntakeError, match="estimated at 10,001 forward passes") as refused:
+        compute_quota.check(session, alice, 10_001, settings=roomy)
+    assert refused.value.code == "estimate_exceeds_quota"
+    compute_quota.check(session, root, 10**12, settings=roomy)
+
+
+def test_the_intake_transaction_refuses_what_does_not_fit_and_stores_nothing(session, roomy):
+    tight = roomy.model_copy(update={"quota_forward_passes_per_day": 200})
+    alice, _ = make_user(session, "alice")
+    _made(session, roomy, alice, 1, 150, hours_ago=1)
+    with pytest.raises(QuotaExceededError, match="only 50 of your daily compute quota of 200"):
+        create_submission(
+            session, user=alice, benchmark=load_tiny(session), upload=upload(seed=2),
+            settings=tight, forward_passes=100,
+        )  # fmt: skip
+    session.rollback()
+    assert session.scalar(select(func.count()).select_from(Submission)) == 1
+    stored = create_submission(
+        session, user=alice, benchmark=load_tiny(session), upload=upload(seed=3),
+        settings=tight, forward_passes=50,
+    )  # fmt: skip
+    assert stored.estimated_forward_passes == 50
