@@ -130,7 +130,13 @@ def test_serve_migrates_and_runs_the_embedded_worker(tmp_path: Path):
     (which takes the validation job the API queued) and stops it on shutdown."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CERTBENCH_")}
-    env |= {"CERTBENCH_DATA_DIR": str(tmp_path / "data"), "CERTBENCH_PORT": str(port)}
+    # no reference entries: the worker takes this test's job at once (the first-run e2e test
+    # covers them, tests/e2e/test_e2e_first_run.py)
+    env |= {
+        "CERTBENCH_DATA_DIR": str(tmp_path / "data"),
+        "CERTBENCH_PORT": str(port),
+        "CERTBENCH_DEMO_REFERENCES": "false",
+    }
     serve = [sys.executable, "-c", "from certbench.cli import main; main()", "serve"]
     process = subprocess.Popen(serve, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

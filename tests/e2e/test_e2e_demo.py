@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import running_stack
+from conftest import postgres_database, redis_database, running_stack
 from processes import wait_for
 from sqlalchemy import select
 
@@ -40,11 +40,14 @@ def _pool_children(pid: int) -> list[int]:
     return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
-def test_first_start_certifies_the_demo_reference_entries(
-    tmp_path: Path, postgres_url: str, redis_url: str
-):
+def test_first_start_certifies_the_demo_reference_entries(tmp_path: Path):
     # One certification shard per test set (91 images), as a deployment's default would be.
-    with running_stack(tmp_path, postgres_url, redis_url, CERTBENCH_SHARD_SIZE="100") as stack:
+    # its own databases: prepare_service creates accounts the session's shared stack also has
+    with (
+        postgres_database() as postgres_url,
+        redis_database() as redis_url,
+        running_stack(tmp_path, postgres_url, redis_url, CERTBENCH_SHARD_SIZE="100") as stack,
+    ):
         assert stack.worker is not None
         stack.worker.stop()  # the worker comes back below, on a machine without the demo data
         settings = stack.settings

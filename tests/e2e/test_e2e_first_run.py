@@ -20,6 +20,7 @@ import shlex
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -156,6 +157,10 @@ def test_the_readmes_first_run_reaches_a_finished_demo_entry_with_plots(tmp_path
         compare = httpx.get(f"{base}/compare", params=[("id", i) for i in ids], timeout=30)
         assert compare.status_code == 200, compare.text[:500]
         assert compare.text.count("<svg") >= 1
+        # Playwright's sync API refuses a thread with an asyncio loop (an earlier test may leave
+        # one in this process): browse from a fresh thread
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pool.submit(_browse_the_demo_leaderboard, base, ids).result(timeout=300)
 
         weights = folder / "my-model" / "model.safetensors"
         newcomer.run(["certbench", "publish-weights", str(entry), "--license", "CC-BY-4.0"])
@@ -170,6 +175,42 @@ def test_the_readmes_first_run_reaches_a_finished_demo_entry_with_plots(tmp_path
         serve.stop()
     for pid in worker_pids:
         assert _gone(pid), f"worker {pid} outlived serve"
+
+
+def _browse_the_demo_leaderboard(base: str, ids: list[int]) -> None:
+    """In headless Debian Chromium (as tests/web): the demo leaderboard lists the three entries
+    under its "not comparable" title, ticking two of them opens the compare page with its plots,
+    and no page logs a console error."""
+    chromium = Path(os.environ.get("CERTBENCH_CHROMIUM", "/usr/bin/chromium"))
+    if not chromium.is_file():
+        pytest.fail(
+            f"Chromium is needed at {chromium}: `apt-get update && apt-get install -y chromium` "
+            "(Debian package), or set CERTBENCH_CHROMIUM to the binary.",
+            pytrace=False,
+        )
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(chromium), args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            page = browser.new_page(base_url=base)
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.goto(f"/leaderboards/{DEMO}")
+            assert "not comparable with papers" in page.locator("h1").inner_text()
+            rows = page.locator("table#leaderboard tbody tr")
+            assert rows.count() == 3
+            boxes = page.locator("input[name=id]")
+            boxes.nth(0).check()
+            boxes.nth(1).check()
+            page.locator("#compare-button").click()
+            page.wait_for_url("**/compare**")
+            assert page.locator("figure svg").count() >= 1
+        finally:
+            browser.close()
+    assert not errors, errors
 
 
 def _finished_board(base: str) -> list[dict] | None:
