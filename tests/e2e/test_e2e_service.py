@@ -96,7 +96,10 @@ def test_cancel_stops_the_remaining_shards(stack, tmp_path):
     time.sleep(3 * 2 + 5)
     after = frank.get(f"/api/v1/submissions/{sid}").json()
     assert after["state"] == "cancelled"
-    assert at_cancel["shards_done"] <= after["shards_done"] <= at_cancel["shards_done"] + 1
+    # counted from the cancel's own answer: a 1-image shard may finish between the poll above
+    # and the cancel, and at most the one in flight may still land after it
+    baseline = cancelled.json()["shards_done"]
+    assert at_cancel["shards_done"] <= baseline <= after["shards_done"] <= baseline + 1
     assert after["shards_done"] < after["shards_total"]
     assert frank.get(f"/api/v1/results/{sid}").json()["results"] == []
     assert stack.worker.alive()
