@@ -196,7 +196,33 @@ class TestSetPublic(BaseModel):
         )
 
 
-class BenchmarkPublic(BaseModel):
+class DataAvailabilityFields(BaseModel):
+    """Whether this machine holds a benchmark's data, shared by its full and summary shapes."""
+
+    data_available: bool | None = Field(
+        default=None,
+        description="whether this machine holds the benchmark's data (its local folders, local "
+        "copies of its Hub datasets or the `datasets` cache); submissions to a benchmark without "
+        "it are refused (422 dataset_unavailable). Null where the service does not check "
+        "(CERTBENCH_REQUIRE_LOCAL_DATA=false)",
+    )
+    data_hint: str | None = Field(
+        default=None,
+        description="when data_available is false: what is missing and the command that fixes "
+        "it, e.g. `certbench datasets fetch cifar10`",
+        examples=[
+            "uoft-cs/cifar10 not on this machine: run `certbench datasets fetch cifar10` where "
+            "the service runs, or point the definition's `folder` at a local copy"
+        ],
+    )
+    data_command: str | None = Field(
+        default=None,
+        description="when Hub data is missing: the one command that fetches it",
+        examples=["certbench datasets fetch cifar10"],
+    )
+
+
+class BenchmarkPublic(DataAvailabilityFields):
     name: str
     title: str
     description: str
@@ -237,27 +263,6 @@ class BenchmarkPublic(BaseModel):
             "protocol of every evaluation stage the benchmark runs beyond certification, by stage "
             "name (``robustness`` repeats the pd_robustness one)"
         ),
-    )
-    data_available: bool | None = Field(
-        default=None,
-        description="whether this machine holds the benchmark's data (its local folders, local "
-        "copies of its Hub datasets or the `datasets` cache); submissions to a benchmark without "
-        "it are refused (422 dataset_unavailable). Null where the service does not check "
-        "(CERTBENCH_REQUIRE_LOCAL_DATA=false)",
-    )
-    data_hint: str | None = Field(
-        default=None,
-        description="when data_available is false: what is missing and the command that fixes "
-        "it, e.g. `certbench datasets fetch cifar10`",
-        examples=[
-            "uoft-cs/cifar10 not on this machine: run `certbench datasets fetch cifar10` where "
-            "the service runs, or point the definition's `folder` at a local copy"
-        ],
-    )
-    data_command: str | None = Field(
-        default=None,
-        description="when Hub data is missing: the one command that fetches it",
-        examples=["certbench datasets fetch cifar10"],
     )
     sort_keys: dict[str, str] = Field(
         default_factory=dict,
@@ -316,7 +321,7 @@ class TestSetBrief(BaseModel):
     source: str = Field(description="where this server reads it from (``source.label``)")
 
 
-class BenchmarkSummary(BaseModel):
+class BenchmarkSummary(DataAvailabilityFields):
     """A benchmark as ``GET /api/v1/benchmarks`` lists it: what to submit to, without each test
     set's details (``GET /api/v1/benchmarks/{name}`` has them)."""
 
@@ -333,27 +338,6 @@ class BenchmarkSummary(BaseModel):
     robustness: dict[str, Any] | None = Field(
         default=None,
         description="protocol of the base-classifier robustness stage (Muthukumar et al. 2025)",
-    )
-    data_available: bool | None = Field(
-        default=None,
-        description="whether this machine holds the benchmark's data (its local folders, local "
-        "copies of its Hub datasets or the `datasets` cache); submissions to a benchmark without "
-        "it are refused (422 dataset_unavailable). Null where the service does not check "
-        "(CERTBENCH_REQUIRE_LOCAL_DATA=false)",
-    )
-    data_hint: str | None = Field(
-        default=None,
-        description="when data_available is false: what is missing and the command that fixes "
-        "it, e.g. `certbench datasets fetch cifar10`",
-        examples=[
-            "uoft-cs/cifar10 not on this machine: run `certbench datasets fetch cifar10` where "
-            "the service runs, or point the definition's `folder` at a local copy"
-        ],
-    )
-    data_command: str | None = Field(
-        default=None,
-        description="when Hub data is missing: the one command that fetches it",
-        examples=["certbench datasets fetch cifar10"],
     )
     test_set_count: int
     test_sets: list[TestSetBrief]

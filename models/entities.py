@@ -17,6 +17,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    ColumnElement,
     Enum,
     Float,
     ForeignKey,
@@ -347,6 +348,21 @@ class ShardDispatch(Base):
     samples_done: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    @classmethod
+    def held(
+        cls, submission_id: int, key: tuple[str, str, int], worker: str
+    ) -> tuple[ColumnElement[bool], ...]:
+        """Conditions selecting shard ``key``'s row while ``worker`` holds its claim (updates
+        by a worker that lost the claim then touch nothing)."""
+        stage, unit, index = key
+        return (
+            cls.submission_id == submission_id,
+            cls.stage == stage,
+            cls.unit == unit,
+            cls.shard_index == index,
+            cls.claimed_by == worker,
+        )
 
 
 class StageResult(Base):

@@ -182,16 +182,9 @@ def record_partial(
     settings: Settings,
 ) -> None:
     """A running shard's counts so far (the lease calls this, throttled); then the fraction."""
-    stage, unit, index = key
     session.execute(
         update(ShardDispatch)
-        .where(
-            ShardDispatch.submission_id == submission_id,
-            ShardDispatch.stage == stage,
-            ShardDispatch.unit == unit,
-            ShardDispatch.shard_index == index,
-            ShardDispatch.claimed_by == worker,
-        )
+        .where(*ShardDispatch.held(submission_id, key, worker))
         .values(images_done=images, samples_done=samples, updated_at=utcnow())
         .execution_options(synchronize_session=False)
     )

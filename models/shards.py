@@ -301,16 +301,9 @@ def renew_claim(
     settings: Settings,
 ) -> bool:  # fmt: skip
     """Extend ``worker``'s claim (heartbeat). False when the claim was taken from it."""
-    stage, unit, index = key
     result = session.execute(
         update(ShardDispatch)
-        .where(
-            ShardDispatch.submission_id == submission_id,
-            ShardDispatch.stage == stage,
-            ShardDispatch.unit == unit,
-            ShardDispatch.shard_index == index,
-            ShardDispatch.claimed_by == worker,
-        )
+        .where(*ShardDispatch.held(submission_id, key, worker))
         .values(claimed_until=utcnow() + timedelta(seconds=settings.lease_seconds))
         .execution_options(synchronize_session=False)
     )
@@ -322,16 +315,9 @@ def release_claim(
     session: Session, submission_id: int, key: tuple[str, str, int], *, worker: str
 ) -> None:
     """Drop ``worker``'s claim (the shard was recorded, stopped or failed)."""
-    stage, unit, index = key
     session.execute(
         update(ShardDispatch)
-        .where(
-            ShardDispatch.submission_id == submission_id,
-            ShardDispatch.stage == stage,
-            ShardDispatch.unit == unit,
-            ShardDispatch.shard_index == index,
-            ShardDispatch.claimed_by == worker,
-        )
+        .where(*ShardDispatch.held(submission_id, key, worker))
         .values(claimed_by=None, claimed_until=None)
         .execution_options(synchronize_session=False)
     )
