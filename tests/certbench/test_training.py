@@ -238,12 +238,23 @@ def weights_of(path) -> dict[str, torch.Tensor]:
     return load_file(str(path))
 
 
-def test_resumed_run_ends_with_the_same_weights_as_an_uninterrupted_one(demo, tmp_path):
-    whole = train(config(demo), tmp_path / "whole", OPTIONS)
-    first = train(config(demo), tmp_path / "split", OPTIONS, until_epoch=1)
+#: The resume check per kind of randomness a recipe draws: Gaussian noise only, AugMix's PIL
+#: operations (loader side), FourierMix's spectral noise with the HCR's noise copies.
+RESUME_CASES = {
+    "gaussian": {},
+    "augmix-jsd": {"batch_size": 16, "limit": 32},
+    "fouriermix-hcr": {"batch_size": 16, "limit": 32},
+}
+
+
+@pytest.mark.parametrize("recipe", list(RESUME_CASES))
+def test_resumed_run_ends_with_the_same_weights_as_an_uninterrupted_one(demo, tmp_path, recipe):
+    cfg = config(demo, recipe=recipe, **RESUME_CASES[recipe])
+    whole = train(cfg, tmp_path / "whole", OPTIONS)
+    first = train(cfg, tmp_path / "split", OPTIONS, until_epoch=1)
     assert first.epochs_done == 1
     after_one = weights_of(first.weights)
-    rest = train(config(demo), tmp_path / "split", RunOptions(**{**vars(OPTIONS), "resume": True}))
+    rest = train(cfg, tmp_path / "split", RunOptions(**{**vars(OPTIONS), "resume": True}))
     assert rest.epochs_done == 2
     a, b = weights_of(whole.weights), weights_of(rest.weights)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
