@@ -139,8 +139,8 @@ def _decoded(spec: TestSetSpec) -> ImageSet:
     )
     if len(images) != spec.num_images:
         raise DataSourceError(
-            f"test set {spec.name!r} ({spec.source}, config {spec.config!r}) has {len(images)} "
-            f"images in its protocol subset but the benchmark definition says "
+            f"test set {spec.name!r} ({spec.repo or 'its data'}, config {spec.config!r}) has "
+            f"{len(images)} images in its protocol subset but the benchmark definition says "
             f"{spec.num_images}; fix the definition or the dataset"
         )
     return images

@@ -226,6 +226,7 @@ def test_dataset_smaller_than_definition_fails_the_run(
     assert submission.state == S.FAILED
     assert submission.reason == Reason.DATASET_UNAVAILABLE
     assert "definition says 2" in submission.message
+    assert "(local/tiny, config" in submission.message and str(dataset) not in submission.message
 
 
 def test_data_missing_on_a_worker_fails_with_the_operators_fix(
