@@ -32,7 +32,6 @@ from models.stages.certification_intervals import CI_HIGH, CI_LOW, interval_keys
 from models.stages.pd_robustness import RobustnessResult
 from models.states import SubmissionState
 
-HUB_URL = "https://huggingface.co/datasets/{repo}"
 #: Keys of a stored robustness protocol that name this deployment's files, never served.
 PRIVATE_PROTOCOL_KEYS = frozenset({"folder"})
 
@@ -148,7 +147,10 @@ class TestSetPublic(BaseModel):
 
     name: str
     dataset_repo: str
-    hub_url: str
+    hub_url: str | None = Field(
+        description="the Hub page of the data read, when this server reads it from the Hub "
+        "(``source.kind`` hub); null for a local folder or data generated here"
+    )
     config: str | None
     revision: str | None
     split: str
@@ -173,10 +175,17 @@ class TestSetPublic(BaseModel):
 
     @classmethod
     def of(cls, test_set: TestSet) -> TestSetPublic:
+        source = DataSourcePublic.of(
+            repo=test_set.dataset_repo,
+            folder=test_set.dataset_folder,
+            revision=test_set.revision,
+            provenance=test_set.provenance or {},
+            name=test_set.name,
+        )
         return cls(
             name=test_set.name,
             dataset_repo=test_set.dataset_repo,
-            hub_url=HUB_URL.format(repo=test_set.dataset_repo),
+            hub_url=source.hub_url,
             config=test_set.config,
             revision=test_set.revision,
             split=test_set.split,
@@ -186,13 +195,7 @@ class TestSetPublic(BaseModel):
             band=test_set.band,
             attributes=dict(test_set.attributes),
             provenance=dict(test_set.provenance or {}),
-            source=DataSourcePublic.of(
-                repo=test_set.dataset_repo,
-                folder=test_set.dataset_folder,
-                revision=test_set.revision,
-                provenance=test_set.provenance or {},
-                name=test_set.name,
-            ),
+            source=source,
         )
 
 
@@ -317,7 +320,9 @@ class TestSetBrief(BaseModel):
     name: str
     config: str | None
     band: str | None
-    hub_url: str
+    hub_url: str | None = Field(
+        description="as ``TestSetPublic.hub_url``: null unless read from the Hub"
+    )
     source: str = Field(description="where this server reads it from (``source.label``)")
 
 
@@ -369,14 +374,19 @@ class FacetsPublic(BaseModel):
 
 
 class DatasetPublic(BaseModel):
-    """A published dataset repo, the configs the benchmarks use from it, and where this server
-    reads them from."""
+    """A data set the benchmarks use, its configs, and where this server reads them from (the
+    Hub, a local folder, or generated here)."""
 
-    repo: str
-    hub_url: str
+    repo: str = Field(description="the name the benchmark definitions give the data set")
+    hub_url: str | None = Field(
+        description="its Hugging Face Hub page when this server reads it from the Hub; null when "
+        "every test set of it is a local folder or data generated here (nothing to link to)"
+    )
     benchmarks: list[str]
     configs: list[str]
-    load_example: str
+    load_example: str | None = Field(
+        description="a ``datasets.load_dataset`` call for the Hub copy; null where ``hub_url`` is"
+    )
     sources: list[DataSourcePublic] = Field(
         description="the distinct sources this server reads the repo's test sets from (a local "
         "folder, or the Hub at a revision), in the benchmarks' order"

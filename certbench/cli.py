@@ -296,8 +296,9 @@ def robust_accuracy(
     ] = "0",
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...")] = None,
 ) -> None:
-    """Clean, ℓ∞ and ℓ∞ ∩ PD robust accuracy of the base classifier (seed 004), as the
-    leaderboard's robustness stage measures it (``--skip 20`` for the 500-image subset)."""
+    """Clean, ℓ∞ and ℓ∞ ∩ PD robust accuracy of the base classifier (Muthukumar, Pal, Sulam &
+    Vidal 2025, arXiv:2501.18098), as the leaderboard's robustness stage measures it (``--skip 20``
+    for the 500-image subset)."""
     from certbench.attacks import robust_accuracy as run_attacks
     from certbench.data import Subset, load_images
     from certbench.errors import ThreatModelError

@@ -28,7 +28,7 @@ import yaml
 from PIL import Image as PILImage
 
 from certbench.dataset_names import HUB_ALIASES, check_name, is_hub_id
-from certbench.errors import DataSourceError
+from certbench.errors import DataSourceError, DataUnavailableError
 
 if TYPE_CHECKING:
     from datasets import Dataset, Features
@@ -53,6 +53,7 @@ IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "GIF")
 
 
 def _local_hint(repo: str) -> str:
+    """The command-line user's fix for Hub data out of reach (a service gives its own)."""
     return (
         "pass a local folder instead: a folder in the Hub layout (README.md with YAML `configs:` "
         f"and parquet files, e.g. made with `hf download {repo} --repo-type dataset --local-dir "
@@ -285,7 +286,12 @@ def _resolve(source: str | Path) -> tuple[str, Path | str]:
             return "hub", source
         check_name(source)
     if not path.exists():
-        raise DataSourceError(f"dataset source {str(source)!r} does not exist")
+        raise DataUnavailableError(
+            f"dataset source {str(source)!r} does not exist",
+            advice="",
+            source=str(source),
+            hub=False,
+        )
     if not path.is_dir():
         raise DataSourceError(
             f"dataset source {str(source)!r} is a file; pass the folder that holds the dataset "
@@ -680,14 +686,19 @@ def _hub_call(repo: str, what: str, call: Callable[[], Any]) -> Any:
     try:
         return call()
     except ConnectionError as err:
-        raise DataSourceError(
+        raise DataUnavailableError(
             f"could not reach the Hugging Face Hub to {what} {repo!r} ({err}); no local path "
-            f"{repo!r} exists either. Without network access, {_local_hint(repo)}"
+            f"{repo!r} exists either",
+            advice=f"without network access, {_local_hint(repo)}",
+            source=repo,
+            hub=True,
         ) from err
     except DatasetNotFoundError as err:
-        raise DataSourceError(
-            f"Hub dataset {repo!r} was not found or is not accessible ({err}); check the id, "
-            f"log in for gated/private data, or {_local_hint(repo)}"
+        raise DataUnavailableError(
+            f"Hub dataset {repo!r} was not found or is not accessible ({err})",
+            advice=f"check the id, log in for gated/private data, or {_local_hint(repo)}",
+            source=repo,
+            hub=True,
         ) from err
     except Exception as err:  # datasets raises many types (ValueError for bad config/split, ...)
         raise DataSourceError(f"cannot {what} Hub dataset {repo!r}: {err}") from err

@@ -17,15 +17,29 @@ from certbench.cli import user_errors
 datasets_app = typer.Typer(help="Local data sets.", no_args_is_help=True)
 
 
+#: ``--folder``: the name the service resolves, shared by both commands.
+FOLDER_HELP = (
+    "Write into DATASETS_DIR/FOLDER instead: the `folder` a benchmark definition names "
+    "(DATASETS_DIR: CERTBENCH_DATASETS_DIR, else $CERTBENCH_DATA_DIR/datasets)."
+)
+
+
 @datasets_app.command("demo")
 @user_errors
 def demo_command(
-    out: Annotated[Path, typer.Option(help="Folder to write (Hub layout, train + test).")],
+    out: Annotated[
+        Path | None, typer.Option(help="Folder to write (Hub layout, train + test).")
+    ] = None,
+    folder: Annotated[str | None, typer.Option(help=FOLDER_HELP)] = None,
 ) -> None:
     """Write scikit-learn's handwritten digits as 32×32 RGB train/test splits (no network)."""
     from certbench.demo_data import write_demo_dataset
+    from certbench.hub_fetch import default_datasets_dir, definition_folder
 
-    result = write_demo_dataset(out)
+    if (out is None) == (folder is None):
+        raise typer.BadParameter("give exactly one of --out and --folder")
+    target = out if out is not None else definition_folder(str(folder), default_datasets_dir())
+    result = write_demo_dataset(target)
     counts = ", ".join(f"{split} {count}" for split, count in result.counts.items())
     typer.echo(f"wrote {result.out}: {counts} images; content sha256 {result.sha256}")
 
@@ -45,15 +59,18 @@ def fetch_command(
         ),
     ] = None,
     force: Annotated[bool, typer.Option(help="Download again over an existing copy.")] = False,
+    folder: Annotated[str | None, typer.Option(help=FOLDER_HELP + " One dataset only.")] = None,
 ) -> None:
     """Download Hub datasets into DATASETS_DIR/<org>/<name>, where the leaderboard service reads
     them without network (needs network access here; shows a progress bar per file)."""
     from certbench.hub_fetch import default_datasets_dir, fetch_dataset, hub_repo
 
+    if folder is not None and len(names) != 1:
+        raise typer.BadParameter("--folder takes one dataset; fetch the others separately")
     root = (datasets_dir or default_datasets_dir()).expanduser().resolve()
     repos = [hub_repo(name) for name in names]  # every name checked before any download
     for repo in repos:
-        fetched = fetch_dataset(repo, root, force=force)
+        fetched = fetch_dataset(repo, root, force=force, folder=folder)
         state = "already there" if fetched.already_there else "downloaded"
         typer.echo(f"{fetched.repo}: {state} at {fetched.path}")
 

@@ -53,6 +53,22 @@ class DataSourceError(CertbenchError):
     """A dataset source is missing, unreadable or has the wrong shape."""
 
 
+class DataUnavailableError(DataSourceError):
+    """The data is not reachable from here: a local path that does not exist, or a Hub dataset
+    that cannot be reached or found.
+
+    The message (``str``) ends with advice for the person at the command line; ``problem`` is
+    what failed without that advice, so that a service can give its operators their own fix
+    (``models.stages.inputs``). ``source`` is the Hub id (``hub``) or the local path given.
+    """
+
+    def __init__(self, problem: str, *, advice: str, source: str, hub: bool) -> None:
+        super().__init__(f"{problem}; {advice}" if advice else problem)
+        self.problem = problem
+        self.source = source
+        self.hub = hub
+
+
 class CertificationError(CertbenchError):
     """Arguments to certify/predict are inconsistent (shapes, labels, n, alpha, sigma)."""
 
@@ -83,6 +99,7 @@ class LensError(CertbenchError):
 
 class EffectiveRobustnessError(CertbenchError):
     """Effective-robustness inputs cannot be fitted (too few entries, mixed σ, bad counts)."""
+
 
 class AugmentationError(CertbenchError):
     """Augmentation inputs or hyper-parameters are invalid (dtype, shape, seeds, severities)."""

@@ -28,7 +28,11 @@ def fourier_heatmap_command(
     dataset: Dataset,
     out: Annotated[Path, typer.Option(help="Output folder: records, heatmaps, summary.")],
     protocol: Annotated[
-        str, typer.Option(help="paper (seed 000: 200 images, n=100,000) or quick (cheaper).")
+        str,
+        typer.Option(
+            help="paper (Sun et al., 'A Spectral View of Randomized Smoothing under Common "
+            "Corruptions', ECCV 2022: 200 images, n=100,000) or quick (cheaper)."
+        ),
     ] = "paper",
     config: Annotated[str | None, typer.Option(help="Dataset config (test set).")] = None,
     split: str = "test",

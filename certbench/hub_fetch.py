@@ -25,7 +25,14 @@ from pathlib import Path
 from certbench.dataset_names import HUB_ALIASES, is_hub_id, unknown_name_message
 from certbench.errors import DataSourceError
 
-__all__ = ["FetchedDataset", "default_datasets_dir", "fetch_dataset", "hub_repo", "mirror_path"]
+__all__ = [
+    "FetchedDataset",
+    "default_datasets_dir",
+    "definition_folder",
+    "fetch_dataset",
+    "hub_repo",
+    "mirror_path",
+]
 
 
 @dataclass(frozen=True)
@@ -68,8 +75,27 @@ def mirror_path(repo: str, datasets_dir: Path) -> Path:
     return datasets_dir / org / name
 
 
-def fetch_dataset(name: str, datasets_dir: Path, *, force: bool = False) -> FetchedDataset:
-    """Download Hub dataset ``name`` (all files of its default revision) into its local copy.
+def definition_folder(folder: str, datasets_dir: Path) -> Path:
+    """Where the service reads a benchmark definition's ``folder``: under ``datasets_dir`` when
+    relative (as ``models.work.resolve_source`` resolves it), as is when absolute.
+
+    Raises DataSourceError for a folder that climbs out of ``datasets_dir`` (``..``).
+    """
+    path = Path(folder).expanduser()
+    if not folder or ".." in path.parts:
+        raise DataSourceError(
+            f"folder {folder!r}: give the `folder` a benchmark definition names (e.g. "
+            "cifar10-local), a path under the datasets dir without '..'"
+        )
+    return path if path.is_absolute() else datasets_dir / path
+
+
+def fetch_dataset(
+    name: str, datasets_dir: Path, *, force: bool = False, folder: str | None = None
+) -> FetchedDataset:
+    """Download Hub dataset ``name`` (all files of its default revision) into its local copy:
+    ``<datasets_dir>/<org>/<name>``, or the definition ``folder`` given (``definition_folder``),
+    for a test set that names one.
 
     An existing copy is kept unless ``force``. Raises DataSourceError when the Hub cannot be
     reached or the repo does not exist, saying how to carry a copy over instead.
@@ -78,7 +104,7 @@ def fetch_dataset(name: str, datasets_dir: Path, *, force: bool = False) -> Fetc
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     repo = hub_repo(name)
-    target = mirror_path(repo, datasets_dir)
+    target = definition_folder(folder, datasets_dir) if folder else mirror_path(repo, datasets_dir)
     if target.is_dir() and not force:
         return FetchedDataset(repo, target, already_there=True)
     partial = target.with_name(f"{target.name}.partial")

@@ -60,7 +60,9 @@ def threat_report_command(
 
 
 anchors_app = typer.Typer(
-    help="PD-threat anchor banks (seed 004 Algorithm 1).", no_args_is_help=True
+    help="PD-threat anchor banks (Algorithm 1 of Muthukumar, Pal, Sulam & Vidal 2025, "
+    "arXiv:2501.18098).",
+    no_args_is_help=True,
 )
 
 

@@ -272,7 +272,9 @@ def card_section(report: ThreatReport) -> str:
         "",
         f"Perturbation = corrupted − clean in [0, 1] pixels; d_PD with β = {report.beta}, "
         f"k = {report.anchors.get('k')} anchors per class from {report.anchors.get('dataset')} "
-        f"({report.anchors.get('split')}, seed {report.anchors.get('seed')}), seed 004 §3.2. "
+        f"({report.anchors.get('split')}, seed {report.anchors.get('seed')}), "
+        "Muthukumar, Pal, Sulam & Vidal 2025 "
+        f"([arXiv:2501.18098](https://arxiv.org/abs/2501.18098)) §3.2. "
         f"Full statistics in `{REPORT_FILE}`.",
         "",
         "| config | corruption | severity | mean d_PD | median d_PD | mean d_∞ | mean d_2 |",

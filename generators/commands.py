@@ -17,7 +17,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from tqdm import tqdm
 
 from certbench.cli import user_errors
 from certbench.errors import GeneratorError
@@ -100,6 +99,8 @@ def cifar_f_command(
         f"{len(specs)} test sets × {len(images)} images from {images.name} → {out} "
         f"(protocol {chosen_protocol.value}, seed {seed})"
     )
+    from tqdm import tqdm  # here, not at import: every `certbench` start loads this module
+
     with (
         tqdm(total=len(specs), desc="test sets", unit="set", position=0) as sets_bar,
         tqdm(total=len(specs) * len(images), desc="images", unit="img", position=1) as img_bar,

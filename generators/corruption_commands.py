@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from tqdm import tqdm
 
 from certbench.cli import user_errors
 from generators.commands import _parse_list, console, generate_app
@@ -66,6 +65,8 @@ def _generate(
         f"{len(grid)} test sets x {len(images)} images from {images.name} -> {out} "
         f"({key}, seed {seed})"
     )
+    from tqdm import tqdm  # here, not at import: every `certbench` start loads this module
+
     with (
         tqdm(total=len(grid), desc="test sets", unit="set", position=0) as sets_bar,
         tqdm(total=len(grid) * len(images), desc="images", unit="img", position=1) as img_bar,

@@ -7,7 +7,9 @@ loaded (``<HF_DATASETS_CACHE>/<org>___<name>/<config>/...``). A source is availa
 of those is present; the data sets the service generates itself (``models.generated_datasets``)
 always are. Everything else would fail on the worker after the upload, so the API shows such a
 benchmark as "data not available here" and refuses submissions to it at intake, with the one
-command that fixes it (``certbench datasets fetch REPO``).
+command that fixes it (``certbench datasets fetch REPO``, with ``--folder`` for a definition's
+missing ``folder``). Where the check is off (``CERTBENCH_REQUIRE_LOCAL_DATA=false``) and a worker
+finds the data missing, :func:`worker_advice` words the run's failure for the operator likewise.
 
 The answer is cached per benchmark version for ``CACHE_SECONDS``: intake and every page ask, and a
 copy that appears (a fetch finishing) shows within that time. Messages name Hub ids and the
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -28,7 +31,7 @@ from typing import Any
 from certbench.dataset_names import HUB_ALIASES
 from models.data_pins import pinned_revision
 from models.entities import Benchmark
-from models.generated_datasets import generated_name
+from models.generated_datasets import generated_by_repo, generated_name
 from models.settings import Settings
 from models.work import hub_mirror
 
@@ -47,20 +50,78 @@ class Source:
 
 
 @dataclass(frozen=True)
+class MissingFolder:
+    """A definition's ``folder`` that is not on this machine, named as a public page may name it:
+    a relative folder as written (it lies under ``CERTBENCH_DATASETS_DIR``), an absolute one by
+    its last part only (its path is this deployment's business)."""
+
+    name: str
+    repo: str
+    relative: bool
+
+    @classmethod
+    def of(cls, folder: str, repo: str) -> MissingFolder:
+        path = Path(folder)
+        if path.is_absolute():
+            return cls(path.name or folder, repo, relative=False)
+        return cls(folder, repo, relative=True)
+
+    @property
+    def command(self) -> str | None:
+        """The command that writes the data into the folder: it resolves the folder under the
+        datasets dir as the service does. None for an absolute folder (not shown)."""
+        if not self.relative:
+            return None
+        generated = generated_by_repo(self.repo)
+        if generated is not None:
+            return generated.command.format(folder=shlex.quote(self.name))
+        return f"certbench datasets fetch {_alias(self.repo)} --folder {shlex.quote(self.name)}"
+
+    @property
+    def fix(self) -> str:
+        """What is missing and how to fill it, in one clause."""
+        if self.relative:
+            where = f"folder {self.name!r} ({self.repo}) is missing under CERTBENCH_DATASETS_DIR"
+            run = f"run `{self.command}`"
+        else:
+            where = f"folder …/{self.name} ({self.repo}) is missing"
+            run = ""
+        if generated_by_repo(self.repo) is not None:
+            how = (
+                run or "write it at the definition's `folder` with `certbench datasets demo --out`"
+            )
+            return f"{where}: {how} (no network needed)"
+        copy = (
+            "copy the data to the definition's `folder` (Hub layout or torchvision CIFAR, e.g. "
+            f"`hf download {self.repo} --repo-type dataset --local-dir DIR` where there is "
+            "network, then DIR moved there)"
+        )
+        return f"{where}: {run}, or {copy}" if run else f"{where}: {copy}"
+
+
+@dataclass(frozen=True)
 class DataAvailability:
     """Whether every source of a benchmark is here; if not, what is missing and the fix."""
 
     available: bool
     missing_repos: tuple[str, ...] = ()
-    missing_folders: tuple[str, ...] = ()
+    folders: tuple[MissingFolder, ...] = ()
+
+    @property
+    def missing_folders(self) -> tuple[str, ...]:
+        """The missing folders' public names."""
+        return tuple(folder.name for folder in self.folders)
 
     @property
     def command(self) -> str | None:
-        """The one command that fetches the missing Hub data (None when none is missing)."""
-        if not self.missing_repos:
-            return None
-        names = " ".join(_ALIAS_OF.get(repo, repo) for repo in self.missing_repos)
-        return f"certbench datasets fetch {names}"
+        """The shell line that fetches or writes the missing data (None when nothing is missing
+        or the only missing folders are absolute ones, whose paths are not shown)."""
+        commands = []
+        if self.missing_repos:
+            names = " ".join(_alias(repo) for repo in self.missing_repos)
+            commands.append(f"certbench datasets fetch {names}")
+        commands += [f.command for f in self.folders if f.command is not None]
+        return " && ".join(commands) or None
 
     @property
     def hint(self) -> str | None:
@@ -69,17 +130,35 @@ class DataAvailability:
             return None
         parts = []
         if self.missing_repos:
+            fetch = f"certbench datasets fetch {' '.join(map(_alias, self.missing_repos))}"
             parts.append(
-                f"{', '.join(self.missing_repos)} not on this machine: run `{self.command}` "
+                f"{', '.join(self.missing_repos)} not on this machine: run `{fetch}` "
                 "where the service runs, or point the definition's `folder` at a local copy"
             )
-        if self.missing_folders:
-            parts.append(
-                f"local folder(s) {', '.join(self.missing_folders)} missing under "
-                "CERTBENCH_DATASETS_DIR: copy the data there (Hub layout or torchvision CIFAR) "
-                "or load a definition whose `folder` points at it"
-            )
+        parts += [folder.fix for folder in self.folders]
         return "; ".join(parts)
+
+
+def _alias(repo: str) -> str:
+    """The short name users type for a Hub repo (``cifar10``), else the repo id."""
+    return _ALIAS_OF.get(repo, repo)
+
+
+def worker_advice(problem: str, *, repo: str, folder: str | None) -> str:
+    """The failure message of a run whose data a worker could not find (the check at intake is
+    off): what failed and the operator's fix. ``problem`` is ``certbench.data``'s account of a
+    Hub failure without its command-line advice; for a missing ``folder`` it names a path of
+    this machine, so it is left out and the folder is named as the pages name it."""
+    rerun = "then re-run the submission"
+    if folder:
+        missing = MissingFolder.of(folder, repo)
+        return f"the data is not on this worker: {missing.fix}; {rerun}"
+    return (
+        f"{problem}. The workers read {repo} from a local copy when they have one: run "
+        f"`certbench datasets fetch {_alias(repo)}` on every worker machine (or give them a shared "
+        "CERTBENCH_DATASETS_DIR), or point the benchmark definition's `folder` at a local copy; "
+        f"{rerun}"
+    )
 
 
 _cache: dict[tuple[int, str, str], tuple[float, DataAvailability]] = {}
@@ -139,19 +218,17 @@ def check_sources(sources: list[Source], settings: Settings) -> DataAvailability
     """Check each source once (folders: a ``stat``; Hub repos: the local copy, then the
     ``datasets`` cache)."""
     repos: list[str] = []
-    folders: list[str] = []
+    folders: list[MissingFolder] = []
     for source in sources:
         if source.folder:
             if generated_name(source.folder) is None and not _folder_here(source.folder, settings):
-                name = Path(source.folder).name or source.folder
-                if name not in folders:
-                    folders.append(name)
+                missing = MissingFolder.of(source.folder, source.repo)
+                if missing not in folders:
+                    folders.append(missing)
         elif not _hub_here(source, settings) and source.repo not in repos:
             repos.append(source.repo)
     return DataAvailability(
-        available=not repos and not folders,
-        missing_repos=tuple(repos),
-        missing_folders=tuple(folders),
+        available=not repos and not folders, missing_repos=tuple(repos), folders=tuple(folders)
     )
 
 

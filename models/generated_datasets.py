@@ -40,22 +40,36 @@ def _write_demo_digits(out: Path) -> None:
 
 @dataclass(frozen=True)
 class GeneratedDataset:
-    """A folder under ``datasets_dir`` that ``write`` can always rebuild from installed code."""
+    """A folder under ``datasets_dir`` that ``write`` can always rebuild from installed code.
+
+    ``repo`` is the name definitions give it (published nowhere); ``command`` the CLI command
+    that writes it into a definition's folder (``{folder}``), for a definition that names it
+    under another folder than ``name``, which the service does not write by itself.
+    """
 
     name: str
+    repo: str
     description: str
+    command: str
     write: Callable[[Path], None]
 
 
 GENERATED: dict[str, GeneratedDataset] = {
     "demo-digits": GeneratedDataset(
         name="demo-digits",
+        repo="certbench/demo-digits",
         description="scikit-learn's handwritten digits as 32×32 RGB (certbench datasets demo)",
+        command="certbench datasets demo --folder {folder}",
         write=_write_demo_digits,
     ),
 }
 """Generated data sets by folder name (the ``folder`` a definition gives, relative to
 ``datasets_dir``)."""
+
+
+def generated_by_repo(repo: str) -> GeneratedDataset | None:
+    """The generated data set that definitions call ``repo``, if any."""
+    return next((g for g in GENERATED.values() if g.repo == repo), None)
 
 
 def generated_name(folder: str | None) -> str | None:

@@ -41,6 +41,10 @@ class TestSetSpec:
     sha256: str | None = None
     """The pinned content hash of the data (``models.data_pins``); None: not pinned."""
     hub_commit: str | None = None
+    repo: str = ""
+    """The Hub id the definition names (also the data set's public name)."""
+    folder: str | None = None
+    """The definition's ``folder`` as written (``source`` is it resolved); None: read ``repo``."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,8 @@ def image_source_spec(row: Mapping[str, Any], *, name: str, settings: Settings) 
         source=resolve_source(
             row.get("folder"), row["repo"], settings, revision=row.get("revision")
         ),
+        repo=row["repo"],
+        folder=row.get("folder"),
         config=row.get("config"),
         revision=row.get("revision"),
         split=row["split"],
@@ -169,6 +175,8 @@ def get_work_item(session: Session, submission_id: int, *, settings: Settings) -
             id=ts.id,
             name=ts.name,
             source=dataset_source(ts, settings),
+            repo=ts.dataset_repo,
+            folder=ts.dataset_folder,
             config=ts.config,
             revision=pinned_revision(ts.revision, ts.provenance or {}, name=ts.name),
             split=ts.split,
@@ -214,6 +222,8 @@ def planning_item(
             id=ts.id,
             name=ts.name,
             source=dataset_source(ts, settings),
+            repo=ts.dataset_repo,
+            folder=ts.dataset_folder,
             config=ts.config,
             revision=ts.revision,
             split=ts.split,

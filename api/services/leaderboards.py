@@ -12,7 +12,6 @@ from sqlalchemy.orm import Session
 from api.data_sources import DataSourcePublic
 from api.progress_schemas import EstimatePublic
 from api.schemas import (
-    HUB_URL,
     BenchmarkPublic,
     BenchmarkSummary,
     ComparedEntry,
@@ -185,8 +184,9 @@ def benchmark(
 
 
 def datasets(session: Session) -> list[DatasetPublic]:
-    """Published dataset repos used by the benchmarks, with Hub links, configs and where this
-    server reads them from (a local folder or the Hub at a revision)."""
+    """The data sets the benchmarks use, with configs and where this server reads them from (the
+    Hub at a revision, a local folder, or generated here); Hub links and ``load_dataset`` calls
+    only for those read from the Hub, since another repo name may be published nowhere."""
     by_repo: dict[str, tuple[set[str], list[str], dict[str, DataSourcePublic]]] = {}
     for bench in list_benchmarks(session):
         for test_set in bench.test_sets:
@@ -198,23 +198,24 @@ def datasets(session: Session) -> list[DatasetPublic]:
             sources.setdefault(source.label, source)
     out = []
     for repo, (names, configs, sources) in sorted(by_repo.items()):
-        example = configs[0] if configs else None
-        call = (
-            f'load_dataset("{repo}", "{example}", split="test")'
-            if example
-            else (f'load_dataset("{repo}", split="test")')
-        )
+        hub = next((s for s in sources.values() if s.kind == "hub"), None)
         out.append(
             DatasetPublic(
                 repo=repo,
-                hub_url=HUB_URL.format(repo=repo),
+                hub_url=hub.hub_url if hub else None,
                 benchmarks=sorted(names),
                 configs=configs,
-                load_example=f"from datasets import load_dataset; ds = {call}",
+                load_example=_load_example(repo, configs[0] if configs else None) if hub else None,
                 sources=list(sources.values()),
             )
         )
     return out
+
+
+def _load_example(repo: str, config: str | None) -> str:
+    """The ``datasets`` call that loads one config of a Hub repo's test split."""
+    args = f'"{repo}", "{config}"' if config else f'"{repo}"'
+    return f'from datasets import load_dataset; ds = load_dataset({args}, split="test")'
 
 
 def facets(session: Session, name: str, *, viewer: User | None) -> FacetsPublic:

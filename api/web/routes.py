@@ -213,7 +213,7 @@ def _sources_by_repo(bench: BenchmarkPublic) -> dict[str, list[tuple[str, str | 
     repos: dict[str, list[tuple[str, str | None]]] = {}
     for test_set in sorted(bench.test_sets, key=lambda t: t.dataset_repo):
         source = test_set.source
-        where = (source.where(), test_set.hub_url if source.kind == "hub" else None)
+        where = (source.where(), test_set.hub_url)
         wheres = repos.setdefault(test_set.dataset_repo, [])
         if where not in wheres:
             wheres.append(where)

@@ -8,15 +8,18 @@ Imported only where a stage runs (it pulls in torch).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
 from torch import nn
 
 from certbench.data import ImageSet, Subset, config_files, load_images, source_kind
-from certbench.errors import DataSourceError
+from certbench.errors import DataSourceError, DataUnavailableError
 from certbench.loading import load_manifest, load_model
 from certbench.provenance import LOCAL_KINDS, config_sha256
+from models.data_availability import worker_advice
 from models.data_pins import UNPINNED, VERIFIED_COMMIT, VERIFIED_SHA256
 from models.errors import DatasetMismatchError
 from models.work import TestSetSpec, WorkItem
@@ -47,11 +50,28 @@ def images_for(spec: TestSetSpec) -> ImageSet:
     version, so the check costs a ``stat`` per shard).
 
     Raises DatasetMismatchError when the data is not what the definition pins, DataSourceError
-    when the source is unavailable or its size contradicts the benchmark definition (shards would
-    then cover the wrong images).
+    when the source is unavailable (worded for the operator, see ``operator_advice``) or its size
+    contradicts the benchmark definition (shards would then cover the wrong images).
     """
     data_hashes(spec)
-    return _decoded(spec)
+    with operator_advice(spec):
+        return _decoded(spec)
+
+
+@contextmanager
+def operator_advice(spec: TestSetSpec) -> Iterator[None]:
+    """Turn data missing on this worker into a failure message for the service's operator.
+
+    ``certbench.data`` advises the person at the command line ("pass a local folder instead");
+    a run's failure is read by the submitter and fixed by the operator, who needs the service's
+    remedies (``certbench datasets fetch``, the definition's ``folder``, CERTBENCH_DATASETS_DIR)
+    and must not see this machine's paths.
+    """
+    try:
+        yield
+    except DataUnavailableError as err:
+        message = worker_advice(err.problem, repo=spec.repo or err.source, folder=spec.folder)
+        raise DataSourceError(f"test set {spec.name!r}: {message}") from err
 
 
 def data_hashes(spec: TestSetSpec) -> dict[str, str]:
@@ -61,14 +81,17 @@ def data_hashes(spec: TestSetSpec) -> dict[str, str]:
     local Hub-layout folder; ``source``/``revision``: the Hub id and revision loaded, or the kind
     of local folder (never its path); ``verified``: ``sha256``, ``hub_commit`` or ``unpinned``.
 
-    Raises DatasetMismatchError when a pinned hash differs or cannot be checked on this source.
+    Raises DatasetMismatchError when a pinned hash differs or cannot be checked on this source,
+    DataSourceError (worded for the operator) when the source is not here.
     """
-    kind, hub_id = source_kind(spec.source)
+    with operator_advice(spec):
+        kind, hub_id = source_kind(spec.source)
     out: dict[str, str] = {"source": hub_id if kind == "hub" else LOCAL_KINDS[kind]}
     if kind == "hub":
         out["revision"] = spec.revision or "unpinned"
     if kind == "folder":
-        out["sha256"] = _content_sha256(spec.source, spec.config, spec.split)
+        with operator_advice(spec):
+            out["sha256"] = _content_sha256(spec.source, spec.config, spec.split)
     if spec.sha256 is not None:
         if "sha256" not in out:
             if spec.hub_commit is None or kind != "hub":
@@ -116,8 +139,8 @@ def _decoded(spec: TestSetSpec) -> ImageSet:
     )
     if len(images) != spec.num_images:
         raise DataSourceError(
-            f"test set {spec.name!r} ({spec.source}, config {spec.config!r}) has {len(images)} "
-            f"images in its protocol subset but the benchmark definition says "
+            f"test set {spec.name!r} ({spec.repo or 'its data'}, config {spec.config!r}) has "
+            f"{len(images)} images in its protocol subset but the benchmark definition says "
             f"{spec.num_images}; fix the definition or the dataset"
         )
     return images

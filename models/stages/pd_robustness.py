@@ -352,13 +352,15 @@ def build_anchor_bank(spec: RobustnessSpec) -> Path:
     """Select the anchors from the training split and write the bank atomically."""
     from certbench.data import load_images
     from certbench.pd_threat import bank_from_image_set
+    from models.stages.inputs import operator_advice
 
-    train = load_images(
-        spec.images.source,
-        config=spec.images.config,
-        split=spec.anchors_split,
-        revision=spec.images.revision,
-    )
+    with operator_advice(spec.images):
+        train = load_images(
+            spec.images.source,
+            config=spec.images.config,
+            split=spec.anchors_split,
+            revision=spec.images.revision,
+        )
     bank = bank_from_image_set(
         train,
         dataset=spec.protocol["repo"],

@@ -16,7 +16,7 @@ from service_factories import tiny_definition
 from sqlalchemy.orm import Session
 
 from api.data_sources import DataSourcePublic
-from models.catalog import parse_definition, upsert_benchmark
+from models.catalog import packaged_definitions, parse_definition, upsert_benchmark
 
 SECRET = "/srv/private-mount/datasets-xyz"
 SHA = "ab" * 32
@@ -117,3 +117,67 @@ def test_no_response_names_the_local_path(client: TestClient, sources: None) -> 
         response = client.get(url)
         assert response.status_code == 200, url
         assert "private-mount" not in response.text, url
+
+
+def test_generated_data_is_labelled_so_and_has_no_hub_link() -> None:
+    source = DataSourcePublic.of(
+        repo="certbench/demo-digits",
+        folder="demo-digits",
+        revision=None,
+        provenance={"sha256": SHA},
+        name="clean",
+    )
+    assert source.kind == "generated" and source.repo is None and source.pinned
+    assert source.label.startswith("generated on this server: ")
+    assert "certbench datasets demo" in source.label and "Hub" not in source.where()
+    assert source.hub_url is None
+
+
+@pytest.fixture
+def local_only(session: Session) -> None:
+    """The packaged demo benchmark (its data generated here) and one read from local folders."""
+    upsert_benchmark(session, {d.name: d for d in packaged_definitions()}["demo-digits"])
+    definition = tiny_definition("folders", sets=2)
+    for test_set in definition["test_sets"]:
+        test_set.update(folder=SECRET, provenance={"sha256": SHA})
+    upsert_benchmark(session, parse_definition(json.dumps(definition)))
+    session.commit()
+
+
+@pytest.mark.parametrize(
+    ("repo", "kind"),
+    [("certbench/demo-digits", "generated"), ("certbench/folders", "local_folder")],
+)
+def test_data_not_read_from_the_hub_gets_no_hub_link_or_snippet(
+    client: TestClient, local_only: None, repo: str, kind: str
+) -> None:
+    listed = {d["repo"]: d for d in client.get("/api/v1/datasets").json()}
+    assert listed[repo]["hub_url"] is None and listed[repo]["load_example"] is None
+    assert {s["kind"] for s in listed[repo]["sources"]} == {kind}
+    bench = repo.removeprefix("certbench/")
+    test_sets = client.get(f"/api/v1/benchmarks/{bench}").json()["test_sets"]
+    assert [t["hub_url"] for t in test_sets] == [None] * len(test_sets)
+    page = unescape(client.get(f"/datasets/{repo}").text)
+    assert "huggingface.co" not in page and "load_dataset" not in page
+    assert "Published on the Hugging Face Hub" not in page
+    assert "Not read from the Hugging Face Hub" in page
+    sources = page.split('id="data-sources"')[1].split("</p>")[0]
+    assert f'data-kind="{kind}"' in sources and 'data-kind="hub"' not in sources
+    row = unescape(client.get("/datasets").text).split(f'data-repo="{repo}"')[1].split("</tr>")[0]
+    assert "huggingface.co" not in row and "load_dataset" not in row and "not on the Hub" in row
+
+
+def test_demo_dataset_page_says_it_is_generated_here(client: TestClient, local_only: None) -> None:
+    page = unescape(client.get("/datasets/certbench/demo-digits").text)
+    sources = page.split('id="data-sources"')[1].split("</p>")[0]
+    assert "generated on this server: scikit-learn's handwritten digits" in sources
+    # no local copy yet in this test's data dir: the page says who writes it, not "set folder"
+    assert "certbench serve</code> writes it" in page and "set <code>folder</code>" not in page
+
+
+def test_hub_data_keeps_its_link_and_snippet(client: TestClient, sources: None) -> None:
+    """A repo read from the Hub for at least one test set links there and shows load_dataset."""
+    page = unescape(client.get("/datasets/certbench/srcs").text)
+    assert 'href="https://huggingface.co/datasets/certbench/srcs"' in page
+    assert "Published on the Hugging Face Hub" in page
+    assert 'load_dataset("certbench/srcs", "set0", split="test")' in page

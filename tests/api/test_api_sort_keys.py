@@ -8,15 +8,17 @@ on the web page, never an empty or unordered ranking.
 
 from __future__ import annotations
 
+import json
 import re
+from html import unescape
 
 import pytest
 from conftest import Actors
 from fastapi.testclient import TestClient
-from service_factories import finished_submission
+from service_factories import finished_submission, tiny_definition
 from sqlalchemy.orm import Session
 
-from models.catalog import get_benchmark
+from models.catalog import get_benchmark, parse_definition, upsert_benchmark
 from models.entities import User
 from models.leaderboard import SUBMISSION_SORTS
 from models.settings import Settings
@@ -114,3 +116,23 @@ def test_web_page_refuses_a_key_the_benchmark_lacks(client: TestClient, entries:
     text = response.text.replace("&#39;", "'")
     assert "sort='band_mid' is not a sort key of benchmark 'tiny'" in text
     assert "valid keys: " + ", ".join(_keys(client)) in text
+
+
+def test_one_test_set_heads_macr_as_acr_and_says_so(client: TestClient, session: Session) -> None:
+    """On a benchmark with one test set (the demo's shape) the mean over test sets is that set's
+    ACR: the column says ACR, its tooltip names the field ``macr`` it sorts by, which is the
+    same field as on every other benchmark; ``acr`` is no alias."""
+    upsert_benchmark(session, parse_definition(json.dumps(tiny_definition("single", sets=1))))
+    session.commit()
+    keys = client.get("/api/v1/benchmarks/single").json()["sort_keys"]
+    assert keys["macr"] == "ACR" and "acr" not in keys
+    html = unescape(client.get("/leaderboards/single?sort=macr").text)
+    head = re.search(r'<th [^>]*data-key="macr"[^>]*title="([^"]*)"[^>]*>(.*?)</th>', html, re.S)
+    assert head is not None
+    title, label = head.groups()
+    assert "ACR" in label and "mACR" not in label
+    assert "of the one test set" in title and "mean over test sets (mACR)" in title
+    assert "REST field and sort key: macr" in title
+    assert "sorted by ACR (best first)" in html
+    refused = client.get("/api/v1/leaderboards/single", params={"sort": "acr"})
+    assert refused.status_code == 422 and "macr" in refused.json()["message"]

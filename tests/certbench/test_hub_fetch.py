@@ -86,3 +86,35 @@ def test_the_command_checks_every_name_first_and_reports_failures(
     (tmp_path / "uoft-cs" / "cifar100").mkdir(parents=True)
     done = runner.invoke(app, ["datasets", "fetch", "cifar100", "--datasets-dir", str(tmp_path)])
     assert done.exit_code == 0 and "uoft-cs/cifar100: already there" in done.output
+
+
+def test_fetch_into_a_definition_folder(tmp_path: Path, offline_hub: None):
+    """``--folder``: the copy a test set's ``folder`` names (under the datasets dir), the fix the
+    service prints for such a folder."""
+    app = typer.Typer()
+    register(app)
+    runner = CliRunner()
+    root = ["--datasets-dir", str(tmp_path)]
+    failed = runner.invoke(app, ["datasets", "fetch", "x/b", "--folder", "b-local", *root])
+    assert failed.exit_code == 2 and "could not download x/b" in failed.output
+    assert str(tmp_path / "b-local") in " ".join(failed.output.split())  # where a copy goes
+    assert not (tmp_path / "b-local").exists()
+    (tmp_path / "b-local").mkdir()
+    done = runner.invoke(app, ["datasets", "fetch", "x/b", "--folder", "b-local", *root])
+    assert done.exit_code == 0 and f"x/b: already there at {tmp_path / 'b-local'}" in done.output
+    two = runner.invoke(app, ["datasets", "fetch", "x/a", "x/b", "--folder", "b", *root])
+    assert two.exit_code == 2 and "--folder takes one dataset" in two.output
+    climbing = runner.invoke(app, ["datasets", "fetch", "x/b", "--folder", "../up", *root])
+    assert climbing.exit_code == 2 and "without '..'" in climbing.output
+
+
+def test_demo_into_a_definition_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    app = typer.Typer()
+    register(app)
+    runner = CliRunner()
+    neither = runner.invoke(app, ["datasets", "demo"])
+    assert neither.exit_code == 2 and "exactly one of --out and --folder" in neither.output
+    monkeypatch.setenv("CERTBENCH_DATASETS_DIR", str(tmp_path / "sets"))
+    done = runner.invoke(app, ["datasets", "demo", "--folder", "digits"])
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "sets" / "digits" / "README.md").is_file()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from certbench.client import Submission, TestSetProgress
-from certbench.client_render import duration, eta_text, status_table
+from certbench.client_render import duration, eta_text, run_bar, status_table
 
 
 def _text(table: object) -> str:
@@ -53,3 +53,47 @@ def test_status_without_the_new_fields_shows_what_there_is():
     assert [duration(s) for s in (None, 45, 200, 7384, 3 * 86400 + 4 * 3600)] == [
         "–", "45 s", "3 min 20 s", "2 h 03 min", "3 d 4 h"
     ]  # fmt: skip
+
+
+def _submission(**fields: object) -> Submission:
+    return Submission.from_json({"id": 9, "benchmark": "cifar10", "progress": 0.0, **fields})
+
+
+def _bar_line(text: str, description: str) -> str:
+    """The last rendering of the live bar whose description is ``description``."""
+    return [line for line in text.splitlines() if line.startswith(description)][-1]
+
+
+def test_the_live_bar_of_submit_wait_shows_eta_and_throughput():
+    """What ``submit --wait`` draws while a run goes (``run_bar``, fed by ``Client.wait``): the
+    fraction done, the server's ETA and the measured throughput; a change of state is a line."""
+    console = Console(record=True, width=160)
+    queued = _submission(state="queued", queue_position=2)
+    running = _submission(
+        state="running",
+        message="certifying",
+        progress=0.4,
+        eta_seconds=200.0,
+        throughput={"samples_per_second": 8120.5, "images_per_second": 0.081},
+    )
+    with run_bar(console, queued) as update:
+        update(queued)
+        update(running)
+    text = console.export_text()
+    assert "submission 9: queued" in text and "submission 9: running — certifying" in text
+    bar = _bar_line(text, "#9 running")
+    assert " 40%" in bar and "ETA 3 min 20 s" in bar
+    assert "8,120 samples/s, 0.081 images/s" in bar
+
+
+def test_the_live_bar_shows_the_queue_position_then_drops_the_eta_at_the_end():
+    console = Console(record=True, width=160)
+    queued = _submission(state="queued", queue_position=1)
+    with run_bar(console, queued) as update:
+        update(queued)
+    assert "#1 in queue" in _bar_line(console.export_text(), "#9 queued")
+    with run_bar(console, queued) as update:
+        update(_submission(state="running", progress=0.5, eta_seconds=60.0))
+        update(_submission(state="finished", progress=1.0, eta_seconds=0.0))
+    bar = _bar_line(console.export_text(), "#9 finished")
+    assert "100%" in bar and "ETA" not in bar and "in queue" not in bar

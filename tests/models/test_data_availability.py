@@ -117,10 +117,15 @@ def test_missing_folders_are_named_without_the_machine_paths(
     ]
     benchmark = _load(session, "folders", sets)
     found = benchmark_availability(benchmark, settings)
-    assert not found.available and found.missing_repos == () and found.command is None
+    assert not found.available and found.missing_repos == ()
     assert found.missing_folders == ("relative-set", "cifar10-c-local")
-    assert "CERTBENCH_DATASETS_DIR" in (found.hint or "")
-    assert str(tmp_path) not in (found.hint or "")
+    # the relative folder's fix is one command; the absolute one's path is never shown
+    assert found.command == "certbench datasets fetch x/a --folder relative-set"
+    hint = found.hint or ""
+    assert "folder 'relative-set' (x/a) is missing under CERTBENCH_DATASETS_DIR" in hint
+    assert "folder …/cifar10-c-local (x/b) is missing: copy the data to the definition's" in hint
+    assert "hf download x/b --repo-type dataset --local-dir DIR" in hint
+    assert str(tmp_path) not in hint and str(tmp_path) not in found.command
     (settings.datasets_dir / "relative-set").mkdir(parents=True)
     secret.mkdir(parents=True)
     clear_cache()
@@ -146,6 +151,29 @@ def test_a_stage_block_source_counts_and_a_generated_folder_is_always_here(
     assert not (settings.datasets_dir / "demo-digits").exists()  # generated when needed
     assert found.missing_repos == ("uoft-cs/cifar10",) and found.missing_folders == ()
     assert found.command == "certbench datasets fetch cifar10"
+
+
+def test_generated_data_under_another_folder_is_written_by_its_command(
+    session: Session, settings: Settings
+):
+    """The demo digits named under a folder the service does not write itself (only
+    ``demo-digits`` is written on start): the fix is the command that writes them there."""
+    sets = [{"name": "c", "repo": "certbench/demo-digits", "folder": "digits", "source_size": 364}]
+    found = benchmark_availability(_load(session, "digits", sets), settings)
+    assert found.missing_folders == ("digits",)
+    assert found.command == "certbench datasets demo --folder digits"
+    assert "(no network needed)" in (found.hint or "") and "hf download" not in (found.hint or "")
+
+
+def test_a_missing_hub_repo_and_folder_get_one_shell_line(session: Session, settings: Settings):
+    sets = [
+        {"name": "a", "repo": "uoft-cs/cifar10", "source_size": 6},
+        {"name": "b", "repo": "x/b", "folder": "b-local", "source_size": 6},
+    ]
+    found = benchmark_availability(_load(session, "both", sets), settings)
+    assert found.command == (
+        "certbench datasets fetch cifar10 && certbench datasets fetch x/b --folder b-local"
+    )
 
 
 def test_the_datasets_cache_check_agrees_with_datasets_own_offline_lookup(

@@ -22,16 +22,40 @@ T = TypeVar("T")
 BIN = Path(sys.executable).parent
 PYCACHE = Path(tempfile.gettempdir()) / "certbench-test-pycache"
 
+#: A local port nobody listens on (9, "discard"): a proxy there refuses every connection at once.
+CLOSED_PROXY = "http://127.0.0.1:9"
+#: No network for the processes the tests start: the Hugging Face clients in offline mode, and
+#: every HTTP(S) proxy variable, in both spellings that libraries read, at CLOSED_PROXY, so that a
+#: request to any other host fails (and fails the test) instead of leaving the machine; the
+#: local services (127.0.0.1, localhost) are reached directly. Raw sockets are not covered.
+NO_NETWORK = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    **{
+        name: value
+        for key, value in {
+            "HTTP_PROXY": CLOSED_PROXY,
+            "HTTPS_PROXY": CLOSED_PROXY,
+            "ALL_PROXY": CLOSED_PROXY,
+            "NO_PROXY": "127.0.0.1,localhost",
+        }.items()
+        for name in (key, key.lower())
+    },
+}
+
 
 def service_env(**values: str | None) -> dict[str, str]:
-    """This environment minus every CERTBENCH_* variable, plus ``values`` (None = unset).
+    """This environment minus every CERTBENCH_* variable, with NO_NETWORK, plus ``values``
+    (None = unset).
 
     One torch thread per process (the CI box has 2 shared cores), and byte-code caching in a temp
-    folder so each new process does not recompile torch and celery from source.
+    folder so each new process does not recompile torch and celery from source. The service never
+    needs the network here, so any attempt to reach it is an error the test sees.
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("CERTBENCH_")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(PYTHONPYCACHEPREFIX=str(PYCACHE), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env.update(NO_NETWORK)
     for key, value in values.items():
         if value is None:
             env.pop(key, None)

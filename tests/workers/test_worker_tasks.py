@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -23,6 +25,7 @@ from support import (
 )
 
 from certbench.data import Subset, load_images
+from certbench.errors import DataSourceError, DataUnavailableError
 from certbench.records import read_records
 from certbench.smoothing import certify
 from models import pipeline, storage
@@ -31,6 +34,7 @@ from models.leaderboard import certification_results
 from models.settings import Settings
 from models.stages import inputs
 from models.states import Reason, SubmissionState
+from models.work import TestSetSpec
 from workers import device
 from workers.app import app
 from workers.names import AGGREGATE, VALIDATE
@@ -222,6 +226,55 @@ def test_dataset_smaller_than_definition_fails_the_run(
     assert submission.state == S.FAILED
     assert submission.reason == Reason.DATASET_UNAVAILABLE
     assert "definition says 2" in submission.message
+    assert "(local/tiny, config" in submission.message and str(dataset) not in submission.message
+
+
+def test_data_missing_on_a_worker_fails_with_the_operators_fix(
+    settings, session, benchmark, worker, tmp_path, dataset
+):
+    """With the intake check off, a worker that lacks the data fails the run with what the
+    operator does (not the command line's "pass a local folder"), naming no local path."""
+    sid = _submit(session, settings, tmp_path)
+    worker.run_next()  # validated while the data was there
+    shutil.rmtree(dataset)
+    inputs.images_for.cache_clear()
+    worker.run_all()
+    submission = _submission(session, sid)
+    assert submission.state == S.FAILED
+    assert submission.reason == Reason.DATASET_UNAVAILABLE
+    message = submission.message
+    assert (
+        "the data is not on this worker: folder …/tiny-dataset (local/tiny) is missing" in message
+    )
+    assert "copy the data to the definition's `folder`" in message
+    assert "hf download local/tiny --repo-type dataset" in message
+    assert "re-run the submission" in message
+    assert "pass a local folder" not in message and str(tmp_path) not in message
+
+
+def test_hub_data_out_of_reach_on_a_worker_gets_the_operators_fix(monkeypatch):
+    """A Hub test set the worker cannot load (no copy, no network): the run's message tells the
+    operator to fetch it on the workers; the core's error keeps the command line's advice."""
+    import datasets
+
+    def offline(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("Couldn't reach 'uoft-cs/cifar10' on the Hub (LocalEntryNotFound)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    spec = TestSetSpec(
+        id=1, name="clean", source="uoft-cs/cifar10", repo="uoft-cs/cifar10", config="plain_text",
+        revision=None, split="test", subset_skip=1, subset_limit=None, num_images=10,
+    )  # fmt: skip
+    inputs.images_for.cache_clear()
+    with pytest.raises(DataSourceError) as caught:
+        inputs.images_for(spec)
+    message = str(caught.value)
+    assert message.startswith("test set 'clean': could not reach the Hugging Face Hub")
+    assert "run `certbench datasets fetch cifar10` on every worker machine" in message
+    assert "CERTBENCH_DATASETS_DIR" in message and "`folder`" in message
+    assert "pass a local folder" not in message
+    core = caught.value.__cause__
+    assert isinstance(core, DataUnavailableError) and "pass a local folder instead" in str(core)
 
 
 def test_certify_uses_the_configured_device(settings):
