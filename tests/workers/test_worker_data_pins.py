@@ -228,3 +228,15 @@ def test_a_stage_block_pin_must_agree_with_its_revision(dataset):
     }}  # fmt: skip
     with pytest.raises(BenchmarkDefinitionError, match=r"differs from provenance\.hub_commit"):
         parse_definition(json.dumps(definition))
+
+
+def test_a_result_records_one_set_of_hashes_for_all_its_shards():
+    from models.errors import StorageError
+    from models.stages.base import recorded_data_hashes
+
+    a = {"sha256": "a" * 64, "source": "local Hub-layout folder", "verified": "unpinned"}
+    b = {**a, "sha256": "b" * 64}
+    assert recorded_data_hashes([a, None, dict(a)], where="x") == a  # None: an older shard
+    assert recorded_data_hashes([None], where="x") == {}
+    with pytest.raises(StorageError, match=r"the shards of unit 'u' were computed on different"):
+        recorded_data_hashes([a, b], where="unit 'u'")
