@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import typer
 import yaml
 from typer.testing import CliRunner
@@ -121,3 +122,51 @@ def test_a_commit_must_be_a_full_commit_id(tmp_path: Path):
     refused = _pin(str(_definition(tmp_path / "a.json")), "--data", str(data), "--hub-commit",
                    COMMIT[:10])  # fmt: skip
     assert refused.exit_code == 1 and "hub_commit" in refused.output
+@pytest.mark.parametrize("name", ["cifar10", "cifar100"])
+def test_the_packaged_clean_definitions_pin_their_hub_data(name: str) -> None:
+    """The commits and SHA-256 values public sources give for uoft-cs/cifar10 and cifar100
+    (their LFS object ids), written into the packaged definitions and the pinned sources."""
+    from certbench.pinned_sources import PINNED_SOURCES
+    from models.catalog import packaged_definitions
+
+    facts = {
+        "cifar10": ("uoft-cs/cifar10", "0b2714987fa478483af9968de7c934580d0bb9a2",
+                    "841389e6f2d64f28bf17310e430aebac20ec3ba611a3c5e231dc93c645ce84de"),
+        "cifar100": ("uoft-cs/cifar100", "aadb3af77e9048adbea6b47c21a81e47dd092ae5",
+                     "98776c529bb146a9c791229df74a5cf076be9b43d82dbbd334b6a7788d73dc68"),
+    }  # fmt: skip
+    repo, commit, test_sha256 = facts[name]
+    assert PINNED_SOURCES[repo].commit == commit
+    assert PINNED_SOURCES[repo].sha256("test") == test_sha256
+    definitions = {d.name: d for d in packaged_definitions()}
+    (clean,) = definitions[name].test_sets
+    assert clean.repo == repo and clean.split == "test"
+    assert clean.provenance is not None
+    assert (clean.provenance.hub_commit, clean.provenance.sha256) == (commit, test_sha256)
+    for stage, block in definitions[name].stages.items():
+        assert block["repo"] == repo and block["split"] == "test", stage
+        assert block["provenance"]["hub_commit"] == commit, stage
+        assert block["provenance"]["sha256"] == test_sha256, stage
+
+
+def test_every_packaged_read_of_the_hub_cifar_copies_is_pinned() -> None:
+    """Stage blocks reading uoft-cs/cifar10 or cifar100 pin the commit and the test shard's
+    hash; a definition built from them names the commit the generators read by default."""
+    from certbench.pinned_sources import PINNED_SOURCES, default_revision
+    from models.catalog import packaged_definitions
+
+    checked = 0
+    for definition in packaged_definitions():
+        for stage, block in definition.stages.items():
+            pin = PINNED_SOURCES.get(block.get("repo"))
+            if pin is not None and not block.get("folder"):
+                expected = {"hub_commit": pin.commit, "sha256": pin.sha256(block["split"])}
+                assert {k: block["provenance"][k] for k in expected} == expected, (
+                    definition.name, stage
+                )
+                checked += 1
+        source = definition.provenance.source if definition.provenance else None
+        if source in PINNED_SOURCES:
+            assert definition.provenance.source_revision == default_revision(source, None)
+            checked += 1
+    assert checked == 24  # 16 stage blocks; 8 definitions (clean, -F, -C̄, weather) × 2
