@@ -122,6 +122,8 @@ def test_a_commit_must_be_a_full_commit_id(tmp_path: Path):
     refused = _pin(str(_definition(tmp_path / "a.json")), "--data", str(data), "--hub-commit",
                    COMMIT[:10])  # fmt: skip
     assert refused.exit_code == 1 and "hub_commit" in refused.output
+
+
 @pytest.mark.parametrize("name", ["cifar10", "cifar100"])
 def test_the_packaged_clean_definitions_pin_their_hub_data(name: str) -> None:
     """The commits and SHA-256 values public sources give for uoft-cs/cifar10 and cifar100
@@ -162,7 +164,8 @@ def test_every_packaged_read_of_the_hub_cifar_copies_is_pinned() -> None:
             if pin is not None and not block.get("folder"):
                 expected = {"hub_commit": pin.commit, "sha256": pin.sha256(block["split"])}
                 assert {k: block["provenance"][k] for k in expected} == expected, (
-                    definition.name, stage
+                    definition.name,
+                    stage,
                 )
                 checked += 1
         source = definition.provenance.source if definition.provenance else None
