@@ -114,11 +114,14 @@ def fetch_dataset(
     shutil.rmtree(partial / ".cache", ignore_errors=True)  # download bookkeeping, not data
     verified: tuple[str, ...] = ()
     if pin is not None and commit == pin.commit:
-        try:
-            verified = _verify(partial, pin)
-        except DataSourceError:
+        problems = copy_problems(partial, pin)
+        if problems:
             shutil.rmtree(partial)  # never resume from bytes known to be wrong
-            raise
+            raise DataSourceError(
+                f"downloaded {repo}@{commit}, but its files are not the pinned bytes: "
+                f"{'; '.join(problems)}. The download was discarded; run the command again"
+            )
+        verified = tuple(sorted(pin.files))
     if target.exists():
         shutil.rmtree(target)
     partial.rename(target)
@@ -176,8 +179,8 @@ def copy_problems(folder: Path, pin: PinnedSource) -> list[str]:
 
 
 def _verify(folder: Path, pin: PinnedSource | None) -> tuple[str, ...]:
-    """The splits checked against ``pin`` (none without a pin). Raises DataSourceError naming
-    every difference and the command that replaces the copy."""
+    """The splits of an existing copy checked against ``pin`` (none without a pin). Raises
+    DataSourceError naming every difference and the command that replaces the copy."""
     if pin is None:
         return ()
     problems = copy_problems(folder, pin)

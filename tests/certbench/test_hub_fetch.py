@@ -179,6 +179,7 @@ def test_downloaded_bytes_that_differ_from_the_pin_are_not_put_in_place(
     with pytest.raises(DataSourceError) as caught:
         fetch_dataset("cifar10", tmp_path / "datasets")
     message = str(caught.value)
+    assert f"downloaded uoft-cs/cifar10@{CIFAR10.commit}, but its files are not" in message
     assert "pinned 841389e6f2d64f28bf17310e430aebac20ec3ba611a3c5e231dc93c645ce84de" in message
     assert "pinned 8428b53a88a11ac374111006708df51469e315a22ac6d66470afd9c78d2ae883" in message
     assert not (tmp_path / "datasets" / "uoft-cs" / "cifar10").exists()
