@@ -34,7 +34,7 @@ WORKER_STOP_SECONDS = 20
 DEFAULT_MAX_API_WORKERS = 8
 
 admin_app = typer.Typer(help="Manage users and API tokens.", no_args_is_help=True)
-benchmarks_app = typer.Typer(help="Load and list benchmark definitions.", no_args_is_help=True)
+benchmarks_app = typer.Typer(help="Load, list and pin benchmark definitions.", no_args_is_help=True)
 db_app = typer.Typer(help="Database migrations.", no_args_is_help=True)
 
 
@@ -364,6 +364,44 @@ def load_packaged() -> None:
     except CertbenchError as err:
         raise _fail(err) from err
     typer.echo(f"loaded: {', '.join(loaded) if loaded else 'nothing new'}")
+
+
+@benchmarks_app.command("pin")
+def pin(
+    definition: Annotated[Path, typer.Argument(help="Definition file (JSON or YAML).")],
+    data: Annotated[
+        Path,
+        typer.Option(
+            help="Local copy of the published data: the folder `certbench publish` uploaded, or "
+            "`hf download REPO --repo-type dataset --revision COMMIT --local-dir DIR`."
+        ),
+    ],
+    hub_commit: Annotated[
+        str | None,
+        typer.Option(help="The Hub commit holding these bytes (40 hex; `publish` prints it)."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Write the pinned definition here (default: DEFINITION).")
+    ] = None,
+) -> None:
+    """Pin each test set of DEFINITION to the bytes in DATA: writes provenance.sha256 (and
+    hub_commit) per test set and bumps version; refuses when a config is missing."""
+    from models.definition_pins import pin_definition
+
+    target = out or definition
+    try:
+        pinned = pin_definition(definition, data, hub_commit=hub_commit, out=target)
+    except CertbenchError as err:
+        raise _fail(err) from err
+    target.write_text(pinned.text, encoding="utf-8")
+    by = "sha256" + (f" and Hub commit {hub_commit}" if hub_commit else "")
+    typer.echo(f"{target}: version {pinned.version}, {len(pinned.pins)} test set(s) pinned by {by}")
+    if hub_commit is None:
+        typer.echo(
+            "note: without --hub-commit, workers verify only local copies of the data "
+            "(`certbench datasets fetch REPO` or the definition's `folder`); a Hub-only source "
+            "pinned by sha256 alone fails with dataset_mismatch"
+        )
 
 
 @benchmarks_app.command("list")

@@ -60,9 +60,17 @@ def fetch_command(
     ] = None,
     force: Annotated[bool, typer.Option(help="Download again over an existing copy.")] = False,
     folder: Annotated[str | None, typer.Option(help=FOLDER_HELP + " One dataset only.")] = None,
+    revision: Annotated[
+        str | None,
+        typer.Option(
+            help="Hub revision to download (default: the commit the packaged benchmarks pin for "
+            "cifar10/cifar100, the default branch for other repos)."
+        ),
+    ] = None,
 ) -> None:
     """Download Hub datasets into DATASETS_DIR/<org>/<name>, where the leaderboard service reads
-    them without network (needs network access here; shows a progress bar per file)."""
+    them without network (needs network access here; shows a progress bar per file). Copies of
+    cifar10/cifar100, new or already there, are checked against the pinned SHA-256."""
     from certbench.hub_fetch import default_datasets_dir, fetch_dataset, hub_repo
 
     if folder is not None and len(names) != 1:
@@ -70,9 +78,13 @@ def fetch_command(
     root = (datasets_dir or default_datasets_dir()).expanduser().resolve()
     repos = [hub_repo(name) for name in names]  # every name checked before any download
     for repo in repos:
-        fetched = fetch_dataset(repo, root, force=force, folder=folder)
+        fetched = fetch_dataset(repo, root, force=force, revision=revision, folder=folder)
         state = "already there" if fetched.already_there else "downloaded"
-        typer.echo(f"{fetched.repo}: {state} at {fetched.path}")
+        at = f"@{fetched.revision}" if fetched.revision else ""
+        checked = (
+            f" ({', '.join(fetched.verified)}: sha256 matches the pin)" if fetched.verified else ""
+        )
+        typer.echo(f"{fetched.repo}{at}: {state} at {fetched.path}{checked}")
 
 
 def register(app: typer.Typer) -> None:

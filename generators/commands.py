@@ -23,6 +23,11 @@ from certbench.errors import GeneratorError
 
 console = Console(soft_wrap=True)
 
+REVISION_HELP = (
+    "Hub revision of the source (default for cifar10/cifar100 on the Hub: the commit "
+    "certbench pins, certbench.pinned_sources)."
+)
+
 generate_app = typer.Typer(
     name="generate",
     help="Build benchmark datasets (CIFAR-F, corruption sets) in the Hugging Face Hub layout.",
@@ -62,7 +67,7 @@ def cifar_f_command(
         bool, typer.Option("--extra-alphas", help="Also allow/add α = 0.1 and 0.3.")
     ] = False,
     limit: Annotated[int | None, typer.Option(help="Use only the first N test images.")] = None,
-    revision: Annotated[str | None, typer.Option(help="Hub revision of the source.")] = None,
+    revision: Annotated[str | None, typer.Option(help=REVISION_HELP)] = None,
     batch_size: Annotated[int, typer.Option(help="Images per FFT batch.")] = 1000,
     card: Annotated[bool, typer.Option(help="Write README.md and figures at the end.")] = True,
     threads: Annotated[
@@ -71,6 +76,7 @@ def cifar_f_command(
     ] = None,
 ) -> None:
     """Generate CIFAR-10-F / CIFAR-100-F: 192 power-law Fourier test sets (Sun et al. 2022)."""
+    from certbench.pinned_sources import default_revision
     from certbench.provenance import public_source
     from generators import cifar_f, cifar_f_build
 
@@ -91,6 +97,7 @@ def cifar_f_command(
     )
     if batch_size < 1:
         raise GeneratorError(f"--batch-size must be >= 1, got {batch_size}.")
+    revision = default_revision(source if source is not None else dataset, revision)
     images = cifar_f_build.load_source(dataset, source, revision=revision, limit=limit)
     # Hub id + revision, or the kind of local folder: never a path (cards and checksums are
     # published); the builder adds the source's content hash (source_sha256)

@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from certbench.cli import user_errors
-from generators.commands import _parse_list, console, generate_app
+from generators.commands import REVISION_HELP, _parse_list, console, generate_app
 
 import_app = typer.Typer(
     name="import",
@@ -54,10 +54,12 @@ def _generate(
     card: bool,
     frost_dir: Path | None = None,
 ) -> None:
+    from certbench.pinned_sources import default_revision
     from certbench.provenance import public_source
     from generators import corruption_sets as cs
 
     bench = cs.benchmark(key, frost_dir=frost_dir)
+    revision = default_revision(source if source is not None else dataset, revision)
     names = _parse_list(corruptions, str, "--corruptions")
     grid = cs.select(bench, names, _parse_list(severities, int, "--severities"))
     images = cs.load_source(dataset, source, revision=revision, limit=limit)
@@ -125,7 +127,7 @@ def _make_generate_command(key: str, doc: str) -> None:
         severities: SeveritiesOpt = None,
         seed: int = 0,
         limit: LimitOpt = None,
-        revision: Annotated[str | None, typer.Option(help="Hub revision of the source.")] = None,
+        revision: Annotated[str | None, typer.Option(help=REVISION_HELP)] = None,
         batch_size: Annotated[int, typer.Option(help="Images per batch.")] = 1000,
         card: Annotated[bool, typer.Option(help="Write README.md and figures at the end.")] = True,
     ) -> None:
@@ -154,7 +156,7 @@ def cifar_c_command(
     severities: SeveritiesOpt = None,
     seed: int = 0,
     limit: LimitOpt = None,
-    revision: Annotated[str | None, typer.Option(help="Hub revision of the source.")] = None,
+    revision: Annotated[str | None, typer.Option(help=REVISION_HELP)] = None,
     batch_size: Annotated[int, typer.Option(help="Images per batch.")] = 1000,
     card: Annotated[bool, typer.Option(help="Write README.md and figures at the end.")] = True,
     frost_dir: Annotated[

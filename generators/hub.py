@@ -457,6 +457,9 @@ class PublishResult:
     dry_run: bool
     created_repo: bool = False
     commit_ids: list[str] = field(default_factory=list)
+    head: str | None = None
+    """The full commit id of the branch after publishing (also when nothing was uploaded): what
+    ``certbench benchmarks pin --hub-commit`` takes."""
 
     def summary(self) -> str:
         plan = self.plan
@@ -477,7 +480,8 @@ class PublishResult:
                 if plan.remote_only
                 else ""
             )
-            + "."
+            + f". {plan.repo}@{plan.revision} is at commit {self.head}; pin a definition to it "
+            f"with `certbench benchmarks pin DEFINITION --data FOLDER --hub-commit {self.head}`."
         )
 
 
@@ -700,8 +704,11 @@ def _publish_online(
     plan = plan_publish(
         files, remote, repo=repo, revision=branch, max_commit_bytes=max_commit_bytes
     )
-    result = PublishResult(plan=plan, dry_run=False, created_repo=created)
-    log(f"{len(plan.unchanged)} files already identical on the Hub; {len(plan.uploads)} to upload")
+    result = PublishResult(plan=plan, dry_run=False, created_repo=created, head=head)
+    log(
+        f"{repo}@{branch} is at commit {head}: {len(plan.unchanged)} files already identical "
+        f"there; {len(plan.uploads)} to upload"
+    )
     for i, commit in enumerate(plan.commits, 1):
         info = api.create_commit(
             repo,
@@ -713,5 +720,6 @@ def _publish_online(
         )
         head = info.oid
         result.commit_ids.append(head)
-        log(f"commit {i}/{len(plan.commits)} {head[:10]}: {len(commit)} files")
+        result.head = head
+        log(f"commit {i}/{len(plan.commits)} {head}: {len(commit)} files")
     return result

@@ -48,7 +48,9 @@ class Protocol(BaseModel):
 class ImageSource(BaseModel):
     """Where a set of images comes from and which of them count: every ``skip``-th of
     ``source_size`` (the protocol's skip by default), then the first ``limit``. ``folder`` (a
-    local Hub-layout folder) wins over ``repo`` when set."""
+    local Hub-layout folder) wins over ``repo`` when set. ``provenance`` pins the bytes
+    (``models.data_pins``): a test set's adds to the definition's defaults; a stage block's
+    (the images a stage reads) stands alone."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -60,6 +62,20 @@ class ImageSource(BaseModel):
     source_size: int = Field(default=10_000, gt=0)
     skip: int | None = Field(default=None, gt=0)
     limit: int | None = Field(default=None, gt=0)
+    provenance: DataPin | None = Field(
+        default=None,
+        description="how these images were made and their content hash / Hub commit "
+        "(see models.data_pins)",
+    )
+
+    @model_validator(mode="after")
+    def _revision_agrees_with_pin(self) -> ImageSource:
+        """A pinned Hub commit and an explicit revision must agree."""
+        if self.provenance is not None:
+            pinned_revision(
+                self.revision, self.provenance.model_dump(exclude_none=True), name=self.repo
+            )
+        return self
 
     def subset(self, protocol: Protocol) -> tuple[int, int | None, int]:
         """(skip, limit, number of images) with the protocol's defaults filled in."""
@@ -77,11 +93,6 @@ class TestSetDefinition(ImageSource):
     name: Name
     band: Band | None = None
     attributes: dict[str, Any] = Field(default_factory=dict)
-    provenance: DataPin | None = Field(
-        default=None,
-        description="how this test set's data was made and its content hash (over the "
-        "definition's `provenance` defaults; see models.data_pins)",
-    )
 
     def num_images(self, protocol: Protocol) -> int:
         """Images certified."""

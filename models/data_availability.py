@@ -1,15 +1,19 @@
 """Is a benchmark's data on this machine? Decided in milliseconds, without the network.
 
 A worker reads each set of images from a local folder, a local copy of a Hub repo
-(``<datasets_dir>/<org>/<name>``, see ``models.work.resolve_source``) or the Hub through
+(``<datasets_dir>/<org>/<name>``, see ``models.work.locate_source``) or the Hub through
 ``datasets`` — which, without network, falls back to the copy it cached when the data was last
 loaded (``<HF_DATASETS_CACHE>/<org>___<name>/<config>/...``). A source is available here when one
-of those is present; the data sets the service generates itself (``models.generated_datasets``)
-always are. Everything else would fail on the worker after the upload, so the API shows such a
-benchmark as "data not available here" and refuses submissions to it at intake, with the one
-command that fixes it (``certbench datasets fetch REPO``, with ``--folder`` for a definition's
-missing ``folder``). Where the check is off (``CERTBENCH_REQUIRE_LOCAL_DATA=false``) and a worker
-finds the data missing, :func:`worker_advice` words the run's failure for the operator likewise.
+of those is present and, where the definition pins a ``sha256``, the local copy or folder the
+worker would read holds those bytes (else the run would fail with ``dataset_mismatch``); the data
+sets the service generates itself (``models.generated_datasets``) always are. Everything else
+would fail on the worker after the upload, so the API shows such a benchmark as "data not
+available here" and refuses submissions to it at intake, with the one command that fixes it
+(``certbench datasets fetch REPO``, with ``--folder`` for a definition's missing ``folder``,
+``--force`` to replace a copy that differs from the pin). Content hashes are computed once per
+version of the files (``models.content_hashes``). Where the check is off
+(``CERTBENCH_REQUIRE_LOCAL_DATA=false``) and a worker finds the data missing,
+:func:`worker_advice` words the run's failure for the operator likewise.
 
 The answer is cached per benchmark version for ``CACHE_SECONDS``: intake and every page ask, and a
 copy that appears (a fetch finishing) shows within that time. Messages name Hub ids and the
@@ -29,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from certbench.dataset_names import HUB_ALIASES
+from certbench.errors import DataSourceError
+from models.content_hashes import config_content_sha256
 from models.data_pins import pinned_revision
 from models.entities import Benchmark
 from models.generated_datasets import generated_by_repo, generated_name
@@ -41,12 +47,24 @@ _ALIAS_OF = {repo: alias for alias, repo in HUB_ALIASES.items()}
 
 @dataclass(frozen=True)
 class Source:
-    """One place a benchmark reads images from, as its definition names it."""
+    """One place a benchmark reads images from, as its definition names it (with its pins)."""
 
     repo: str
     folder: str | None
     config: str | None
     revision: str | None
+    split: str = "test"
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """Data here that is not the pinned bytes: ``name`` is the Hub id of a local copy (``repo``
+    set: the fix is fetching it again) or a definition folder's name (``repo`` None)."""
+
+    name: str
+    problem: str
+    repo: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +124,7 @@ class DataAvailability:
     available: bool
     missing_repos: tuple[str, ...] = ()
     folders: tuple[MissingFolder, ...] = ()
+    mismatched: tuple[Mismatch, ...] = ()
 
     @property
     def missing_folders(self) -> tuple[str, ...]:
@@ -114,12 +133,17 @@ class DataAvailability:
 
     @property
     def command(self) -> str | None:
-        """The shell line that fetches or writes the missing data (None when nothing is missing
-        or the only missing folders are absolute ones, whose paths are not shown)."""
+        """The shell line that fetches or writes the missing data and replaces local copies that
+        differ from their pin (None when nothing is missing, or the only missing folders are
+        absolute ones, whose paths are not shown)."""
         commands = []
         if self.missing_repos:
             names = " ".join(_alias(repo) for repo in self.missing_repos)
             commands.append(f"certbench datasets fetch {names}")
+        stale = [m.repo for m in self.mismatched if m.repo is not None]
+        if stale:
+            names = " ".join(_alias(repo) for repo in dict.fromkeys(stale))
+            commands.append(f"certbench datasets fetch {names} --force")
         commands += [f.command for f in self.folders if f.command is not None]
         return " && ".join(commands) or None
 
@@ -136,6 +160,15 @@ class DataAvailability:
                 "where the service runs, or point the definition's `folder` at a local copy"
             )
         parts += [folder.fix for folder in self.folders]
+        for mismatch in self.mismatched:
+            fix = (
+                f"run `certbench datasets fetch {_alias(mismatch.repo)} --force` where the "
+                "service runs"
+                if mismatch.repo is not None
+                else "restore the published files, or pin these bytes in a new definition "
+                "version (`certbench benchmarks pin DEFINITION --data FOLDER`)"
+            )
+            parts.append(f"{mismatch.name}: {mismatch.problem}; {fix}")
         return "; ".join(parts)
 
 
@@ -202,50 +235,89 @@ def sources_of(benchmark: Benchmark) -> list[Source]:
     """Every image source a benchmark's test sets and stage blocks name, without repeats."""
     found: dict[Source, None] = {}
     for ts in benchmark.test_sets:
-        revision = pinned_revision(ts.revision, ts.provenance or {}, name=ts.name)
-        found[Source(ts.dataset_repo, ts.dataset_folder, ts.config, revision)] = None
-    for row in (benchmark.stages or {}).values():
+        pin = ts.provenance or {}
+        revision = pinned_revision(ts.revision, pin, name=ts.name)
+        source = Source(
+            ts.dataset_repo, ts.dataset_folder, ts.config, revision, ts.split, pin.get("sha256")
+        )
+        found[source] = None
+    for name, row in (benchmark.stages or {}).items():
         if isinstance(row, dict) and row.get("repo"):
-            found[_stage_source(row)] = None
+            found[_stage_source(name, row)] = None
     return list(found)
 
 
-def _stage_source(row: dict[str, Any]) -> Source:
-    return Source(str(row["repo"]), row.get("folder"), row.get("config"), row.get("revision"))
+def _stage_source(name: str, row: dict[str, Any]) -> Source:
+    pin = row.get("provenance") or {}
+    return Source(
+        str(row["repo"]),
+        row.get("folder"),
+        row.get("config"),
+        pinned_revision(row.get("revision"), pin, name=name),
+        row.get("split", "test"),
+        pin.get("sha256"),
+    )
 
 
 def check_sources(sources: list[Source], settings: Settings) -> DataAvailability:
     """Check each source once (folders: a ``stat``; Hub repos: the local copy, then the
-    ``datasets`` cache)."""
+    ``datasets`` cache; pinned local data: its content hash, once per file version)."""
     repos: list[str] = []
     folders: list[MissingFolder] = []
+    mismatched: dict[Mismatch, None] = {}
     for source in sources:
         if source.folder:
-            if generated_name(source.folder) is None and not _folder_here(source.folder, settings):
+            if generated_name(source.folder) is not None:
+                continue
+            path = _folder_path(source.folder, settings)
+            if not path.is_dir():
                 missing = MissingFolder.of(source.folder, source.repo)
                 if missing not in folders:
                     folders.append(missing)
-        elif not _hub_here(source, settings) and source.repo not in repos:
+            elif (problem := pin_problem(path, source)) is not None:
+                mismatched[Mismatch(Path(source.folder).name or source.folder, problem)] = None
+            continue
+        mirror = hub_mirror(source.repo, settings)
+        if mirror is not None and mirror.is_dir() and (source.revision is None or source.sha256):
+            if (problem := pin_problem(mirror, source)) is not None:
+                mismatched[Mismatch(source.repo, problem, repo=source.repo)] = None
+        elif not datasets_cache_has(source.repo, source.config) and source.repo not in repos:
             repos.append(source.repo)
     return DataAvailability(
-        available=not repos and not folders, missing_repos=tuple(repos), folders=tuple(folders)
+        available=not repos and not folders and not mismatched,
+        missing_repos=tuple(repos),
+        folders=tuple(folders),
+        mismatched=tuple(mismatched),
     )
 
 
-def _folder_here(folder: str, settings: Settings) -> bool:
+def pin_problem(path: Path, source: Source) -> str | None:
+    """Why the local data at ``path`` is not what ``source`` pins (None: no sha256 pin, or the
+    bytes are the pinned ones). Worded without the machine's paths."""
+    if source.sha256 is None:
+        return None
+    try:
+        found = config_content_sha256(path, source.config, source.split)
+    except DataSourceError as err:
+        return (
+            f"data here cannot be checked against the pinned sha256 {source.sha256} "
+            f"({_without_path(str(err), path)})"
+        )
+    if found == source.sha256:
+        return None
+    return f"data here differs from the pinned bytes: sha256 {found}, pinned {source.sha256}"
+
+
+def _without_path(text: str, path: Path) -> str:
+    return text.replace(str(path), "the local copy")
+
+
+def _folder_path(folder: str, settings: Settings) -> Path:
     path = Path(folder)
     if not path.is_absolute():
         assert settings.datasets_dir is not None  # filled by Settings
         path = settings.datasets_dir / path
-    return path.is_dir()
-
-
-def _hub_here(source: Source, settings: Settings) -> bool:
-    if source.revision is None:
-        mirror = hub_mirror(source.repo, settings)
-        if mirror is not None and mirror.is_dir():
-            return True
-    return datasets_cache_has(source.repo, source.config)
+    return path
 
 
 def datasets_cache_has(repo: str, config: str | None) -> bool:

@@ -1,15 +1,20 @@
 """Pinned test-set data: a benchmark definition names exactly the bytes each test set must be.
 
 A definition's ``provenance`` block (defaults for every test set) and each test set's own
-``provenance`` (overrides) say how the data was made and which bytes it is:
+``provenance`` (overrides) say how the data was made and which bytes it is; a stage block that
+reads images (``repo``/``folder``: PD robustness, Fourier sensitivity, Fourier lens, weather
+attack) pins them with its own ``provenance`` the same way (no defaults apply to it):
 
 - ``generator``, ``generator_version``, ``protocol`` (CIFAR-F: ``paper`` or ``reference``),
   ``generation_seed``, ``source`` and ``source_revision`` (the base dataset it was built from):
   descriptive, shown with the benchmark;
 - ``sha256``: the SHA-256 of the config's parquet shard (``certbench.provenance.config_sha256``),
-  checked by the worker on the copy it reads (a local Hub-layout folder);
+  checked by the worker on the copy it reads (a local Hub-layout folder, or the local copy of a
+  Hub repo that ``certbench datasets fetch`` writes);
 - ``hub_commit``: a Hub commit id; the worker loads the test set at that revision, and the Hub
-  serves a commit's files immutably.
+  serves a commit's files immutably. When the repo's local copy exists and a ``sha256`` pin can
+  verify it, the worker reads the copy instead (``models.work.locate_source``): the hash, not
+  the folder, says which bytes it holds.
 
 Verification applies only where a pin is set (hashes of data that cannot be downloaded where a
 definition is written are left unset). A test set whose pin cannot be checked where it is loaded

@@ -45,6 +45,8 @@ class TestSetSpec:
     """The Hub id the definition names (also the data set's public name)."""
     folder: str | None = None
     """The definition's ``folder`` as written (``source`` is it resolved); None: read ``repo``."""
+    local_copy_of: str | None = None
+    """The Hub repo whose local copy ``source`` is (``certbench datasets fetch``), else None."""
 
 
 @dataclass(frozen=True)
@@ -89,26 +91,56 @@ def get_submission(session: Session, submission_id: int) -> Submission:
     return submission
 
 
-def resolve_source(
-    folder: str | None, repo: str, settings: Settings, *, revision: str | None = None
-) -> str:
+@dataclass(frozen=True)
+class LocatedSource:
+    """Where a set of images is read from on this deployment: ``source`` and ``revision`` are
+    the arguments of ``certbench.data.load_images``; ``local_copy_of`` names the Hub repo when
+    ``source`` is its local copy (read without a revision: the copy is what it is, and a
+    ``sha256`` pin says whether it holds the pinned bytes)."""
+
+    source: str
+    revision: str | None
+    local_copy_of: str | None = None
+
+
+def locate_source(
+    folder: str | None,
+    repo: str,
+    settings: Settings,
+    *,
+    revision: str | None = None,
+    sha256: str | None = None,
+) -> LocatedSource:
     """Where a set of images is read from on this deployment.
 
     A local folder when the definition names one (relative ones under ``datasets_dir``); else the
     local copy of the Hub repo, ``<datasets_dir>/<org>/<name>`` (``certbench datasets fetch``),
-    when it exists and no revision is pinned (a copy does not say which revision it holds); else
-    the Hub repo id.
+    when it exists and either no revision is pinned or a ``sha256`` pin lets the worker verify
+    the copy (a copy does not say which revision it holds; its bytes do); else the Hub repo id at
+    ``revision``.
     """
     if folder:
         path = Path(folder)
         if not path.is_absolute() and settings.datasets_dir is not None:
             path = settings.datasets_dir / path
-        return str(path)
-    if revision is None:
+        return LocatedSource(str(path), revision)
+    if revision is None or sha256 is not None:
         mirror = hub_mirror(repo, settings)
         if mirror is not None and mirror.is_dir():
-            return str(mirror)
-    return repo
+            return LocatedSource(str(mirror), None, local_copy_of=repo)
+    return LocatedSource(repo, revision)
+
+
+def resolve_source(
+    folder: str | None,
+    repo: str,
+    settings: Settings,
+    *,
+    revision: str | None = None,
+    sha256: str | None = None,
+) -> str:
+    """The ``source`` of :func:`locate_source`."""
+    return locate_source(folder, repo, settings, revision=revision, sha256=sha256).source
 
 
 def hub_mirror(repo: str, settings: Settings) -> Path | None:
@@ -126,11 +158,44 @@ def hub_mirror(repo: str, settings: Settings) -> Path | None:
         return None
 
 
+def locate_test_set(test_set: TestSet, settings: Settings) -> LocatedSource:
+    """Where a test set's images are read from on this deployment (its pins applied)."""
+    provenance = test_set.provenance or {}
+    revision = pinned_revision(test_set.revision, provenance, name=test_set.name)
+    return locate_source(
+        test_set.dataset_folder,
+        test_set.dataset_repo,
+        settings,
+        revision=revision,
+        sha256=provenance.get("sha256"),
+    )
+
+
 def dataset_source(test_set: TestSet, settings: Settings) -> str:
     """Where a test set's images are read from on this deployment."""
-    revision = pinned_revision(test_set.revision, test_set.provenance or {}, name=test_set.name)
-    return resolve_source(
-        test_set.dataset_folder, test_set.dataset_repo, settings, revision=revision
+    return locate_test_set(test_set, settings).source
+
+
+def spec_of_test_set(test_set: TestSet, settings: Settings) -> TestSetSpec:
+    """How a worker loads one test set of a benchmark, its pins included."""
+    provenance = test_set.provenance or {}
+    located = locate_test_set(test_set, settings)
+    return TestSetSpec(
+        id=test_set.id,
+        name=test_set.name,
+        source=located.source,
+        repo=test_set.dataset_repo,
+        folder=test_set.dataset_folder,
+        config=test_set.config,
+        revision=located.revision,
+        split=test_set.split,
+        subset_skip=test_set.subset_skip,
+        subset_limit=test_set.subset_limit,
+        num_images=test_set.num_images,
+        band=test_set.band,
+        sha256=provenance.get("sha256"),
+        hub_commit=provenance.get("hub_commit"),
+        local_copy_of=located.local_copy_of,
     )
 
 
@@ -140,22 +205,32 @@ def image_source_spec(row: Mapping[str, Any], *, name: str, settings: Settings) 
     ``row`` is a stage's stored protocol row: an ``models.catalog.ImageSource`` block dumped as
     JSON plus the subset ``protocol_row`` resolved (``subset_skip``, ``subset_limit``,
     ``num_images``). ``name`` labels the spec (``_<stage>``; it is no test set of the
-    benchmark, so ``id`` is 0). Stage images are not data-pinned: no hashes.
+    benchmark, so ``id`` is 0). The block's own ``provenance`` pins its images exactly as a test
+    set's pins a test set (``models.data_pins``): checked by the worker, recorded with results.
     """
+    pin = row.get("provenance") or {}
+    located = locate_source(
+        row.get("folder"),
+        row["repo"],
+        settings,
+        revision=pinned_revision(row.get("revision"), pin, name=name),
+        sha256=pin.get("sha256"),
+    )
     return TestSetSpec(
         id=0,
         name=name,
-        source=resolve_source(
-            row.get("folder"), row["repo"], settings, revision=row.get("revision")
-        ),
+        source=located.source,
         repo=row["repo"],
         folder=row.get("folder"),
         config=row.get("config"),
-        revision=row.get("revision"),
+        revision=located.revision,
         split=row["split"],
         subset_skip=row["subset_skip"],
         subset_limit=row["subset_limit"],
         num_images=row["num_images"],
+        sha256=pin.get("sha256"),
+        hub_commit=pin.get("hub_commit"),
+        local_copy_of=located.local_copy_of,
     )
 
 
@@ -170,25 +245,7 @@ def get_work_item(session: Session, submission_id: int, *, settings: Settings) -
         if artifact.weights_path
         else None
     )
-    specs = tuple(
-        TestSetSpec(
-            id=ts.id,
-            name=ts.name,
-            source=dataset_source(ts, settings),
-            repo=ts.dataset_repo,
-            folder=ts.dataset_folder,
-            config=ts.config,
-            revision=pinned_revision(ts.revision, ts.provenance or {}, name=ts.name),
-            split=ts.split,
-            subset_skip=ts.subset_skip,
-            subset_limit=ts.subset_limit,
-            num_images=ts.num_images,
-            band=ts.band,
-            sha256=(ts.provenance or {}).get("sha256"),
-            hub_commit=(ts.provenance or {}).get("hub_commit"),
-        )
-        for ts in benchmark.test_sets
-    )
+    specs = tuple(spec_of_test_set(ts, settings) for ts in benchmark.test_sets)
     return WorkItem(
         submission_id=submission.id,
         state=submission.state,
@@ -217,23 +274,7 @@ def planning_item(
     run, before (or without) a submission row: the estimate at intake, a benchmark page, the
     progress of many submissions at once. It has no submission id, weights or seed (the secret
     seed is never read for planning); stages' ``units`` and ``estimate`` need none of them."""
-    specs = tuple(
-        TestSetSpec(
-            id=ts.id,
-            name=ts.name,
-            source=dataset_source(ts, settings),
-            repo=ts.dataset_repo,
-            folder=ts.dataset_folder,
-            config=ts.config,
-            revision=ts.revision,
-            split=ts.split,
-            subset_skip=ts.subset_skip,
-            subset_limit=ts.subset_limit,
-            num_images=ts.num_images,
-            band=ts.band,
-        )
-        for ts in benchmark.test_sets
-    )
+    specs = tuple(spec_of_test_set(ts, settings) for ts in benchmark.test_sets)
     return WorkItem(
         submission_id=0,
         state=SubmissionState.SUBMITTED,

@@ -337,11 +337,7 @@ def model_page(
         "active": results.state in ACTIVE_STATES,
     }
     context["stage_sections"] = stage_web.sections(results, bench)
-    context["data_pins_rows"] = [
-        {"unit": row.unit, "hashes": row.data_hashes}
-        for row in results.stages
-        if row.stage == "certification" and row.data_hashes
-    ]
+    context["data_pins_rows"] = stage_web.data_pins_rows(results)
     if results.results:
         curves = figures.set_curves(session, results, viewer=viewer, settings=settings)
         context["charts"]["certified"] = figures.certified_accuracy_chart(results, curves)

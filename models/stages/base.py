@@ -25,7 +25,7 @@ model ``protocol_model``, validated when the definition loads.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -358,3 +358,28 @@ def check_shard_seed(item: WorkItem, metadata: Mapping[str, Any], where: str) ->
             f"{where} was computed under another run seed (commitment {str(found)[:12]}…, the "
             f"run's {item.seed_commitment[:12]}…); re-run the submission fresh"
         )
+
+
+def recorded_data_hashes(
+    found: Iterable[Mapping[str, Any] | None], *, where: str
+) -> dict[str, str]:
+    """The one ``data_hashes`` (``models.stages.inputs.data_hashes``) the shards of a unit or
+    stage recorded: what its result says it was computed on.
+
+    ``found`` holds each shard's recorded hashes (None for shards written before stages
+    recorded them, skipped). Raises StorageError naming ``where`` when shards were computed on
+    different bytes (the data changed during the run): their records must not be merged.
+    """
+    from models.errors import StorageError
+
+    seen: list[dict[str, str]] = []
+    for hashes in found:
+        if hashes and dict(hashes) not in seen:
+            seen.append(dict(hashes))
+    if len(seen) > 1:
+        raise StorageError(
+            f"the shards of {where} were computed on different data "
+            f"({[h.get('sha256') or h.get('revision') for h in seen]}); re-run the submission "
+            "fresh"
+        )
+    return seen[0] if seen else {}

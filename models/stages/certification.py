@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from models.entities import StageResult, TestSet
-from models.errors import StorageError
 from models.queue import DEFAULT_QUEUE
 from models.settings import Settings
 from models.stages.base import (
@@ -34,6 +33,7 @@ from models.stages.base import (
     Unit,
     UnitResult,
     per_image,
+    recorded_data_hashes,
     run_seed_metadata,
 )
 from models.stages.registry import register
@@ -309,28 +309,16 @@ def stream_key(item: WorkItem, test_set: TestSetSpec) -> str:
 
 
 def shard_data_hashes(tables: Sequence[Any], *, test_set: str) -> dict[str, str]:
-    """The data hashes every shard of a test set recorded (``models.stages.inputs.data_hashes``).
-
-    Raises StorageError when shards were computed on different bytes (the dataset changed
-    during the run): their records must not be merged. Shards written before data pinning
-    carry none and are skipped.
-    """
+    """The data hashes every shard of a test set recorded (``recorded_data_hashes``; shards
+    written before data pinning carry none). Raises StorageError for shards computed on
+    different bytes."""
     import json
 
     from certbench.records import METADATA_KEY
 
-    seen = []
-    for table in tables:
-        raw = (table.schema.metadata or {}).get(METADATA_KEY)
-        found = json.loads(raw).get("data_hashes") if raw else None
-        if found and found not in seen:
-            seen.append(found)
-    if len(seen) > 1:
-        raise StorageError(
-            f"the shards of test set {test_set!r} were computed on different data "
-            f"({[h.get('sha256') for h in seen]}); re-run the submission fresh"
-        )
-    return dict(seen[0]) if seen else {}
+    raws = [(table.schema.metadata or {}).get(METADATA_KEY) for table in tables]
+    found = [json.loads(raw).get("data_hashes") if raw else None for raw in raws]
+    return recorded_data_hashes(found, where=f"test set {test_set!r}")
 
 
 def records_metadata(item: WorkItem, test_set: TestSetSpec, shard: ShardSpec) -> dict[str, object]:

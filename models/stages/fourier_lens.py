@@ -59,6 +59,7 @@ from models.stages.base import (
     Unit,
     UnitResult,
     check_shard_seed,
+    recorded_data_hashes,
     run_seed_metadata,
 )
 from models.stages.lens_block import (
@@ -197,9 +198,10 @@ class FourierLens(Stage):
         """Compute the shard's work units with ``lens_records`` and write their records."""
         from certbench.errors import DataSourceError, LensError
         from certbench.fourier_lens import lens_plan, lens_records, write_lens_records
-        from models.stages.inputs import images_for, model_for
+        from models.stages.inputs import data_hashes, images_for, model_for
 
         spec = lens_spec(item.stages[self.name], context.settings)
+        hashes = data_hashes(spec.images)  # raises DatasetMismatchError before any work
         images = images_for(spec.images)
         protocol = spec.protocol(shard.unit, item.sigma)
         try:
@@ -244,6 +246,7 @@ class FourierLens(Stage):
             "pairs_seed": spec.pairs_seed,
             # shard files exist before the run ends: the noise seed's commitment only
             "seed_commitment": item.seed_commitment,
+            "data_hashes": hashes,
         }
         write_lens_records(records, context.target, metadata)
         return ShardOutput(count=len(records), noun="lens unit(s)")
@@ -286,10 +289,12 @@ class FourierLens(Stage):
 
         ordered = sorted(recorded, key=lambda s: s.start)
         records: list[LensRecord] = []
+        hashes: list[Any] = []
         for shard in ordered:
             try:
                 metadata = read_lens_metadata(shard.path)
                 records += read_lens_records(shard.path)
+                hashes.append(metadata.get("data_hashes"))
             except LensError as err:
                 raise StorageError(f"Fourier-lens shard {str(shard.path)!r}: {err}") from err
             check_shard_seed(item, metadata, f"Fourier-lens shard {str(shard.path)!r}")
@@ -330,6 +335,9 @@ class FourierLens(Stage):
             seconds=float(sum(s.seconds for s in ordered)),
             protocol={**spec.describe(), "unit_protocol": core},
             seeds={**run_seed_metadata(item), "pairs_seed": spec.pairs_seed},
+            data_hashes=recorded_data_hashes(
+                hashes, where=f"Fourier-lens unit {unit!r} of submission {item.submission_id}"
+            ),
         )
         return result, summary.means()
 

@@ -53,6 +53,7 @@ from models.stages.base import (
     Unit,
     UnitResult,
     per_image,
+    recorded_data_hashes,
     run_seed_metadata,
 )
 from models.stages.registry import register
@@ -261,9 +262,10 @@ class FourierSensitivity(Stage):
         from certbench.errors import DataSourceError
         from certbench.fourier_records import write_sensitivity_records
         from certbench.fourier_sensitivity import sensitivity_records
-        from models.stages.inputs import images_for, model_for
+        from models.stages.inputs import data_hashes, images_for, model_for
 
         spec = fourier_spec(item.stages[self.name], context.settings)
+        hashes = data_hashes(spec.images)  # raises DatasetMismatchError before any work
         images = images_for(spec.images)
         if tuple(images.images.shape[-2:]) != (spec.grid_size, spec.grid_size):
             raise DataSourceError(
@@ -308,6 +310,7 @@ class FourierSensitivity(Stage):
             "sigma": item.sigma if spec.smoothed else None,
             "stream": spec.stream,
             "sensitivity": spec.sensitivity.model_dump(mode="json"),
+            "data_hashes": hashes,
         }
         write_sensitivity_records(records, context.target, metadata)
         return ShardOutput(count=len(records), noun="perturbed image(s)")
@@ -325,10 +328,13 @@ class FourierSensitivity(Stage):
 
         spec = fourier_spec(item.stages[self.name], settings)
         records: list[SensitivityRecord] = []
+        hashes: list[Any] = []
         seconds = 0.0
         for unit in sorted(shards, key=point_range):
             for shard in sorted(shards[unit], key=lambda s: s.start):
-                records += _read_shard(shard, spec, sigma=item.sigma)
+                found, metadata = _read_shard(shard, spec, sigma=item.sigma)
+                records += found
+                hashes.append(metadata.get("data_hashes"))
                 seconds += shard.seconds
         expected = spec.points * spec.images.num_images
         if len(records) != expected:
@@ -375,6 +381,9 @@ class FourierSensitivity(Stage):
             seconds=seconds,
             protocol=spec.describe(),
             seeds={**run_seed_metadata(item), "stream": spec.stream},
+            data_hashes=recorded_data_hashes(
+                hashes, where=f"the Fourier sensitivity stage of submission {item.submission_id}"
+            ),
         )
         return StageOutcome(
             results=[result],
@@ -464,8 +473,8 @@ def _protocol_note(protocol: Mapping[str, Any]) -> str:
 
 def _read_shard(
     shard: RecordedShard, spec: FourierSpec, *, sigma: float
-) -> list[SensitivityRecord]:
-    """A shard's records, refused when it was computed with another protocol or σ."""
+) -> tuple[list[SensitivityRecord], dict[str, Any]]:
+    """A shard's records and metadata, refused when computed with another protocol or σ."""
     from certbench.errors import RecordsError
     from certbench.fourier_records import read_sensitivity_records
     from certbench.records import read_metadata
@@ -486,11 +495,4 @@ def _read_shard(
             f"σ or image set than the benchmark's ({spec.sensitivity.name}, σ = "
             f"{wanted['sigma']}, {spec.stream}); re-run the submission fresh"
         )
-    return records
-
-
-def cost_text(forward_passes: int) -> str:
-    """A forward-pass count as people read it (1.03e10 → "1.0e10 forward passes")."""
-    if forward_passes < 1_000_000:
-        return f"{forward_passes:,} forward passes"
-    return f"{forward_passes:.1e} forward passes".replace("e+", "e")
+    return records, metadata

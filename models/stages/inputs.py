@@ -15,14 +15,18 @@ from pathlib import Path
 
 from torch import nn
 
-from certbench.data import ImageSet, Subset, config_files, load_images, source_kind
+from certbench.data import ImageSet, Subset, load_images, source_kind
+from certbench.dataset_names import HUB_ALIASES
 from certbench.errors import DataSourceError, DataUnavailableError
 from certbench.loading import load_manifest, load_model
-from certbench.provenance import LOCAL_KINDS, config_sha256
+from certbench.provenance import LOCAL_KINDS
+from models.content_hashes import config_content_sha256
 from models.data_availability import worker_advice
 from models.data_pins import UNPINNED, VERIFIED_COMMIT, VERIFIED_SHA256
 from models.errors import DatasetMismatchError
 from models.work import TestSetSpec, WorkItem
+
+ALIAS_OF = {repo: alias for alias, repo in HUB_ALIASES.items()}
 
 
 @lru_cache(maxsize=1)
@@ -79,7 +83,9 @@ def data_hashes(spec: TestSetSpec) -> dict[str, str]:
 
     ``sha256``: the content hash of the config's parquet shard(s) (``config_sha256``), for a
     local Hub-layout folder; ``source``/``revision``: the Hub id and revision loaded, or the kind
-    of local folder (never its path); ``verified``: ``sha256``, ``hub_commit`` or ``unpinned``.
+    of local folder (never its path); for the local copy of a Hub repo, ``source`` is the repo
+    and ``copy`` says it was read from a local copy; ``verified``: ``sha256``, ``hub_commit`` or
+    ``unpinned``.
 
     Raises DatasetMismatchError when a pinned hash differs or cannot be checked on this source,
     DataSourceError (worded for the operator) when the source is not here.
@@ -91,7 +97,9 @@ def data_hashes(spec: TestSetSpec) -> dict[str, str]:
         out["revision"] = spec.revision or "unpinned"
     if kind == "folder":
         with operator_advice(spec):
-            out["sha256"] = _content_sha256(spec.source, spec.config, spec.split)
+            out["sha256"] = config_content_sha256(spec.source, spec.config, spec.split)
+        if spec.local_copy_of is not None:
+            out.update(source=spec.local_copy_of, copy=LOCAL_KINDS[kind])
     if spec.sha256 is not None:
         if "sha256" not in out:
             if spec.hub_commit is None or kind != "hub":
@@ -101,12 +109,7 @@ def data_hashes(spec: TestSetSpec) -> dict[str, str]:
                     "definition's `folder` at a local Hub-layout copy or pin `hub_commit`"
                 )
         elif out["sha256"] != spec.sha256:
-            raise DatasetMismatchError(
-                f"test set {spec.name!r} (config {spec.config!r}): the data on this worker has "
-                f"sha256 {out['sha256']} but the benchmark definition pins {spec.sha256}; "
-                "restore the published files (certbench.provenance.config_sha256 prints a "
-                "copy's hash) or load a definition version that pins this data"
-            )
+            raise DatasetMismatchError(_mismatch_message(spec, out["sha256"]))
         else:
             out["verified"] = VERIFIED_SHA256
     if "verified" not in out:
@@ -114,18 +117,25 @@ def data_hashes(spec: TestSetSpec) -> dict[str, str]:
     return out
 
 
-def _content_sha256(source: str, config: str | None, split: str) -> str:
-    """``config_sha256`` cached per version (path, size, mtime) of the files it hashes."""
-    files = config_files(source, config, split)
-    versions = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
-    return _hash_files(source, config, split, versions)
-
-
-@lru_cache(maxsize=64)
-def _hash_files(
-    source: str, config: str | None, split: str, versions: tuple[tuple[str, int, int], ...]
-) -> str:
-    return config_sha256(source, config, split)
+def _mismatch_message(spec: TestSetSpec, found: str) -> str:
+    """Which bytes differ from which pin, and how to get the pinned bytes back."""
+    kind = "test set" if spec.id else "stage images"
+    what = f"{kind} {spec.name!r} (config {spec.config!r}, split {spec.split!r})"
+    if spec.local_copy_of is not None:
+        alias = ALIAS_OF.get(spec.local_copy_of, spec.local_copy_of)
+        return (
+            f"{what}: the local copy of {spec.local_copy_of} on this worker has sha256 {found} "
+            f"but the benchmark definition pins {spec.sha256}"
+            + (f" (Hub commit {spec.hub_commit})" if spec.hub_commit else "")
+            + f"; replace the copy with `certbench datasets fetch {alias} --force`, or remove "
+            "it to load the pinned commit from the Hub"
+        )
+    return (
+        f"{what}: the data on this worker has sha256 {found} but the benchmark definition pins "
+        f"{spec.sha256}; restore the published files (certbench.provenance.config_sha256 "
+        "prints a copy's hash) or load a definition version that pins this data "
+        "(`certbench benchmarks pin DEFINITION --data FOLDER`)"
+    )
 
 
 @lru_cache(maxsize=4)

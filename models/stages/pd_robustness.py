@@ -14,6 +14,7 @@ SHA-256, and merging refuses shards attacked with different banks.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from models.stages.base import (
     Unit,
     UnitResult,
     per_image,
+    recorded_data_hashes,
     run_seed_metadata,
 )
 from models.stages.registry import register
@@ -184,9 +186,10 @@ class PDRobustness(Stage):
         from certbench.attacks import robust_accuracy
         from certbench.pd_threat import weighted_threat
         from certbench.smoothing import derive_seed
-        from models.stages.inputs import images_for, model_for
+        from models.stages.inputs import data_hashes, images_for, model_for
 
         spec = robustness_spec(item.stages[self.name], context.settings)
+        hashes = data_hashes(spec.images)  # raises DatasetMismatchError before any work
         images = images_for(spec.images)
         bank, bank_digest = anchor_bank(spec, num_classes=item.num_classes)
         window = slice(shard.start, shard.stop)
@@ -213,6 +216,7 @@ class PDRobustness(Stage):
             "stop": str(shard.stop),
             "seed_commitment": item.seed_commitment,  # the seed is secret until the run ends
             "anchors_sha256": bank_digest,
+            "data_hashes": json.dumps(hashes, sort_keys=True),
         }
         report.write(context.target, metadata=metadata)
         return ShardOutput(
@@ -233,7 +237,8 @@ class PDRobustness(Stage):
 
         spec = robustness_spec(item.stages[self.name], settings)
         recorded = sorted(shards[UNIT], key=lambda s: s.start)
-        banks = {shard_metadata(s.path).get("anchors_sha256") for s in recorded}
+        metadata = [shard_metadata(s.path) for s in recorded]
+        banks = {m.get("anchors_sha256") for m in metadata}
         if len(banks) != 1:
             raise StorageError(
                 f"the robustness shards of submission {item.submission_id} were attacked with "
@@ -263,6 +268,10 @@ class PDRobustness(Stage):
                 "attack_seed_tag": "pd",
                 "anchor_seed": spec.anchor_seed,
             },
+            data_hashes=recorded_data_hashes(
+                [json.loads(m["data_hashes"]) if "data_hashes" in m else None for m in metadata],
+                where=f"the robustness stage of submission {item.submission_id}",
+            ),
         )
         return StageOutcome(
             results=[result],

@@ -33,6 +33,7 @@ the violated bound.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +54,6 @@ from models.stages.base import (
     StageOutcome,
     Unit,
     UnitResult,
-    check_shard_seed,
 )
 from models.stages.registry import register
 from models.stages.weather_protocol import (
@@ -64,6 +64,7 @@ from models.stages.weather_protocol import (
     WeatherAttackProtocol,
     WeatherSpec,
     certify_protocol,
+    check_one_protocol,
     parse_unit,
     protocol_digest,
     result_seeds,
@@ -127,9 +128,10 @@ class WeatherAttack(Stage):
     def run(self, item: WorkItem, shard: ShardSpec, context: RunContext) -> ShardOutput:
         """Attack the shard's images on its unit's set (or draw its examples); write records."""
         from certbench.errors import ThreatModelError
-        from models.stages.inputs import images_for, model_for
+        from models.stages.inputs import data_hashes, images_for, model_for
 
         spec = weather_spec(item.stages[self.name], context.settings)
+        hashes = data_hashes(spec.images)  # raises DatasetMismatchError before any work
         images = images_for(spec.images)
         window = slice(shard.start, shard.stop)
         metadata = {
@@ -144,6 +146,7 @@ class WeatherAttack(Stage):
             "protocol_sha256": protocol_digest(item, spec),
             # shard files exist before the run ends: the run seed's commitment only
             "seed_commitment": item.seed_commitment,
+            "data_hashes": hashes,
         }
         model = model_for(item, context.device)
         try:
@@ -175,7 +178,7 @@ class WeatherAttack(Stage):
 
         spec = weather_spec(item.stages[self.name], settings)
         recorded = {unit: sorted(rows, key=lambda s: s.start) for unit, rows in shards.items()}
-        _check_one_protocol(item, recorded)
+        hashes = check_one_protocol(item, recorded)
         results: list[UnitResult] = []
         everything: dict[str, list[Any]] = {"base": [], "smoothed": []}
         for unit in self.units(item, settings):
@@ -190,7 +193,7 @@ class WeatherAttack(Stage):
         metrics = leaderboard_metrics(summaries)
         attacked = summaries["base"].figures["images"]
         return StageOutcome(
-            results=results,
+            results=[replace(result, data_hashes=hashes) for result in results],
             metrics=metrics,
             message=f"attacked {attacked:.0f} image(s) with worst-case weather "
             f"({len(spec.weathers)} weather(s) × {len(spec.severities)} severities)",
@@ -369,28 +372,6 @@ def _run_examples(
 
 
 # ------------------------------------------------------------------------------------ merge
-
-
-def _check_one_protocol(item: WorkItem, recorded: Mapping[str, Sequence[RecordedShard]]) -> None:
-    """Refuse to merge shards computed under different protocols (a definition changed while
-    the submission ran) or another run seed: their figures would not describe one evaluation."""
-    from certbench.errors import RecordsError
-    from certbench.weather_records import read_weather_metadata
-
-    digests = set()
-    for rows in recorded.values():
-        for shard in rows:
-            try:
-                metadata = read_weather_metadata(shard.path)
-            except RecordsError as err:
-                raise StorageError(f"weather-attack shard {str(shard.path)!r}: {err}") from err
-            check_shard_seed(item, metadata, f"weather-attack shard {str(shard.path)!r}")
-            digests.add(metadata.get("protocol_sha256"))
-    if len(digests) > 1:
-        raise StorageError(
-            f"the weather-attack shards of submission {item.submission_id} were computed under "
-            f"{len(digests)} different protocols; re-run the submission fresh"
-        )
 
 
 def _merge_attack(

@@ -12,8 +12,17 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field, field_validator
 
 from models.catalog import ImageSource
+from models.errors import StorageError
 from models.settings import Settings
-from models.stages.base import StageEstimate, Unit, UnitCost, run_seed_metadata
+from models.stages.base import (
+    RecordedShard,
+    StageEstimate,
+    Unit,
+    UnitCost,
+    check_shard_seed,
+    recorded_data_hashes,
+    run_seed_metadata,
+)
 from models.work import TestSetSpec, WorkItem, image_source_spec
 
 if TYPE_CHECKING:
@@ -187,4 +196,34 @@ def work_estimate(item: WorkItem, units: Sequence[Unit]) -> StageEstimate:
         f"{row['examples']} example image(s)",
         note="an upper bound for the base classifier's attack (an image leaves the search once "
         "broken); backward passes of the attacks are not counted",
+    )
+
+
+def check_one_protocol(
+    item: WorkItem, recorded: Mapping[str, Sequence[RecordedShard]]
+) -> dict[str, str]:
+    """The data hashes every shard recorded (``recorded_data_hashes``), after refusing shards
+    computed under different protocols (a definition changed while the submission ran), another
+    run seed or other bytes: their figures would not describe one evaluation."""
+    from certbench.errors import RecordsError
+    from certbench.weather_records import read_weather_metadata
+
+    digests = set()
+    hashes = []
+    for rows in recorded.values():
+        for shard in rows:
+            try:
+                metadata = read_weather_metadata(shard.path)
+            except RecordsError as err:
+                raise StorageError(f"weather-attack shard {str(shard.path)!r}: {err}") from err
+            check_shard_seed(item, metadata, f"weather-attack shard {str(shard.path)!r}")
+            digests.add(metadata.get("protocol_sha256"))
+            hashes.append(metadata.get("data_hashes"))
+    if len(digests) > 1:
+        raise StorageError(
+            f"the weather-attack shards of submission {item.submission_id} were computed under "
+            f"{len(digests)} different protocols; re-run the submission fresh"
+        )
+    return recorded_data_hashes(
+        hashes, where=f"the weather-attack stage of submission {item.submission_id}"
     )

@@ -52,7 +52,7 @@ def test_db_benchmarks_and_admin_commands(data_dir: Path, tmp_path: Path):
     assert "cifar10-c" in invoke("benchmarks", "load-packaged")
     assert "nothing new" in invoke("benchmarks", "load-packaged")
     listing = invoke("benchmarks", "list")
-    assert "tiny\tv1\t2 test sets" in listing and "cifar100-f\tv4\t192 test sets" in listing
+    assert "tiny\tv1\t2 test sets" in listing and "cifar100-f\tv5\t192 test sets" in listing
     secret = invoke("admin", "create-user", "root", "--role", "admin").strip().splitlines()[-1]
     second = invoke("admin", "create-token", "root", "--label", "ci").strip().splitlines()[-1]
     settings = Settings()
@@ -74,8 +74,11 @@ def test_packaged_definitions_replace_older_stored_versions(data_dir: Path):
     assert "cifar10," in invoke("benchmarks", "load-packaged") + ","
     with session_scope(settings) as session:
         stored = get_benchmark(session, "cifar10")
-        assert stored.definition_version == 6  # v3 `stages`, v4/v5 Fourier map/lens, v6 provenance
+        assert stored.definition_version == 7  # v3 `stages`, v4/v5 Fourier, v6/v7 provenance
         assert stored.robustness["anchors"] == "cifar10_k50_s0.safetensors"
+        (clean,) = stored.test_sets  # v7 pins the bytes: uoft-cs/cifar10 at its commit
+        assert clean.provenance["hub_commit"] == "0b2714987fa478483af9968de7c934580d0bb9a2"
+        assert clean.provenance["sha256"].startswith("841389e6f2d64f28")
     assert "nothing new" in invoke("benchmarks", "load-packaged")
 
 

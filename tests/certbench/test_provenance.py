@@ -95,3 +95,16 @@ def test_sources_are_named_without_local_paths(tmp_path: Path) -> None:
 )
 def test_local_paths_are_found_in_text_and_urls_are_not(text: str, found: list[str]) -> None:
     assert find_local_paths(text) == found
+
+
+def test_the_default_revision_of_a_pinned_hub_source_is_its_commit(tmp_path, monkeypatch):
+    from certbench.pinned_sources import CIFAR10, CIFAR100, default_revision, pinned_source
+
+    assert default_revision("cifar10", None) == CIFAR10.commit
+    assert default_revision("uoft-cs/cifar100", None) == CIFAR100.commit
+    assert default_revision("cifar10", "main") == "main"
+    assert default_revision("certbench/cifar10-f", None) is None
+    assert pinned_source("uoft-cs/cifar10") is CIFAR10 and CIFAR100.sha256("train") is None
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cifar10").mkdir()  # a local folder of that name is not the Hub repo
+    assert default_revision("cifar10", None) is None

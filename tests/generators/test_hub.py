@@ -227,3 +227,62 @@ def test_png_encoder_output_decodes_identically(level: int) -> None:
             np.testing.assert_array_equal(np.asarray(decoded), image)
     sizes = [len(b) for b in hub.encode_png(images[:1], level=6)]
     assert sizes[0] < 200  # deflate is really applied at level > 0
+
+
+class FakeHubApi:
+    """The Hub calls ``publish`` makes, answered from memory: a repo is a list of commits, each
+    the full tree after it (LFS entries carry the sha256 ``same_as`` compares)."""
+
+    def __init__(self) -> None:
+        self.commits: list[tuple[str, dict[str, hub.LocalFile]]] = []
+
+    def repo_exists(self, repo: str, **kwargs: object) -> bool:
+        return bool(self.commits)
+
+    def create_repo(self, repo: str, **kwargs: object) -> None:
+        self.commits.append((hashlib.sha1(b"initial").hexdigest(), {}))
+
+    def repo_info(self, repo: str, **kwargs: object):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(sha=self.commits[-1][0])
+
+    def list_repo_tree(self, repo: str, *, revision: str, **kwargs: object) -> list[RepoFile]:
+        tree = dict(self.commits)[revision]
+        return [
+            RepoFile(path=p, size=f.size, oid=f.git_sha1,
+                     lfs={"size": f.size, "oid": f.sha256, "pointerSize": 130})
+            for p, f in tree.items()
+        ]  # fmt: skip
+
+    def create_commit(self, repo: str, *, operations, parent_commit: str, **kwargs: object):
+        from types import SimpleNamespace
+
+        assert parent_commit == self.commits[-1][0]
+        tree = dict(self.commits[-1][1])
+        for op in operations:
+            path = Path(op.path_or_fileobj)
+            tree[op.path_in_repo] = hub.LocalFile(
+                op.path_in_repo, path, path.stat().st_size, hub.sha256_file(path),
+                hub.git_blob_sha1(path),
+            )  # fmt: skip
+        oid = hashlib.sha1(f"commit {len(self.commits)}".encode()).hexdigest()
+        self.commits.append((oid, tree))
+        return SimpleNamespace(oid=oid)
+
+
+def test_publish_names_full_commit_ids_also_when_nothing_changed(tmp_path: Path) -> None:
+    folder, api, lines = _folder(tmp_path), FakeHubApi(), []
+    first = hub.publish(folder, "o/n", max_commit_bytes=1 << 30, log=lines.append, api=api)
+    head = api.commits[-1][0]
+    assert len(head) == 40 and first.head == head and first.commit_ids == [head]
+    assert f"commit 1/1 {head}: 6 files" in lines
+    assert f"o/n@main is at commit {head}" in first.summary()
+    assert f"certbench benchmarks pin DEFINITION --data FOLDER --hub-commit {head}" in (
+        first.summary()
+    )
+    lines.clear()
+    again = hub.publish(folder, "o/n", max_commit_bytes=1 << 30, log=lines.append, api=api)
+    assert again.plan.uploads == [] and again.commit_ids == [] and len(api.commits) == 2
+    assert again.head == head and f"o/n@main is at commit {head}" in again.summary()
+    assert lines == [f"o/n@main is at commit {head}: 6 files already identical there; 0 to upload"]

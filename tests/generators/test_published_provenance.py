@@ -121,3 +121,39 @@ def test_publish_refuses_a_card_that_names_a_local_path(
     readme.write_text(readme.read_text() + "\nSource: /home/alice/cifar-10-batches-py\n")
     with pytest.raises(PublishError, match=re.escape("names the local path '/home/alice")):
         hub.publish(out, "my-org/cifar10-c", dry_run=True, log=lambda _: None)
+
+
+@pytest.mark.parametrize("generator", ["cifar-f", "cifar-c-bar", "weather"])
+def test_the_hub_source_is_read_and_recorded_at_the_pinned_commit(
+    app: typer.Typer,
+    source: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    generator: str,
+) -> None:
+    """Without --source and --revision, a generator reads uoft-cs/cifar10 at the commit the
+    packaged definitions pin, and the card and checksums name that commit (no download: the
+    stand-in loader serves the local test source and records what it was asked for)."""
+    from certbench.data import load_images
+    from certbench.pinned_sources import CIFAR10
+    from generators import cifar_f_build, corruption_sets
+
+    asked: list[tuple[str, str | None]] = []
+
+    def hub_stand_in(name: str, **kwargs: object):
+        asked.append((name, kwargs.get("revision")))
+        return load_images(source, split="test", subset=kwargs.get("subset"))
+
+    for module in (cifar_f_build, corruption_sets):
+        monkeypatch.setattr(module, "load_images", hub_stand_in)
+    args = [*GENERATORS[generator], "--dataset", "cifar10", "--limit", str(N)]
+    if generator == "cifar-c-bar":
+        args += ["--severities", "1"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert asked == [("cifar10", CIFAR10.commit)]
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "uoft-cs/cifar10" in card and CIFAR10.commit in card
+    other = [*args, "--out", str(tmp_path / "other"), "--revision", "main"]
+    assert CliRunner().invoke(app, other).exit_code == 0
+    assert asked[-1] == ("cifar10", "main")  # an explicit revision wins

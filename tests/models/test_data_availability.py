@@ -241,3 +241,96 @@ def test_answers_are_cached_per_definition_version(session: Session, settings: S
     (settings.datasets_dir / "here").mkdir(parents=True)
     benchmark = upsert_benchmark(session, parse_definition(json.dumps(changed)))
     assert benchmark_availability(benchmark, settings).available  # a new version: asked again
+
+
+COMMIT = "0b2714987fa478483af9968de7c934580d0bb9a2"  # uoft-cs/cifar10's pinned commit
+
+
+def _pinned_set(sha256: str) -> dict[str, Any]:
+    return {
+        "name": "clean",
+        "repo": "uoft-cs/cifar10",
+        "source_size": 6,
+        "provenance": {"hub_commit": COMMIT, "sha256": sha256},
+    }
+
+
+def _copy_sha256(folder: Path, *, seed: int = 0) -> str:
+    """Write the uoft-cs/cifar10 layout with images drawn from ``seed``; its test shard's hash."""
+    from certbench.provenance import config_sha256
+
+    write_hub_folder(folder, "plain_text", random_images(6, seed=seed), random_labels(6, 10),
+                     class_names=CIFAR10_CLASSES, data_dir="", image_column="img")  # fmt: skip
+    return config_sha256(folder, None, "test")
+
+
+def test_a_pinned_local_copy_is_here_only_with_the_pinned_bytes(
+    session: Session, settings: Settings
+):
+    mirror = hub_mirror("uoft-cs/cifar10", settings)
+    pinned = _copy_sha256(settings.datasets_dir / "published")
+    benchmark = _load(session, "pinned-copy", [_pinned_set(pinned)])
+    missing = benchmark_availability(benchmark, settings)
+    assert missing.missing_repos == ("uoft-cs/cifar10",)
+    assert missing.command == "certbench datasets fetch cifar10"
+    assert _copy_sha256(mirror) == pinned
+    clear_cache()
+    assert benchmark_availability(benchmark, settings).available  # the copy, verified
+    (test_set,) = benchmark.test_sets
+    assert dataset_source(test_set, settings) == str(mirror)
+    found = _copy_sha256(mirror, seed=5)
+    clear_cache()
+    stale = benchmark_availability(benchmark, settings)
+    assert not stale.available and stale.missing_repos == ()
+    assert stale.command == "certbench datasets fetch cifar10 --force"
+    hint = stale.hint or ""
+    assert f"data here differs from the pinned bytes: sha256 {found}, pinned {pinned}" in hint
+    assert (
+        hint.startswith("uoft-cs/cifar10: ")
+        and "`certbench datasets fetch cifar10 --force`" in hint
+    )
+    assert str(settings.datasets_dir) not in hint
+
+
+def test_a_copy_is_hashed_once_per_version_of_its_files(session: Session, settings: Settings):
+    import os
+
+    mirror = hub_mirror("uoft-cs/cifar10", settings)
+    benchmark = _load(session, "hashed-once", [_pinned_set(_copy_sha256(mirror))])
+    assert benchmark_availability(benchmark, settings).available
+    shard = mirror / "plain_text" / "test-00000-of-00001.parquet"
+    before = shard.stat()
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # other bytes, same size
+    shard.write_bytes(bytes(data))
+    os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns))  # and the same mtime
+    clear_cache()
+    assert benchmark_availability(benchmark, settings).available  # not hashed again
+    os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))
+    clear_cache()
+    changed = benchmark_availability(benchmark, settings)
+    assert not changed.available and "differs from the pinned bytes" in (changed.hint or "")
+
+
+def test_pinned_stage_images_and_pinned_folders_are_checked(session: Session, settings: Settings):
+    mirror = hub_mirror("uoft-cs/cifar10", settings)
+    here = _copy_sha256(mirror)
+    folder = settings.datasets_dir / "my-set"
+    other = _copy_sha256(folder, seed=3)
+    stage = {"fourier_sensitivity": {
+        "protocol": "quick", "smoothed": False, "repo": "uoft-cs/cifar10",
+        "provenance": {"hub_commit": COMMIT, "sha256": "0" * 64},
+    }}  # fmt: skip
+    sets = [{**_pinned_set(here), "name": "a"},
+            {"name": "b", "repo": "x/b", "folder": "my-set", "source_size": 6,
+             "provenance": {"sha256": "1" * 64}}]  # fmt: skip
+    found = benchmark_availability(_load(session, "pinned-stage", sets, stages=stage), settings)
+    assert not found.available
+    assert [(m.name, m.repo) for m in found.mismatched] == [
+        ("my-set", None),
+        ("uoft-cs/cifar10", "uoft-cs/cifar10"),
+    ]
+    hint = found.hint or ""
+    assert f"sha256 {other}, pinned {'1' * 64}" in hint and "certbench benchmarks pin" in hint
+    assert f"sha256 {here}, pinned {'0' * 64}" in hint
+    assert str(settings.datasets_dir) not in hint

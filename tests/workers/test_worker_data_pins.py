@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 from support import (
     CIFAR10_CLASSES,
+    SOURCE_SIZE,
     TEST_SETS,
     create_submission,
     load_benchmark,
@@ -25,6 +26,7 @@ from support import (
 )
 
 from api.main import create_app
+from certbench.pinned_sources import CIFAR10
 from certbench.provenance import config_sha256, find_local_paths
 from models.catalog import get_benchmark, parse_definition
 from models.entities import StageResult, Submission
@@ -32,7 +34,7 @@ from models.errors import BenchmarkDefinitionError, DatasetMismatchError
 from models.settings import Settings
 from models.stages import inputs
 from models.states import Reason, SubmissionState
-from models.work import TestSetSpec, get_work_item
+from models.work import TestSetSpec, get_work_item, hub_mirror
 from workers.app import app
 from workers.names import VALIDATE
 
@@ -49,8 +51,10 @@ def _pinned(dataset: Path, **provenance: Any) -> dict[str, Any]:
     return definition
 
 
-def _run(session: Session, settings: Settings, tmp_path: Path, worker) -> Submission:
-    weights = weights_bytes(tiny_model(), tmp_path / "upload")
+def _run(
+    session: Session, settings: Settings, tmp_path: Path, worker, *, model_seed: int = 0
+) -> Submission:
+    weights = weights_bytes(tiny_model(seed=model_seed), tmp_path / f"upload-{model_seed}")
     sid = create_submission(session, settings, weights=weights, manifest_doc=manifest())
     app.send_task(VALIDATE, args=[sid])
     worker.run_all()
@@ -158,3 +162,81 @@ def test_a_pin_must_look_like_a_hash(dataset):
     definition["test_sets"][0]["provenance"] = {"protocol": "equations"}
     with pytest.raises(BenchmarkDefinitionError, match="protocol"):
         parse_definition(json.dumps(definition))
+
+
+def _cifar10_copy(folder: Path, *, seed: int) -> str:
+    """A local copy laid out like uoft-cs/cifar10 at its pinned commit (`hf download` layout:
+    ``plain_text/test-00000-of-00001.parquet``, columns ``img``/``label``); returns the
+    SHA-256 of the test shard, the value a pin over this copy holds."""
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, 256, size=(SOURCE_SIZE, 3, 32, 32), dtype=np.uint8)
+    labels = rng.integers(0, 10, SOURCE_SIZE)
+    shard = write_hub_folder(folder, "plain_text", images, labels, class_names=CIFAR10_CLASSES,
+                             data_dir="", image_column="img")  # fmt: skip
+    assert shard == folder / CIFAR10.files["test"][0]
+    return config_sha256(folder, None, "test")
+
+
+def _hub_pinned(dataset: Path, sha256: str) -> dict[str, Any]:
+    """One test set read from the Hub repo uoft-cs/cifar10, pinned by commit and content."""
+    definition = tiny_definition(dataset)
+    definition["bands"] = {}
+    definition["test_sets"] = [{
+        "name": "clean", "repo": "uoft-cs/cifar10", "source_size": SOURCE_SIZE,
+        "provenance": {"hub_commit": CIFAR10.commit, "sha256": sha256},
+    }]  # fmt: skip
+    return definition
+
+
+def test_a_pinned_hub_test_set_reads_its_local_copy_verified_by_the_pin(
+    settings, session, dataset, worker, tmp_path
+):
+    copy = hub_mirror("uoft-cs/cifar10", settings)
+    pinned = _cifar10_copy(tmp_path / "elsewhere", seed=1)  # the bytes the definition pins
+    load_benchmark(session, _hub_pinned(dataset, pinned))
+    weights = weights_bytes(tiny_model(seed=9), tmp_path / "w")
+    planned = create_submission(session, settings, weights=weights, manifest_doc=manifest())
+    (spec,) = get_work_item(session, planned, settings=settings).test_sets
+    assert (spec.source, spec.revision) == ("uoft-cs/cifar10", CIFAR10.commit)  # no copy yet
+    assert _cifar10_copy(copy, seed=1) == pinned
+    (spec,) = get_work_item(session, planned, settings=settings).test_sets
+    assert (spec.source, spec.revision, spec.local_copy_of) == (str(copy), None, "uoft-cs/cifar10")
+    inputs.images_for.cache_clear()
+    submission = _run(session, settings, tmp_path, worker, model_seed=1)
+    assert submission.state == S.FINISHED, submission.message
+    assert _results(session, submission.id)["clean"].data_hashes == {
+        "source": "uoft-cs/cifar10",
+        "copy": "local Hub-layout folder",
+        "sha256": pinned,
+        "verified": "sha256",
+    }
+    found = _cifar10_copy(copy, seed=2)  # the copy changes: other images, same layout
+    inputs.images_for.cache_clear()
+    failed = _run(session, settings, tmp_path, worker, model_seed=2)
+    assert failed.state == S.FAILED and failed.reason == Reason.DATASET_MISMATCH
+    assert f"local copy of uoft-cs/cifar10 on this worker has sha256 {found}" in failed.message
+    assert f"pins {pinned} (Hub commit {CIFAR10.commit})" in failed.message
+    assert "`certbench datasets fetch cifar10 --force`" in failed.message
+    assert str(copy) not in failed.message
+
+
+def test_a_stage_block_pin_must_agree_with_its_revision(dataset):
+    definition = tiny_definition(dataset)
+    definition["stages"] = {"fourier_sensitivity": {
+        "protocol": "quick", "repo": "uoft-cs/cifar10", "revision": "main",
+        "provenance": {"hub_commit": CIFAR10.commit},
+    }}  # fmt: skip
+    with pytest.raises(BenchmarkDefinitionError, match=r"differs from provenance\.hub_commit"):
+        parse_definition(json.dumps(definition))
+
+
+def test_a_result_records_one_set_of_hashes_for_all_its_shards():
+    from models.errors import StorageError
+    from models.stages.base import recorded_data_hashes
+
+    a = {"sha256": "a" * 64, "source": "local Hub-layout folder", "verified": "unpinned"}
+    b = {**a, "sha256": "b" * 64}
+    assert recorded_data_hashes([a, None, dict(a)], where="x") == a  # None: an older shard
+    assert recorded_data_hashes([None], where="x") == {}
+    with pytest.raises(StorageError, match=r"the shards of unit 'u' were computed on different"):
+        recorded_data_hashes([a, b], where="unit 'u'")

@@ -12,7 +12,14 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from stage_support import count_shards, fresh, is_shard, results_by_unit, submit
+from stage_support import (
+    count_shards,
+    fresh,
+    is_shard,
+    results_by_unit,
+    submit,
+    unpinned_hashes,
+)
 from support import (
     TEST_SETS,
     CancelOnFirstForward,
@@ -28,10 +35,11 @@ from certbench.fourier_heatmap import assemble_heatmap, summarize_heatmap
 from certbench.fourier_protocol import get_protocol
 from certbench.fourier_records import read_sensitivity_records
 from certbench.fourier_sensitivity import sensitivity_records
+from certbench.provenance import config_sha256
 from models import pipeline, run_seeds, storage
 from models.entities import MetricValue, StageResult, Submission
 from models.stages import inputs
-from models.states import SubmissionState
+from models.states import Reason, SubmissionState
 from workers.app import app
 from workers.names import QUEUE, VALIDATE
 
@@ -138,6 +146,7 @@ def test_fourier_shards_run_on_their_queue_and_merge_into_one_direct_run(
     assert result.summary["heatmap"] == heatmap.to_dict()
     assert result.summary["bands"] == bands
     assert result.summary["label"] == "quick+custom" and result.count == POINTS * 2
+    assert result.data_hashes == unpinned_hashes(dataset)
     view = run_seeds.view(session, session.get(Submission, sid))
     assert "folder" not in result.protocol and result.seeds == {
         "seed": view.value,
@@ -155,6 +164,32 @@ def test_fourier_shards_run_on_their_queue_and_merge_into_one_direct_run(
         **{f"fourier_acr_{b}": bands["acr"]["bands"][b] for b in ("low", "mid", "high")},
         **{f"fourier_base_{b}": bands["base_accuracy"]["bands"][b] for b in ("low", "mid", "high")},
     }
+
+
+def test_pinned_stage_images_are_verified_and_other_bytes_fail_the_run(
+    settings, session, dataset, worker, tmp_path
+):
+    pinned = config_sha256(dataset, TEST_SETS[0])
+    _benchmark(session, dataset, points_per_shard=None, provenance={"sha256": pinned})
+    sid = submit(session, settings, tmp_path)
+    worker.run_all()
+    assert fresh(session, sid).state == S.FINISHED
+    assert _result(session, sid).data_hashes == {**unpinned_hashes(dataset), "verified": "sha256"}
+    with TestClient(create_app(settings)) as client:
+        page = client.get(f"/models/{sid}").text
+    assert '<tr data-test-set="fourier_sensitivity images">' in page and pinned in page
+
+    definition = tiny_definition(dataset)
+    definition["version"] = 2  # the same block pinned to other bytes
+    definition["stages"] = {STAGE: tiny_fourier(dataset, provenance={"sha256": "0" * 64})}
+    load_benchmark(session, definition)
+    other = submit(session, settings, tmp_path, model_seed=4)
+    worker.run_all()
+    failed = fresh(session, other)
+    assert failed.state == S.FAILED and failed.reason == Reason.DATASET_MISMATCH
+    assert "stage images '_fourier_sensitivity'" in failed.message
+    assert f"has sha256 {pinned} but the benchmark definition pins {'0' * 64}" in failed.message
+    assert _result(session, other) is None
 
 
 def test_a_redelivered_fourier_shard_is_recorded_once(settings, session, dataset, worker, tmp_path):

@@ -27,6 +27,7 @@ from stage_support import (
     run_keeping_the_seed_secret,
     run_unit,
     submit,
+    unpinned_hashes,
     validated_item,
 )
 from support import (
@@ -154,6 +155,11 @@ def test_lens_shards_run_on_their_queue_and_merge_to_one_direct_run(
 
     merged = _merged(session, sized, sid)
     assert set(merged) == {"base", "smoothed"}
+    rows = results_by_unit(session, sid, "fourier_lens")
+    assert {u: r.data_hashes for u, r in rows.items()} == {
+        "base": unpinned_hashes(dataset),
+        "smoothed": unpinned_hashes(dataset),
+    }
     for unit in ("base", "smoothed"):
         direct = _direct(dataset, unit, revealed_seed(session, sid))
         assert len(merged[unit]) == len(direct) == (6 if unit == "base" else 4)

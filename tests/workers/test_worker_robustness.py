@@ -11,7 +11,15 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
-from stage_support import MODEL_SEED, fresh, is_shard, submit, write_model_labelled_dataset
+from stage_support import (
+    MODEL_SEED,
+    fresh,
+    is_shard,
+    results_by_unit,
+    submit,
+    unpinned_hashes,
+    write_model_labelled_dataset,
+)
 from support import (
     TEST_SETS,
     load_benchmark,
@@ -104,6 +112,8 @@ def test_robustness_shards_run_on_their_queue_and_fill_the_leaderboard(
     assert result.protocol["anchors_sha256"] == hashlib.sha256(bank_path.read_bytes()).hexdigest()
     assert "folder" not in result.protocol and result.protocol["num_images"] == 2
     assert result.count == 2 and result.base_accuracy == 1.0
+    row = results_by_unit(session, sid, "pd_robustness")[""]
+    assert row.data_hashes == unpinned_hashes(robust_dataset)  # the bytes it attacked
 
     merged = RobustnessReport.read(storage.resolve(settings.artifacts_dir, result.records_path))
     # shards reproduce one direct run with the revealed run seed (not the benchmark's public 7)

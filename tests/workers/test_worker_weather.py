@@ -25,6 +25,7 @@ from stage_support import (
     run_keeping_the_seed_secret,
     run_unit,
     submit,
+    unpinned_hashes,
     validated_item,
     write_model_labelled_dataset,
 )
@@ -158,6 +159,8 @@ def test_weather_shards_run_on_their_queue_and_fill_leaderboard_and_page(
     # merged records (1-image shards) equal one direct, unsharded call of the core
     results = _results(session, sid)
     assert set(results) == {"rain-1", "snow-1", "smoothed-rain-1", "smoothed-snow-1", "examples"}
+    clean = unpinned_hashes(weather_dataset)  # every unit attacked the same clean bytes
+    assert all(r.data_hashes == clean for r in results.values())
     base, smoothed = _merged(settings, results, "base"), _merged(settings, results, "smoothed")
     seed = revealed_seed(session, sid)
     assert base == _direct_base(weather_dataset, seed)

@@ -63,3 +63,18 @@ def compare_sections(entries: Sequence[ResultsPublic], benchmark: BenchmarkPubli
             continue
         out.append(Section(stage.name, module.COMPARE_TEMPLATE, module.compare_context(entries)))
     return out
+
+
+def data_pins_rows(results: ResultsPublic) -> list[dict[str, Any]]:
+    """The rows of the model page's "Data this result was computed on": one per test set
+    (certification), then one per other stage that read images (its units share them)."""
+    rows = [
+        {"unit": row.unit, "hashes": row.data_hashes}
+        for row in results.stages
+        if row.stage == "certification" and row.data_hashes
+    ]
+    stages: dict[str, dict[str, Any]] = {}
+    for row in results.stages:
+        if row.stage != "certification" and row.data_hashes:
+            stages.setdefault(row.stage, {"unit": f"{row.stage} images", "hashes": row.data_hashes})
+    return rows + list(stages.values())
