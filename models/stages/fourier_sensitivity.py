@@ -52,6 +52,7 @@ from models.stages.base import (
     StageOutcome,
     Unit,
     UnitResult,
+    check_shard_seed,
     per_image,
     run_seed_metadata,
 )
@@ -328,7 +329,7 @@ class FourierSensitivity(Stage):
         seconds = 0.0
         for unit in sorted(shards, key=point_range):
             for shard in sorted(shards[unit], key=lambda s: s.start):
-                records += _read_shard(shard, spec, sigma=item.sigma)
+                records += _read_shard(shard, spec, item)
                 seconds += shard.seconds
         expected = spec.points * spec.images.num_images
         if len(records) != expected:
@@ -462,10 +463,8 @@ def _protocol_note(protocol: Mapping[str, Any]) -> str:
     return f"; {label} protocol, NOT the paper's ({protocol.get('description', '')})"
 
 
-def _read_shard(
-    shard: RecordedShard, spec: FourierSpec, *, sigma: float
-) -> list[SensitivityRecord]:
-    """A shard's records, refused when it was computed with another protocol or σ."""
+def _read_shard(shard: RecordedShard, spec: FourierSpec, item: WorkItem) -> list[SensitivityRecord]:
+    """A shard's records, refused when it was computed with another protocol, σ or run seed."""
     from certbench.errors import RecordsError
     from certbench.fourier_records import read_sensitivity_records
     from certbench.records import read_metadata
@@ -475,6 +474,8 @@ def _read_shard(
         records = read_sensitivity_records(shard.path)
     except RecordsError as err:
         raise StorageError(f"Fourier sensitivity shard {str(shard.path)!r}: {err}") from err
+    check_shard_seed(item, metadata, f"Fourier sensitivity shard {str(shard.path)!r}")
+    sigma = item.sigma
     wanted = {
         "sensitivity": spec.sensitivity.model_dump(mode="json"),
         "sigma": sigma if spec.smoothed else None,

@@ -39,6 +39,7 @@ from models.stages.base import (
     StageOutcome,
     Unit,
     UnitResult,
+    check_shard_seed,
     per_image,
     run_seed_metadata,
 )
@@ -228,12 +229,15 @@ class PDRobustness(Stage):
         context: MergeContext,
         settings: Settings,
     ) -> StageOutcome:
-        """Merge the shards' reports (one anchor bank), store every figure."""
+        """Merge the shards' reports (one anchor bank, one run seed), store every figure."""
         from certbench.attacks import RobustnessReport
 
         spec = robustness_spec(item.stages[self.name], settings)
         recorded = sorted(shards[UNIT], key=lambda s: s.start)
-        banks = {shard_metadata(s.path).get("anchors_sha256") for s in recorded}
+        metadata = [shard_metadata(s.path) for s in recorded]
+        for shard, found in zip(recorded, metadata, strict=True):
+            check_shard_seed(item, found, f"robustness shard {str(shard.path)!r}")
+        banks = {found.get("anchors_sha256") for found in metadata}
         if len(banks) != 1:
             raise StorageError(
                 f"the robustness shards of submission {item.submission_id} were attacked with "

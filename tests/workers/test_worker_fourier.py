@@ -8,11 +8,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
+import typer
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from stage_support import count_shards, fresh, is_shard, results_by_unit, submit
+from stage_support import (
+    count_shards,
+    fresh,
+    is_shard,
+    model_files,
+    results_by_unit,
+    run_keeping_the_seed_secret,
+    submit,
+)
 from support import (
     TEST_SETS,
     CancelOnFirstForward,
@@ -21,13 +31,16 @@ from support import (
     tiny_definition,
     tiny_model,
 )
+from typer.testing import CliRunner
 
 from api.main import create_app
 from certbench.data import Subset, load_images
+from certbench.fourier_commands import register
 from certbench.fourier_heatmap import assemble_heatmap, summarize_heatmap
 from certbench.fourier_protocol import get_protocol
 from certbench.fourier_records import read_sensitivity_records
 from certbench.fourier_sensitivity import sensitivity_records
+from certbench.records import read_metadata
 from models import pipeline, run_seeds, storage
 from models.entities import MetricValue, StageResult, Submission
 from models.stages import inputs
@@ -155,6 +168,54 @@ def test_fourier_shards_run_on_their_queue_and_merge_into_one_direct_run(
         **{f"fourier_acr_{b}": bands["acr"]["bands"][b] for b in ("low", "mid", "high")},
         **{f"fourier_base_{b}": bands["base_accuracy"]["bands"][b] for b in ("low", "mid", "high")},
     }
+
+
+def test_shards_name_the_commitment_until_the_run_ends_then_records_reveal_the_seed(
+    settings, session, dataset, worker, tmp_path
+):
+    """Fourier-sensitivity shard files carry the run seed's commitment only, never the seed,
+    while the run goes on; the merged records carry the revealed seed (issue 11 §1)."""
+    _benchmark(session, dataset, points_per_shard=5)
+    sid = submit(session, settings, tmp_path)
+    checked = run_keeping_the_seed_secret(worker, session, settings, sid, STAGE)
+    assert len(checked) == 2  # two shards of 5 points, each seen before the run ended
+    view = run_seeds.view(session, fresh(session, sid))
+    merged = storage.resolve(settings.artifacts_dir, _result(session, sid).records_path)
+    revealed = {"seed": view.value, "seed_commitment": view.commitment, "seed_kind": "secret"}
+    assert read_metadata(merged).items() >= revealed.items()
+
+
+def test_the_revealed_seed_reproduces_the_fourier_records_with_the_cli(
+    settings, session, dataset, worker, tmp_path
+):
+    """``certbench fourier-heatmap --seed <revealed>`` with the stage's protocol gives the
+    stored records bit for bit (every column but CERTIFY's wall-clock seconds)."""
+    _benchmark(session, dataset, points_per_shard=3)
+    sid = submit(session, settings, tmp_path)
+    worker.run_all()
+    assert fresh(session, sid).state == S.FINISHED
+    seed = run_seeds.view(session, fresh(session, sid)).value
+    weights, manifest_path = model_files(tmp_path / "cli")
+    cli = typer.Typer()
+
+    @cli.callback()
+    def main() -> None:  # keeps fourier-heatmap a named sub-command
+        pass
+
+    register(cli)
+    out = tmp_path / "cli-fourier"
+    result = CliRunner().invoke(cli, [
+        "fourier-heatmap", "--weights", str(weights), "--manifest", str(manifest_path),
+        "--dataset", str(dataset), "--config", TEST_SETS[0], "--protocol", "quick",
+        "--skip", "2", "--images", "2", "--n0", "4", "--n", "16", "--stride", "8",
+        "--device", "cpu", "--seed", seed, "--out", str(out),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    stored = storage.resolve(settings.artifacts_dir, _result(session, sid).records_path)
+    mine, theirs = pq.read_table(out / "records.parquet"), pq.read_table(stored)
+    columns = [c for c in theirs.column_names if c != "seconds"]
+    assert theirs.num_rows == POINTS * 2
+    assert mine.select(columns).equals(theirs.select(columns))
 
 
 def test_a_redelivered_fourier_shard_is_recorded_once(settings, session, dataset, worker, tmp_path):
