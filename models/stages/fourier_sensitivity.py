@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -50,12 +51,14 @@ from models.stages.base import (
     Stage,
     StageEstimate,
     StageOutcome,
+    Uncertainty,
     Unit,
     UnitResult,
     check_shard_seed,
     per_image,
     run_seed_metadata,
 )
+from models.stages.fourier_text import band_range, protocol_note
 from models.stages.registry import register
 from models.work import TestSetSpec, WorkItem, image_source_spec
 
@@ -386,6 +389,16 @@ class FourierSensitivity(Stage):
             ),
         )
 
+    has_intervals = True
+
+    def uncertainty(
+        self, protocol: Mapping[str, Any] | None, records: Mapping[str, Path]
+    ) -> Uncertainty:
+        """Bootstrap intervals over images of the band means (``stage_intervals``)."""
+        from models.stages.stage_intervals import sensitivity_uncertainty
+
+        return sensitivity_uncertainty(protocol or {}, records)
+
     def all_metric_specs(self) -> list[MetricSpec]:
         return self.metric_specs({"smoothed": True}, test_sets=1, bands=())
 
@@ -398,13 +411,13 @@ class FourierSensitivity(Stage):
         if protocol is None:
             return []
         smoothed = bool(protocol.get("smoothed", True))
-        run = _protocol_note(protocol)
+        run = protocol_note(protocol)
         size = int(protocol.get("grid_size", 32))
         specs = [
             MetricSpec(
                 KEYS["acr"][band],
                 f"Fourier ACR {band}",
-                f"mean ACR of the smoothed classifier over the {_band_range(band, size)} cells "
+                f"mean ACR of the smoothed classifier over the {band_range(band, size)} cells "
                 f"of the Fourier sensitivity heatmap (x + r·ε·U_ij, one cell per Fourier basis "
                 f"image; {PAPER}, §2.2){run}",
                 "radius",
@@ -418,7 +431,7 @@ class FourierSensitivity(Stage):
                 KEYS["base_accuracy"][band],
                 f"Fourier base {band}",
                 f"mean accuracy of the base classifier (not smoothed) over the "
-                f"{_band_range(band, size)} cells of the Fourier sensitivity heatmap "
+                f"{band_range(band, size)} cells of the Fourier sensitivity heatmap "
                 f"(Yin et al. 2019's map, as in {PAPER}){run}",
                 "percent",
                 group="fourier",
@@ -437,30 +450,6 @@ def leaderboard_metrics(bands: Mapping[str, Any]) -> dict[str, float | None]:
         for band, key in keys.items():
             out[key] = None if entry is None else entry["bands"][band]
     return out
-
-
-def band_edges(size: int = 32) -> tuple[float, float]:
-    """Radial band edges in cycles/image: thirds of the Nyquist frequency ``size/2``, the
-    corruption sets' edges (``certbench.spectral.BAND_EDGES``, not imported: it pulls torch)."""
-    return size / 6, size / 3
-
-
-def _band_range(band: str, size: int) -> str:
-    low, high = band_edges(size)
-    return {
-        "low": f"low-frequency (radial frequency < {low:.3g} cycles/image)",
-        "mid": f"mid-frequency ({low:.3g} to {high:.3g} cycles/image)",
-        "high": f"high-frequency (≥ {high:.3g} cycles/image)",
-    }[band]
-
-
-def _protocol_note(protocol: Mapping[str, Any]) -> str:
-    label = protocol.get("label")
-    if not label:
-        return ""
-    if label == "paper":
-        return "; the paper's protocol"
-    return f"; {label} protocol, NOT the paper's ({protocol.get('description', '')})"
 
 
 def _read_shard(shard: RecordedShard, spec: FourierSpec, item: WorkItem) -> list[SensitivityRecord]:
@@ -488,10 +477,3 @@ def _read_shard(shard: RecordedShard, spec: FourierSpec, item: WorkItem) -> list
             f"{wanted['sigma']}, {spec.stream}); re-run the submission fresh"
         )
     return records
-
-
-def cost_text(forward_passes: int) -> str:
-    """A forward-pass count as people read it (1.03e10 → "1.0e10 forward passes")."""
-    if forward_passes < 1_000_000:
-        return f"{forward_passes:,} forward passes"
-    return f"{forward_passes:.1e} forward passes".replace("e+", "e")

@@ -37,6 +37,7 @@ from models.stages.base import (
     Stage,
     StageEstimate,
     StageOutcome,
+    Uncertainty,
     Unit,
     UnitResult,
     check_shard_seed,
@@ -273,6 +274,17 @@ class PDRobustness(Stage):
             metrics={"base_accuracy": figures["clean_accuracy"], **leaderboard_columns(figures)},
             message=f"attacked {result.count} clean image(s) (ℓ∞, ℓ∞ ∩ PD)",
         )
+
+    has_intervals = True
+
+    def uncertainty(
+        self, protocol: Mapping[str, Any] | None, records: Mapping[str, Path]
+    ) -> Uncertainty:
+        """Clopper-Pearson intervals of the accuracies over the clean subset's images; their
+        per-image 0/1 terms for exact McNemar tests (``models.stages.stage_intervals``)."""
+        from models.stages.stage_intervals import robustness_uncertainty
+
+        return robustness_uncertainty(records)
 
     def all_metric_specs(self) -> list[MetricSpec]:
         return self.metric_specs({"eps": list(EPS_COLUMNS)}, test_sets=1, bands=())

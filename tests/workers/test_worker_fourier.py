@@ -35,12 +35,14 @@ from typer.testing import CliRunner
 
 from api.main import create_app
 from certbench.data import Subset, load_images
+from certbench.figure_terms import figure_interval
 from certbench.fourier_commands import register
 from certbench.fourier_heatmap import assemble_heatmap, summarize_heatmap
 from certbench.fourier_protocol import get_protocol
 from certbench.fourier_records import read_sensitivity_records
 from certbench.fourier_sensitivity import sensitivity_records
 from certbench.records import read_metadata
+from certbench.stage_terms import sensitivity_terms
 from models import pipeline, run_seeds, storage
 from models.entities import MetricValue, StageResult, Submission
 from models.stages import inputs
@@ -164,10 +166,19 @@ def test_fourier_shards_run_on_their_queue_and_merge_into_one_direct_run(
             select(MetricValue).where(MetricValue.submission_id == sid, MetricValue.stage == STAGE)
         )
     }
-    assert metrics == {
+    figures = {
         **{f"fourier_acr_{b}": bands["acr"]["bands"][b] for b in ("low", "mid", "high")},
         **{f"fourier_base_{b}": bands["base_accuracy"]["bands"][b] for b in ("low", "mid", "high")},
     }
+    # each band mean with its bootstrap interval over the images, from the direct records
+    terms = sensitivity_terms(direct, size=32)
+    bounds = {}
+    for key in figures:
+        name, band = key.removeprefix("fourier_").split("_")
+        found = figure_interval(terms[f"{'acr' if name == 'acr' else 'base_accuracy'}:{band}"])
+        bounds |= {f"{key}_ci_low": found.low, f"{key}_ci_high": found.high}
+        assert found.low <= figures[key] <= found.high
+    assert metrics == pytest.approx({**figures, **bounds})
 
 
 def test_shards_name_the_commitment_until_the_run_ends_then_records_reveal_the_seed(

@@ -18,7 +18,8 @@ from markupsafe import Markup
 
 from api.schemas import ResultsPublic
 from api.web.frequency_heatmap import frequency_heatmap
-from models.stages.fourier_sensitivity import BANDS, MERGED, band_edges, cost_text
+from models.stages.fourier_sensitivity import BANDS, MERGED
+from models.stages.fourier_text import band_edges, cost_text
 
 STAGE = "fourier_sensitivity"
 TEMPLATE = "stages/fourier_sensitivity.html"
