@@ -346,7 +346,7 @@ class FourierLens(Stage):
         from models.stages.stage_intervals import lens_uncertainty
 
         suffixes = {unit: "" if unit == BASE else SMOOTHED_SUFFIX for unit in records}
-        return lens_uncertainty(records, suffixes)
+        return lens_uncertainty(records, suffixes, self.metric_keys(protocol or {}))
 
     # ---- presentation ---------------------------------------------------------------------------
 

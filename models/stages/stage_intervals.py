@@ -22,7 +22,7 @@ not measure gets null bounds, as its figure is null.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,14 +93,17 @@ def sensitivity_uncertainty(
     )  # fmt: skip
 
 
-def lens_uncertainty(records: Mapping[str, Path], suffix_of: Mapping[str, str]) -> Uncertainty:
+def lens_uncertainty(
+    records: Mapping[str, Path], suffix_of: Mapping[str, str], keys: Sequence[str]
+) -> Uncertainty:
     """Each unit's (``base``, ``smoothed``) summary intervals and path terms; ``suffix_of``
-    names each unit's key suffix (``""``, ``"_smoothed"``)."""
+    names each unit's key suffix (``""``, ``"_smoothed"``); ``keys`` every figure the protocol
+    stores (null bounds for a kind it does not run)."""
     from certbench.figure_terms import terms_table
     from certbench.lens_metrics import read_lens_records, summarize
     from certbench.stage_terms import lens_terms
 
-    intervals: dict[str, tuple[float | None, float | None]] = {}
+    intervals: dict[str, tuple[float | None, float | None]] = dict.fromkeys(keys, (None, None))
     terms: dict[str, FigureTerms] = {}
     for unit, path in records.items():
         rows = read_lens_records(path)
