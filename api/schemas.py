@@ -1011,6 +1011,19 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+class PaBandPublic(BaseModel):
+    """Simultaneous 95 % band around the entry's p_A curve (the complementary ECDF of Sun, Mao,
+    Müller & Vechev 2025, averaged over test sets): every point of the curve ± ``half_width``
+    covers the true curve at once. One test set: the exact Kolmogorov band. Several: each test
+    set's band at level 1 − 0.05/S (Bonferroni), half-widths averaged; each test set's own band
+    is ``results[i].intervals.pa_band_half_width``."""
+
+    half_width: float
+    level: float
+    method: str = Field(examples=["kolmogorov", "kolmogorov, bonferroni over test sets"])
+    test_sets: int
+
+
 class ResultsPublic(BaseModel):
     submission_id: int
     benchmark: str
@@ -1040,6 +1053,11 @@ class ResultsPublic(BaseModel):
         default=None,
         description="model zoo: where to download the weights when the submitter published "
         "them under a licence and the entry is finished, public and visible; null otherwise",
+    )
+    pa_band: PaBandPublic | None = Field(
+        default=None,
+        description="simultaneous 95 % band of the p_A curve over the test sets; null before "
+        "results exist",
     )
 
 

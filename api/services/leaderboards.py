@@ -22,6 +22,7 @@ from api.schemas import (
     FacetsPublic,
     LeaderboardPublic,
     Metrics,
+    PaBandPublic,
     PairComparisonPublic,
     PairedTestPublic,
     ResultsPublic,
@@ -379,6 +380,7 @@ def results(session: Session, submission_id: int, *, viewer: User | None) -> Res
         )
     entry = lb.entry_of(session, submission)
     robustness = lb.robustness_of(session, submission)
+    per_set = lb.results_of(session, submission)
     return ResultsPublic(
         submission_id=submission.id,
         benchmark=submission.benchmark.name,
@@ -394,13 +396,25 @@ def results(session: Session, submission_id: int, *, viewer: User | None) -> Res
                     submission_id=submission.id, test_set=r.test_set.name
                 ),
             )
-            for r in lb.results_of(session, submission)
+            for r in per_set
         ],
         robustness=RobustnessPublic.of(robustness) if robustness is not None else None,
         stages=[StageResultPublic.of(row) for row in lb.stage_results(session, submission)],
         seed=seed,
         weights=WeightsLinkPublic.of(submission),
+        pa_band=pa_band([r.count for r in per_set]),
     )
+
+
+def pa_band(counts: list[int]) -> PaBandPublic | None:
+    """The entry's p_A band from its test sets' image counts (``mean_pa_band``)."""
+    from certbench.figure_intervals import mean_pa_band
+    from certbench.intervals import LEVEL
+
+    if not counts or min(counts) < 1:
+        return None
+    half_width, method = mean_pa_band(counts, LEVEL)
+    return PaBandPublic(half_width=half_width, level=LEVEL, method=method, test_sets=len(counts))
 
 
 def records_file(
