@@ -263,9 +263,10 @@ def mean_pa_band(counts: Sequence[int], level: float = LEVEL) -> tuple[float, st
 class ImageTerms:
     """Per-image means over an entry's test sets of each figure's per-image term.
 
-    ``terms["acr"]`` (radius·1[correct]), ``terms["certified@<r>"]`` (1[correct ∧ radius ≥ r])
-    and ``terms["acr:<group>"]`` (ACR terms over the sets of one group), one value per image of
-    ``index``; ``sets`` is how many test sets were averaged.
+    ``terms["acr"]`` (radius·1[correct]), ``terms["certified@<r>"]`` (1[correct ∧ radius ≥ r]),
+    ``terms["clean"]`` (1[correct]: clean accuracy of the smoothed classifier), ``terms["abstain"]``
+    (1[abstained]) and ``terms["acr:<group>"]`` (ACR terms over the sets of one group), one value
+    per image of ``index``; ``sets`` is how many test sets were averaged.
     """
 
     index: np.ndarray
@@ -302,7 +303,11 @@ def image_terms(
     arrays = [set_arrays(sets[name]) for name in names]
     if not _shared(arrays):
         raise RecordsError("the test sets do not share their images; compare the full records")
-    terms = {"acr": np.mean([a.score for a in arrays], axis=0)}
+    terms = {
+        "acr": np.mean([a.score for a in arrays], axis=0),
+        "clean": np.mean([a.correct for a in arrays], axis=0),
+        "abstain": np.mean([a.abstain for a in arrays], axis=0),
+    }
     for r in radii:
         terms[certified_key(r)] = np.mean([a.certified(r) for a in arrays], axis=0)
     for group, members in (groups or {}).items():

@@ -51,7 +51,11 @@ TIE_KEYS: dict[str, str] = {
     "macr": "acr",
     **{key: f"certified@{radius:g}" for radius, key in RADIUS_KEYS.items()},
     **{f"band_{band}": f"acr:{band}" for band in BANDS},
+    "clean_accuracy": "clean",
+    "abstain_rate": "abstain",
 }
+#: Image-terms keys of certification's 0/1 figures (exact McNemar on one test set).
+PROPORTIONS = {"clean": "correct", "abstain": "abstain"}
 
 
 def stage_of(key: str) -> Stage | None:
@@ -63,7 +67,7 @@ def stage_of(key: str) -> Stage | None:
 
 
 def _certification_key(key: str) -> bool:
-    return key == "acr" or key.startswith(("acr:", "certified@"))
+    return key == "acr" or key in PROPORTIONS or key.startswith(("acr:", "certified@"))
 
 
 def terms_key(sort: str) -> str | None:
@@ -82,6 +86,8 @@ def metric_name(key: str) -> str:
         return key
     if key == "acr":
         return "macr"
+    if key in PROPORTIONS:
+        return {"clean": "clean_accuracy", "abstain": "abstain_rate"}[key]
     if key.startswith("acr:"):
         return f"band_{key[4:]}"
     radius = float(key.removeprefix("certified@"))
@@ -247,13 +253,15 @@ def paired_test(a: Entry, b: Entry, key: str) -> PairedTest | None:
     from certbench.intervals import compare_acr, compare_certified_accuracy
 
     one_set = len(a.records) == 1 and len(b.records) == 1
-    if not (one_set and key.startswith("certified@")):
+    if not (one_set and (key.startswith("certified@") or key in PROPORTIONS)):
         ta, tb = image_terms_of(a), image_terms_of(b)
         if ta is not None and tb is not None and key in ta.terms and key in tb.terms:
             return compare_terms(ta, tb, key)
     ra, rb = _tables(a), _tables(b)
     if ra is None or rb is None:
         return None
+    if key in PROPORTIONS:
+        return _proportion_test(ra, rb, key)
     if key.startswith("acr:"):
         band = key[4:]
         ra = {n: t for n, t in ra.items() if a.bands.get(n) == band}
@@ -268,6 +276,30 @@ def paired_test(a: Entry, b: Entry, key: str) -> PairedTest | None:
             )
         return compare_certified_accuracy(ra, rb, radius)
     return compare_acr(ra, rb)
+
+
+def _proportion_test(
+    ra: dict[str, pa.Table], rb: dict[str, pa.Table], key: str
+) -> PairedTest | None:
+    """Clean accuracy or abstain rate from the records: exact McNemar on one test set, else the
+    paired bootstrap of the per-image means over the shared test sets (terms from records, for
+    an entry whose terms file predates these figures)."""
+    import numpy as np
+
+    from certbench.errors import RecordsError
+    from certbench.figure_intervals import compare_terms, image_terms, set_arrays
+    from certbench.intervals import LEVEL, mcnemar
+
+    if len(ra) > 1 or len(rb) > 1:
+        return compare_terms(image_terms(ra), image_terms(rb), key)
+    sa, sb = set_arrays(next(iter(ra.values()))), set_arrays(next(iter(rb.values())))
+    if not np.array_equal(sa.index, sb.index):
+        raise RecordsError(
+            "the entries were certified on different images; a paired test needs the same "
+            "image indices in both"
+        )
+    field_name = PROPORTIONS[key]
+    return mcnemar(getattr(sa, field_name), getattr(sb, field_name), metric_name(key), LEVEL)
 
 
 @dataclass(frozen=True)
@@ -307,9 +339,9 @@ def tie_marks(
 
 def comparison_keys(data: Sequence[Entry], radii: Sequence[float]) -> list[str]:
     """The figures a comparison of these entries tests: mACR, certified accuracy at each
-    radius, and each band all of them have; then every other stage's figure whose per-image
-    terms all of them stored, in the stage's column order."""
-    keys = ["acr", *(f"certified@{r:g}" for r in radii)]
+    radius, clean accuracy and abstain rate, and each band all of them have; then every other
+    stage's figure whose per-image terms all of them stored, in the stage's column order."""
+    keys = ["acr", *(f"certified@{r:g}" for r in radii), *PROPORTIONS]
     shared_bands = set.intersection(*({b for b in d.bands.values() if b} for d in data))
     keys += [f"acr:{band}" for band in BANDS if band in shared_bands]
     for stage in registry.all_stages():
