@@ -129,6 +129,9 @@ def test_a_robustness_sort_marks_ties_by_exact_mcnemar(client: TestClient, robus
     assert weak["tie"]["test"]["p_value"] < 1e-9
     page = client.get(f"/leaderboards/{NAME}", params={"sort": "pd_acc_8"}).text
     assert page.count('data-tied-with="1"') == 1
+    low, high = clopper_pearson(20, IMAGES)  # weak's ℓ∞ ∩ PD accuracy: its interval on hover
+    cell = page[page.index(f'data-key="pd_acc_8" data-value="{20 / IMAGES}"') :].split(">")[0]
+    assert f"95 % interval over images: {low * 100:.1f}% – {high * 100:.1f}%" in cell
 
 
 def test_compare_tests_the_robustness_figures(client: TestClient, robust: dict[str, int]):

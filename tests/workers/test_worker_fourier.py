@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import typer
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 from stage_support import (
     count_shards,
@@ -45,7 +45,9 @@ from certbench.records import read_metadata
 from certbench.stage_terms import sensitivity_terms
 from models import pipeline, run_seeds, storage
 from models.entities import MetricValue, StageResult, Submission
-from models.stages import inputs
+from models.interval_backfill import backfill_entry, entries_to_backfill
+from models.stage_uncertainty import terms_relpath
+from models.stages import inputs, registry
 from models.states import SubmissionState
 from workers.app import app
 from workers.names import QUEUE, VALIDATE
@@ -355,3 +357,31 @@ def test_heatmaps_reach_rest_the_leaderboard_and_the_web_pages(
         assert 'id="compare-fourier"' in html and 'data-kind="acr"' in html
         for chart in ("compare-fourier-0", "compare-fourier-1", "compare-fourier-diff-1"):
             assert f'id="{chart}"' in html
+
+
+def test_the_backfill_restores_the_band_intervals_and_terms(
+    settings, session, dataset, worker, tmp_path
+):
+    """An entry merged before the stage stored intervals gets exactly what the aggregate
+    stores, from its merged records (``certbench results backfill-intervals``)."""
+    _benchmark(session, dataset, points_per_shard=5)
+    sid = submit(session, settings, tmp_path)
+    worker.run_all()
+    terms = storage.resolve(settings.artifacts_dir, terms_relpath(registry.get(STAGE), sid))
+    stored = terms.read_bytes()
+
+    def bounds() -> dict[str, float | None]:
+        session.expire_all()
+        rows = session.scalars(
+            select(MetricValue).where(MetricValue.submission_id == sid, MetricValue.stage == STAGE)
+        )
+        return {m.key: m.value for m in rows if "_ci_" in m.key}
+
+    fresh = bounds()
+    assert len(fresh) == 12  # 6 band means × (low, high)
+    session.execute(delete(MetricValue).where(MetricValue.key.in_(fresh)))
+    session.commit()
+    terms.unlink()
+    assert entries_to_backfill(session) == [sid]
+    assert backfill_entry(session, sid, settings=settings) is None
+    assert bounds() == fresh and terms.read_bytes() == stored
