@@ -282,7 +282,8 @@ def compare(
     viewer: User | None,
     settings: Settings,
 ) -> ComparisonPublic:
-    """Paired tests between every pair of the given entries of one benchmark.
+    """Paired tests between every pair of the given entries of one benchmark (another stage's
+    figure measured on other images in one of them, after its protocol changed, is left out).
 
     Raises NotFoundError (an entry the viewer cannot see, or not on this benchmark),
     IntakeError (fewer than 2 entries, an unfinished one, different images, records missing).
@@ -314,6 +315,8 @@ def compare(
                 try:
                     test = comparisons.paired_test(a, b, key)
                 except RecordsError as err:
+                    if comparisons.stage_of(key) is not None:
+                        continue  # that stage's protocol changed between the entries
                     raise IntakeError(
                         f"submissions {a.submission_id} and {b.submission_id} cannot be "
                         f"compared: {err}",

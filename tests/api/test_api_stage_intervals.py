@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from fastapi.testclient import TestClient
 from service_factories import (
@@ -175,3 +177,21 @@ def test_the_backfill_restores_the_robustness_intervals_and_terms(
     assert backfill_entry(session, sid, settings=settings) is None
     assert bounds() == fresh and terms.read_bytes() == stored
     assert entries_to_backfill(session) == []
+
+
+def test_a_stage_figure_on_other_images_is_left_out_of_a_comparison(
+    client: TestClient, settings: Settings, robust: dict[str, int]
+):
+    """Entries whose robustness subsets differ (the stage's protocol changed between them) are
+    still compared on certification; their robustness figures cannot be paired."""
+    a, b = robust["strong"], robust["close"]
+    path = storage.resolve(settings.artifacts_dir, terms_relpath(registry.get("pd_robustness"), b))
+    table = pq.read_table(path)
+    shifted = table.set_column(
+        table.column_names.index("index"), "index", pc.add(table.column("index"), 1)
+    )
+    pq.write_table(shifted, path)
+    body = client.get(f"/api/v1/leaderboards/{NAME}/compare?ids={a},{b}")
+    assert body.status_code == 200, body.text
+    metrics = [t["metric"] for t in body.json()["pairs"][0]["tests"]]
+    assert "macr" in metrics and not set(KEYS) & set(metrics)
