@@ -27,8 +27,8 @@ from models.run_seeds import SeedView
 if TYPE_CHECKING:
     from certbench.intervals import PairedTest
 from api.zoo_schemas import WeightsLinkPublic
+from models.stages.base import CI_HIGH, CI_LOW
 from models.stages.certification import TestSetResult
-from models.stages.certification_intervals import CI_HIGH, CI_LOW, interval_keys
 from models.stages.pd_robustness import RobustnessResult
 from models.states import SubmissionState
 
@@ -647,8 +647,11 @@ class Metrics(BaseModel):
     stage. Figures of other
     evaluation stages appear as further keys (their metric keys), null when not measured.
 
-    Every certification figure carries its 95 % interval over the sampled images, both as
-    sibling fields ``<key>_ci_low``/``<key>_ci_high`` and in ``intervals``."""
+    Every figure of every stage carries its 95 % interval over the sampled images, both as
+    sibling fields ``<key>_ci_low``/``<key>_ci_high`` and in ``intervals``: Clopper-Pearson for
+    an accuracy of one set of images, a bootstrap over images (cluster bootstrap over images
+    shared by several sets) for means, and for Fourier-lens means the Gaussian interval of
+    Fridovich-Keil et al. (2022)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -679,11 +682,13 @@ class Metrics(BaseModel):
     intervals: dict[str, IntervalPublic] = Field(
         default_factory=dict,
         description=(
-            "95 % interval over the sampled images of each certification figure (key → ci_low, "
-            "ci_high): Clopper-Pearson for a proportion on one test set, else a bootstrap over "
-            "source images shared by the test sets; null bounds for a figure not measured. "
-            "Empty for an entry aggregated before intervals (`certbench results "
-            "backfill-intervals` fills it)"
+            "95 % interval over the sampled images of each figure of every stage (key → "
+            "ci_low, ci_high): Clopper-Pearson for a proportion on one set of images (a test "
+            "set, the robustness subset, one weather set), else a bootstrap over images (a "
+            "cluster bootstrap when the figure averages several sets of the same images), "
+            "Gaussian for Fourier-lens means; null bounds for a figure not measured. Empty for "
+            "an entry aggregated before intervals (`certbench results backfill-intervals` "
+            "fills it)"
         ),
     )
 
@@ -695,9 +700,11 @@ class Metrics(BaseModel):
         values = {name: figures.get(name) for name in declared if name not in fixed}
         extra = {k: v for k, v in figures.items() if k not in cls.model_fields}
         intervals = {
-            key: IntervalPublic(ci_low=figures[key + CI_LOW], ci_high=figures.get(key + CI_HIGH))
-            for key in interval_keys()
-            if key + CI_LOW in figures
+            key.removesuffix(CI_LOW): IntervalPublic(
+                ci_low=low, ci_high=figures.get(key.removesuffix(CI_LOW) + CI_HIGH)
+            )
+            for key, low in sorted(figures.items())
+            if key.endswith(CI_LOW)
         }
         return cls(**values, **fixed, **extra, intervals=intervals)
 
@@ -1014,6 +1021,19 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+class PaBandPublic(BaseModel):
+    """Simultaneous 95 % band around the entry's p_A curve (the complementary ECDF of Sun, Mao,
+    Müller & Vechev 2025, averaged over test sets): every point of the curve ± ``half_width``
+    covers the true curve at once. One test set: the exact Kolmogorov band. Several: each test
+    set's band at level 1 − 0.05/S (Bonferroni), half-widths averaged; each test set's own band
+    is ``results[i].intervals.pa_band_half_width``."""
+
+    half_width: float
+    level: float
+    method: str = Field(examples=["kolmogorov", "kolmogorov, bonferroni over test sets"])
+    test_sets: int
+
+
 class ResultsPublic(BaseModel):
     submission_id: int
     benchmark: str
@@ -1043,6 +1063,11 @@ class ResultsPublic(BaseModel):
         default=None,
         description="model zoo: where to download the weights when the submitter published "
         "them under a licence and the entry is finished, public and visible; null otherwise",
+    )
+    pa_band: PaBandPublic | None = Field(
+        default=None,
+        description="simultaneous 95 % band of the p_A curve over the test sets; null before "
+        "results exist",
     )
 
 

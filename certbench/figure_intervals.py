@@ -228,6 +228,34 @@ def figure_intervals(
     )
 
 
+# --------------------------------------------------------------------------- p_A band
+
+
+def mean_pa_band(counts: Sequence[int], level: float = LEVEL) -> tuple[float, str]:
+    """(half-width, method) of a simultaneous band around the p_A curve of an entry, i.e. seed
+    001's complementary ECDF averaged over its test sets of ``counts`` images each.
+
+    One test set: the exact Kolmogorov quantile (``certbench.intervals.pa_band``). Several test
+    sets: each set's Kolmogorov band at level 1 − (1 − level)/S (Bonferroni over the S sets);
+    with probability ≥ level all of them hold at once, and then the mean curve lies within the
+    mean of their half-widths of the mean true curve at every x. Valid whatever the dependence
+    between the sets (they corrupt the same source images), conservative because it ignores the
+    averaging. Each set's own band (at level) is its ``pa_band_half_width``.
+    """
+    from scipy.stats import kstwo
+
+    if not counts or min(counts) < 1:
+        raise RecordsError(f"a p_A band needs at least one image per test set, got {counts}")
+    if not 0 < level < 1:
+        raise RecordsError(f"level must lie in (0, 1), got {level}; e.g. 0.95")
+    if len(counts) == 1:
+        return float(kstwo.ppf(level, counts[0])), "kolmogorov"
+    per_set = 1 - (1 - level) / len(counts)
+    sizes, repeats = np.unique(np.asarray(counts), return_counts=True)
+    widths = np.array([kstwo.ppf(per_set, int(n)) for n in sizes])
+    return float((widths * repeats).sum() / repeats.sum()), "kolmogorov, bonferroni over test sets"
+
+
 # --------------------------------------------------------------------------- paired terms
 
 
@@ -235,9 +263,10 @@ def figure_intervals(
 class ImageTerms:
     """Per-image means over an entry's test sets of each figure's per-image term.
 
-    ``terms["acr"]`` (radius·1[correct]), ``terms["certified@<r>"]`` (1[correct ∧ radius ≥ r])
-    and ``terms["acr:<group>"]`` (ACR terms over the sets of one group), one value per image of
-    ``index``; ``sets`` is how many test sets were averaged.
+    ``terms["acr"]`` (radius·1[correct]), ``terms["certified@<r>"]`` (1[correct ∧ radius ≥ r]),
+    ``terms["clean"]`` (1[correct]: clean accuracy of the smoothed classifier), ``terms["abstain"]``
+    (1[abstained]) and ``terms["acr:<group>"]`` (ACR terms over the sets of one group), one value
+    per image of ``index``; ``sets`` is how many test sets were averaged.
     """
 
     index: np.ndarray
@@ -274,7 +303,11 @@ def image_terms(
     arrays = [set_arrays(sets[name]) for name in names]
     if not _shared(arrays):
         raise RecordsError("the test sets do not share their images; compare the full records")
-    terms = {"acr": np.mean([a.score for a in arrays], axis=0)}
+    terms = {
+        "acr": np.mean([a.score for a in arrays], axis=0),
+        "clean": np.mean([a.correct for a in arrays], axis=0),
+        "abstain": np.mean([a.abstain for a in arrays], axis=0),
+    }
     for r in radii:
         terms[certified_key(r)] = np.mean([a.certified(r) for a in arrays], axis=0)
     for group, members in (groups or {}).items():

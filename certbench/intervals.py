@@ -418,10 +418,10 @@ def compare_certified_accuracy(
             p_value=float(bootstrap_p_value(estimate, replicates)),
             method=f"paired {method}",
         )
-    return _mcnemar(ta[0].astype(bool), tb[0].astype(bool), metric, level)
+    return mcnemar(ta[0].astype(bool), tb[0].astype(bool), metric, level)
 
 
-def _mcnemar(a: np.ndarray, b: np.ndarray, metric: str, level: float) -> PairedTest:
+def mcnemar(a: np.ndarray, b: np.ndarray, metric: str, level: float) -> PairedTest:
     """Exact McNemar: discordant images split Binomial(b + c, 1/2) under H0; the interval of
     the difference is Wald's for paired proportions (clipped), only the p-value is exact."""
     n = len(a)

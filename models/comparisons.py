@@ -8,6 +8,11 @@ certified accuracy on a benchmark of one test set. The paired bootstraps read ea
 terms (one small file, ``certification_intervals.TERMS_UNIT``), or, for an entry aggregated
 before they existed, its records (slower; cached per process by file version).
 
+The other stages' figures (``Stage.paired_keys``: robustness, weather, Fourier sensitivity and
+lens figures) are compared from the per-image terms each stage stores beside its records
+(``models.stage_uncertainty``): exact McNemar for an accuracy of one set of images, the paired
+bootstrap for means (``certbench.figure_terms``). Their keys are the leaderboard's own.
+
 "Tied with #k": the entry ranked just above does not differ significantly (two-sided p ≥ 0.05)
 in the figure the page is sorted by; each adjacent pair is one test (no multiplicity
 correction), as ``certbench.intervals.tied_with_above`` defines it.
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import pairwise
 from typing import TYPE_CHECKING
@@ -25,9 +30,11 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from models import storage
+from models import stage_uncertainty, storage
 from models.entities import StageResult, Submission
 from models.settings import Settings
+from models.stages import registry
+from models.stages.base import Stage
 from models.stages.certification import BANDS, RADIUS_KEYS
 from models.stages.certification_intervals import TERMS_UNIT, terms_sets
 
@@ -35,6 +42,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from certbench.figure_intervals import ImageTerms
+    from certbench.figure_terms import FigureTerms
     from certbench.intervals import PairedTest
 
 ALPHA_TIE = 0.05
@@ -43,19 +51,43 @@ TIE_KEYS: dict[str, str] = {
     "macr": "acr",
     **{key: f"certified@{radius:g}" for radius, key in RADIUS_KEYS.items()},
     **{f"band_{band}": f"acr:{band}" for band in BANDS},
+    "clean_accuracy": "clean",
+    "abstain_rate": "abstain",
 }
+#: Image-terms keys of certification's 0/1 figures (exact McNemar on one test set).
+PROPORTIONS = {"clean": "correct", "abstain": "abstain"}
+
+
+def stage_of(key: str) -> Stage | None:
+    """The stage that stores per-image terms of the figure ``key`` (None: none does)."""
+    for stage in registry.all_stages():
+        if key in stage.paired_keys():
+            return stage
+    return None
+
+
+def _certification_key(key: str) -> bool:
+    return key == "acr" or key in PROPORTIONS or key.startswith(("acr:", "certified@"))
 
 
 def terms_key(sort: str) -> str | None:
-    """The image-terms key of a sort key, None for a figure without paired tests."""
-    return TIE_KEYS.get(sort)
+    """The image-terms key of a sort key, None for a figure without paired tests: the
+    certification terms' own names, the leaderboard key for any other stage's figure."""
+    if sort in TIE_KEYS:
+        return TIE_KEYS[sort]
+    return sort if stage_of(sort) is not None else None
 
 
 def metric_name(key: str) -> str:
     """A terms key as the leaderboard names the figure (``macr``, ``cert_acc_050``,
-    ``band_low``; ``certified_accuracy@0.3`` off the leaderboard's radius grid)."""
+    ``band_low``; ``certified_accuracy@0.3`` off the leaderboard's radius grid; another stage's
+    key unchanged)."""
+    if not _certification_key(key):
+        return key
     if key == "acr":
         return "macr"
+    if key in PROPORTIONS:
+        return {"clean": "clean_accuracy", "abstain": "abstain_rate"}[key]
     if key.startswith("acr:"):
         return f"band_{key[4:]}"
     radius = float(key.removeprefix("certified@"))
@@ -71,6 +103,8 @@ class Entry:
     records: dict[str, str]
     bands: dict[str, str | None]
     terms_path: str | None
+    stage_terms: dict[str, str] = field(default_factory=dict)
+    """Stage name → its per-image terms file, for the stages that stored one."""
 
 
 def entries(
@@ -98,7 +132,21 @@ def entries(
             records=records[submission.id],
             bands={name: band_of.get(name) for name in records[submission.id]},
             terms_path=str(terms) if terms.is_file() else None,
+            stage_terms=_stage_terms(submission.id, settings),
         )
+    return out
+
+
+def _stage_terms(submission_id: int, settings: Settings) -> dict[str, str]:
+    """The terms files of an entry's stages beyond certification that are on this server."""
+    out = {}
+    for stage in registry.all_stages():
+        if stage.paired_keys():
+            path = storage.resolve(
+                settings.artifacts_dir, stage_uncertainty.terms_relpath(stage, submission_id)
+            )
+            if path.is_file():
+                out[stage.name] = str(path)
     return out
 
 
@@ -164,20 +212,56 @@ def image_terms_of(data: Entry) -> ImageTerms | None:
         return None
 
 
+@lru_cache(maxsize=1024)
+def _figure_terms_file(version: tuple[str, int, int]) -> dict[str, FigureTerms]:
+    from certbench.figure_terms import terms_from_table
+
+    return terms_from_table(_table(version))
+
+
+def figure_terms_of(data: Entry, stage: str) -> dict[str, FigureTerms]:
+    """An entry's stored terms of one stage's figures (empty when the file is not here)."""
+    path = data.stage_terms.get(stage)
+    if path is None:
+        return {}
+    try:
+        return _figure_terms_file(_version(path))
+    except FileNotFoundError:
+        return {}
+
+
+def _stage_paired_test(a: Entry, b: Entry, key: str) -> PairedTest | None:
+    """A − B on another stage's figure ``key`` from both entries' terms files."""
+    from certbench.figure_terms import compare_figure
+
+    stage = stage_of(key)
+    if stage is None:
+        return None
+    ta, tb = figure_terms_of(a, stage.name).get(key), figure_terms_of(b, stage.name).get(key)
+    if ta is None or tb is None:
+        return None
+    return compare_figure(ta, tb, key)
+
+
 def paired_test(a: Entry, b: Entry, key: str) -> PairedTest | None:
     """A − B on the figure ``key`` (an image-terms key); None when the per-image data is not on
-    this server. Raises RecordsError when the entries were certified on different images."""
+    this server. Raises RecordsError when the entries were measured on different images."""
     from certbench.figure_intervals import compare_terms
+
+    if not _certification_key(key):
+        return _stage_paired_test(a, b, key)
     from certbench.intervals import compare_acr, compare_certified_accuracy
 
     one_set = len(a.records) == 1 and len(b.records) == 1
-    if not (one_set and key.startswith("certified@")):
+    if not (one_set and (key.startswith("certified@") or key in PROPORTIONS)):
         ta, tb = image_terms_of(a), image_terms_of(b)
         if ta is not None and tb is not None and key in ta.terms and key in tb.terms:
             return compare_terms(ta, tb, key)
     ra, rb = _tables(a), _tables(b)
     if ra is None or rb is None:
         return None
+    if key in PROPORTIONS:
+        return _proportion_test(ra, rb, key)
     if key.startswith("acr:"):
         band = key[4:]
         ra = {n: t for n, t in ra.items() if a.bands.get(n) == band}
@@ -192,6 +276,30 @@ def paired_test(a: Entry, b: Entry, key: str) -> PairedTest | None:
             )
         return compare_certified_accuracy(ra, rb, radius)
     return compare_acr(ra, rb)
+
+
+def _proportion_test(
+    ra: dict[str, pa.Table], rb: dict[str, pa.Table], key: str
+) -> PairedTest | None:
+    """Clean accuracy or abstain rate from the records: exact McNemar on one test set, else the
+    paired bootstrap of the per-image means over the shared test sets (terms from records, for
+    an entry whose terms file predates these figures)."""
+    import numpy as np
+
+    from certbench.errors import RecordsError
+    from certbench.figure_intervals import compare_terms, image_terms, set_arrays
+    from certbench.intervals import LEVEL, mcnemar
+
+    if len(ra) > 1 or len(rb) > 1:
+        return compare_terms(image_terms(ra), image_terms(rb), key)
+    sa, sb = set_arrays(next(iter(ra.values()))), set_arrays(next(iter(rb.values())))
+    if not np.array_equal(sa.index, sb.index):
+        raise RecordsError(
+            "the entries were certified on different images; a paired test needs the same "
+            "image indices in both"
+        )
+    field_name = PROPORTIONS[key]
+    return mcnemar(getattr(sa, field_name), getattr(sb, field_name), metric_name(key), LEVEL)
 
 
 @dataclass(frozen=True)
@@ -231,8 +339,15 @@ def tie_marks(
 
 def comparison_keys(data: Sequence[Entry], radii: Sequence[float]) -> list[str]:
     """The figures a comparison of these entries tests: mACR, certified accuracy at each
-    radius, and each band all of them have."""
-    keys = ["acr", *(f"certified@{r:g}" for r in radii)]
+    radius, clean accuracy and abstain rate, and each band all of them have; then every other
+    stage's figure whose per-image terms all of them stored, in the stage's column order."""
+    keys = ["acr", *(f"certified@{r:g}" for r in radii), *PROPORTIONS]
     shared_bands = set.intersection(*({b for b in d.bands.values() if b} for d in data))
     keys += [f"acr:{band}" for band in BANDS if band in shared_bands]
+    for stage in registry.all_stages():
+        if not stage.paired_keys():
+            continue
+        stored = [set(figure_terms_of(d, stage.name)) for d in data]
+        common = set.intersection(*stored) if stored else set()
+        keys += [spec.key for spec in stage.all_metric_specs() if spec.key in common]
     return keys

@@ -2,8 +2,10 @@
 aggregated before the service computed them (``certbench results backfill-intervals``).
 
 Everything comes from the stored per-image records (no certification is re-run): the same
-functions the certification stage's merge uses (``models.stages.certification_intervals``), so
-a backfilled entry holds exactly what a fresh aggregate would have stored.
+functions the certification stage's merge uses (``models.stages.certification_intervals``) and,
+for every other stage with intervals, its ``Stage.uncertainty`` as the pipeline calls it after a
+merge (``models.stage_uncertainty``), so a backfilled entry holds exactly what a fresh aggregate
+would have stored.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from dataclasses import dataclass, field
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from models import storage
+from models import stage_uncertainty, storage
 from models.catalog import get_benchmark
 from models.entities import LeaderboardEntry, MetricValue, StageResult, Submission
 from models.settings import Settings
+from models.stages import registry
+from models.stages.base import CI_HIGH, CI_LOW, Stage, Uncertainty
 from models.stages.certification_intervals import (
     TERMS_UNIT,
     bound_keys,
@@ -58,7 +62,34 @@ def entries_to_backfill(
             )
         )
     )
-    return [i for i in ids if i not in done]
+    lacking = _stages_lacking_bounds(session, ids)
+    return [i for i in ids if i not in done or i in lacking]
+
+
+def _stages_lacking_bounds(session: Session, ids: list[int]) -> set[int]:
+    """Entries with results of a stage that has intervals but no stored bound of that stage."""
+    stages = {stage.name for stage in registry.all_stages() if stage.has_intervals}
+    with_results = {
+        (row[0], row[1])
+        for row in session.execute(
+            select(StageResult.submission_id, StageResult.stage)
+            .where(StageResult.submission_id.in_(ids), StageResult.stage.in_(stages))
+            .distinct()
+        )
+    }
+    with_bounds = {
+        (row[0], row[1])
+        for row in session.execute(
+            select(MetricValue.submission_id, MetricValue.stage)
+            .where(
+                MetricValue.submission_id.in_(ids),
+                MetricValue.stage.in_(stages),
+                MetricValue.key.endswith(CI_LOW, autoescape=True),
+            )
+            .distinct()
+        )
+    }
+    return {submission_id for submission_id, _ in with_results - with_bounds}
 
 
 def backfill_entry(session: Session, submission_id: int, *, settings: Settings) -> str | None:
@@ -84,6 +115,9 @@ def backfill_entry(session: Session, submission_id: int, *, settings: Settings) 
         if not path.is_file():
             return f"records of test set {row.unit!r} are missing ({row.records_path})"
         tables[row.unit] = read_table(path).replace_schema_metadata(None)
+    others, reason = _other_stages(session, submission, settings)
+    if reason is not None:
+        return reason
     band_of = {ts.name: ts.band for ts in submission.benchmark.test_sets}
     bounds, terms = entry_intervals(tables, {unit: band_of.get(unit) for unit in tables})
     for row in rows:
@@ -106,5 +140,65 @@ def backfill_entry(session: Session, submission_id: int, *, settings: Settings) 
     if terms is not None:
         relpath = storage.test_set_records_relpath(submission_id, TERMS_UNIT)
         write_table_atomic(terms, storage.resolve(settings.artifacts_dir, relpath))
+    for stage, found in others:
+        _store_stage(session, submission, stage, found, settings=settings)
     session.commit()
     return None
+
+
+def _other_stages(
+    session: Session, submission: Submission, settings: Settings
+) -> tuple[list[tuple[Stage, Uncertainty]], str | None]:
+    """The uncertainty of every other stage with intervals the entry has results of, or the
+    reason to skip the entry (a records file missing on this server)."""
+    out = []
+    protocols = submission.benchmark.stages or {}
+    for stage in registry.all_stages():
+        if not stage.has_intervals:
+            continue
+        rows = session.scalars(
+            select(StageResult).where(
+                StageResult.submission_id == submission.id, StageResult.stage == stage.name
+            )
+        ).all()
+        if not rows:
+            continue
+        records = {row.unit: storage.resolve(settings.artifacts_dir, row.records_path)
+                   for row in rows}  # fmt: skip
+        missing = [unit for unit, path in records.items() if not path.is_file()]
+        if missing:
+            return [], f"{stage.name} records of unit(s) {missing} are missing"
+        found = stage_uncertainty.compute(stage, protocols.get(stage.name), records)
+        if found is not None:
+            out.append((stage, found))
+    return out, None
+
+
+def _store_stage(
+    session: Session,
+    submission: Submission,
+    stage: Stage,
+    found: Uncertainty,
+    *,
+    settings: Settings,
+) -> None:
+    """Replace the stage's stored bounds of one entry and its terms file."""
+    session.execute(
+        delete(MetricValue).where(
+            MetricValue.submission_id == submission.id,
+            MetricValue.stage == stage.name,
+            MetricValue.key.endswith(CI_LOW, autoescape=True)
+            | MetricValue.key.endswith(CI_HIGH, autoescape=True),
+        )
+    )
+    for key, value in found.bounds().items():
+        session.add(
+            MetricValue(
+                submission_id=submission.id,
+                benchmark_id=submission.benchmark_id,
+                stage=stage.name,
+                key=key,
+                value=value,
+            )
+        )
+    stage_uncertainty.write_terms(stage, submission.id, found, settings=settings)

@@ -20,6 +20,7 @@ from models.entities import LeaderboardEntry, MetricValue, StageResult
 from models.errors import InvalidTransitionError, StorageError
 from models.pipeline import get_submission, transition
 from models.settings import Settings
+from models.stage_uncertainty import with_uncertainty
 from models.stages.base import MergeContext, RecordedShard, Stage, StageOutcome
 from models.states import Reason, SubmissionState
 from models.work import WorkItem, get_work_item
@@ -38,7 +39,8 @@ def evaluator_version() -> str:
 def merge_stage(
     session: Session, item: WorkItem, stage: Stage, *, settings: Settings
 ) -> StageOutcome:
-    """Check that the stage's shards tile every unit, then run its ``merge``.
+    """Check that the stage's shards tile every unit, then run its ``merge`` and add the
+    intervals of its figures (``models.stage_uncertainty``).
 
     Raises StorageError when shards are missing (the plan is not complete) or a file is gone.
     """
@@ -66,7 +68,14 @@ def merge_stage(
         return relpath, storage.resolve(settings.artifacts_dir, relpath)
 
     context = MergeContext(evaluator_version=evaluator_version(), target_for=target_for)
-    return stage.merge(item, by_unit, context, settings)
+    outcome = stage.merge(item, by_unit, context, settings)
+    return with_uncertainty(
+        stage,
+        item.stages.get(stage.name),
+        outcome,
+        submission_id=item.submission_id,
+        settings=settings,
+    )
 
 
 def complete_submission(session: Session, submission_id: int, *, settings: Settings) -> bool:

@@ -29,9 +29,11 @@ def backfill_intervals(
         bool, typer.Option(help="Recompute entries that already have their intervals.")
     ] = False,
 ) -> None:
-    """Compute the 95 % intervals of every finished entry's figures, each test set's intervals
-    and the per-image terms of paired tests from the stored per-image records (no model is
-    run). Entries whose records are not on this server are listed and left unchanged."""
+    """Compute the 95 % intervals of every finished entry's figures (certification and every
+    other stage with intervals: robustness, weather, Fourier sensitivity, Fourier lens), each
+    test set's intervals and the per-image terms of paired tests from the stored per-image
+    records (no model is run). Entries lacking any stage's bounds are filled; entries whose
+    records are not on this server are listed and left unchanged."""
     from rich.progress import Progress
 
     from certbench.cli import console

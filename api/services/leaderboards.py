@@ -21,6 +21,7 @@ from api.schemas import (
     FacetsPublic,
     LeaderboardPublic,
     Metrics,
+    PaBandPublic,
     PairComparisonPublic,
     PairedTestPublic,
     ResultsPublic,
@@ -282,7 +283,8 @@ def compare(
     viewer: User | None,
     settings: Settings,
 ) -> ComparisonPublic:
-    """Paired tests between every pair of the given entries of one benchmark.
+    """Paired tests between every pair of the given entries of one benchmark (another stage's
+    figure measured on other images in one of them, after its protocol changed, is left out).
 
     Raises NotFoundError (an entry the viewer cannot see, or not on this benchmark),
     IntakeError (fewer than 2 entries, an unfinished one, different images, records missing).
@@ -314,6 +316,8 @@ def compare(
                 try:
                     test = comparisons.paired_test(a, b, key)
                 except RecordsError as err:
+                    if comparisons.stage_of(key) is not None:
+                        continue  # that stage's protocol changed between the entries
                     raise IntakeError(
                         f"submissions {a.submission_id} and {b.submission_id} cannot be "
                         f"compared: {err}",
@@ -380,6 +384,7 @@ def results(session: Session, submission_id: int, *, viewer: User | None) -> Res
         )
     entry = lb.entry_of(session, submission)
     robustness = lb.robustness_of(session, submission)
+    per_set = lb.results_of(session, submission)
     return ResultsPublic(
         submission_id=submission.id,
         benchmark=submission.benchmark.name,
@@ -395,13 +400,25 @@ def results(session: Session, submission_id: int, *, viewer: User | None) -> Res
                     submission_id=submission.id, test_set=r.test_set.name
                 ),
             )
-            for r in lb.results_of(session, submission)
+            for r in per_set
         ],
         robustness=RobustnessPublic.of(robustness) if robustness is not None else None,
         stages=[StageResultPublic.of(row) for row in lb.stage_results(session, submission)],
         seed=seed,
         weights=WeightsLinkPublic.of(submission),
+        pa_band=pa_band([r.count for r in per_set]),
     )
+
+
+def pa_band(counts: list[int]) -> PaBandPublic | None:
+    """The entry's p_A band from its test sets' image counts (``mean_pa_band``)."""
+    from certbench.figure_intervals import mean_pa_band
+    from certbench.intervals import LEVEL
+
+    if not counts or min(counts) < 1:
+        return None
+    half_width, method = mean_pa_band(counts, LEVEL)
+    return PaBandPublic(half_width=half_width, level=LEVEL, method=method, test_sets=len(counts))
 
 
 def records_file(

@@ -53,6 +53,8 @@ class SetCurves:
     certified: np.ndarray
     pa: np.ndarray | None
     from_records: bool
+    images: int = 0
+    """Images of the test set (0: unknown): the width of the p_A curve's band depends on it."""
 
 
 def certified_on_grid(table: pa.Table, grid: np.ndarray = RADIUS_GRID) -> np.ndarray:
@@ -81,13 +83,14 @@ def _curves_from_file(path: str, mtime_ns: int, test_set: str) -> SetCurves:
         certified=certified_on_grid(table),
         pa=pa_ecdf(table),
         from_records=True,
+        images=table.num_rows,
     )
 
 
 def _curves_from_summary(result: TestSetResultPublic) -> SetCurves:
     radii = np.array(RADII)
     values = np.array([result.certified_accuracy[f"{r:g}"] for r in RADII])
-    return SetCurves(result.test_set, radii, values, None, from_records=False)
+    return SetCurves(result.test_set, radii, values, None, from_records=False, images=result.count)
 
 
 def set_curves(
@@ -215,8 +218,26 @@ def overlay_certified_chart(entries: Sequence[EntryCurves], *, chart_id: str) ->
     )
 
 
+def pa_band(
+    curves: Sequence[SetCurves], curve: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """(low, high, what) of the simultaneous 95 % band around an entry's mean p_A curve
+    (``certbench.figure_intervals.mean_pa_band``: Kolmogorov for one test set, Bonferroni over
+    several); None when a test set's image count is unknown."""
+    from certbench.figure_intervals import mean_pa_band
+
+    counts = [c.images for c in curves]
+    if not counts or min(counts) < 1:
+        return None
+    half, method = mean_pa_band(counts)
+    what = f"simultaneous 95 % band ±{half:.3f} ({method})"
+    return np.clip(curve - half, 0.0, 1.0), np.clip(curve + half, 0.0, 1.0), what
+
+
 def pa_chart(entries: Sequence[EntryCurves], *, chart_id: str, emphasis: int | None) -> Markup:
-    """Seed 001's complementary ECDF of p̂_A: fraction of images correct with p̂_A ≥ x.
+    """Seed 001's complementary ECDF of p̂_A: fraction of images correct with p̂_A ≥ x, with
+    its simultaneous 95 % band shaded: the emphasised entry's only (model page), or every
+    entry's when none is emphasised (compare page).
 
     Entries without records (no p_A curve) are left out and named in the description.
     """
@@ -226,7 +247,11 @@ def pa_chart(entries: Sequence[EntryCurves], *, chart_id: str, emphasis: int | N
         if curve is None:
             missing.append(entry.label)
             continue
-        series.append(Series(entry.label, PA_GRID, curve, emphasis=entry.submission_id == emphasis))
+        shaded = emphasis is None or entry.submission_id == emphasis
+        band = pa_band(entry.curves, curve) if shaded else None
+        series.append(
+            Series(entry.label, PA_GRID, curve, emphasis=entry.submission_id == emphasis, band=band)
+        )
     if not series:
         raise NotFoundError("no per-image records are available for the p_A distribution")
     note = f" Records missing for: {', '.join(missing)}." if missing else ""
@@ -236,7 +261,10 @@ def pa_chart(entries: Sequence[EntryCurves], *, chart_id: str, emphasis: int | N
         title="p_A distribution (complementary ECDF)",
         description=(
             "For each x, the fraction of test images classified correctly with p̂_A = n_y/n ≥ x "
-            "(mean over test sets). Higher curves hold up on hard images, which ACR hides." + note
+            "(mean over test sets). Higher curves hold up on hard images, which ACR hides. "
+            "Shaded: a simultaneous 95 % band over the sampled images, covering the whole true "
+            "curve at once (Kolmogorov; with several test sets, each set's band at 1 − 0.05/S, "
+            "averaged)." + note
         ),
         x=Axis("p̂_A (accuracy of the base model under noise)", 0.5, 1.0),
         y=Axis("fraction of images with p̂_A ≥ x", 0.0, 1.0, percent=True),

@@ -10,7 +10,8 @@ which is perceptually uniform and colour-blind safe.
 
 Each series is a ``<g class="series" data-label=... data-xy=...>``: the browser tests count these
 and ``static/certbench.js`` reads ``data-xy`` for hover read-outs. Values are in ``<title>``
-elements too, so screen readers and no-JS users get them.
+elements too, so screen readers and no-JS users get them. A series may carry a shaded band (a
+simultaneous confidence band, ``api.web.plot_bands``) drawn under its line.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from markupsafe import Markup
 from matplotlib import colormaps
 from matplotlib.colors import to_hex
 from matplotlib.ticker import MaxNLocator
+
+from api.web.plot_bands import band_polygon
 
 #: Okabe & Ito (2008), ordered so the first colours have the best contrast on white; yellow last.
 OKABE_ITO = (
@@ -61,6 +64,8 @@ class Series:
     y: Sequence[float]
     emphasis: bool = False
     markers: bool = False
+    band: tuple[Sequence[float], Sequence[float], str] | None = None
+    """(low, high, what it is) at every x: drawn shaded under the curve."""
 
 
 @dataclass(frozen=True)
@@ -242,6 +247,12 @@ def line_chart(
             f'<g class="series" data-label="{escape(s.label)}" data-colour="{colour}" '
             f"data-xy='{escape(data)}'>"
             f"<title>{escape(s.label)}</title>"
+        )
+        if s.band is not None:
+            low, high, what = s.band
+            out.append(band_polygon(s.x, low, high, colour=colour, title=f"{s.label}: {what}",
+                                    px=px, py=py, num=_num))  # fmt: skip
+        out.append(
             f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="{width}" '
             f'stroke-linejoin="round"{dash_attr}/>'
         )

@@ -11,7 +11,9 @@ A stage turns a submission into leaderboard figures in three steps the pipeline 
    worker under a lease; ``context.on_progress`` reports images done and raises to stop.
 3. ``merge(item, shards, context)``: merge every recorded shard into per-unit results and the
    stage's leaderboard metrics (a ``StageOutcome``); idempotent (it only reads shard files and
-   writes merged files atomically), the pipeline stores the outcome in one transaction.
+   writes merged files atomically), the pipeline stores the outcome in one transaction. Then
+   ``uncertainty(protocol, merged records)`` gives each figure's 95 % interval (stored as
+   ``<key>_ci_low``/``<key>_ci_high`` metric values) and the per-image terms of paired tests.
 4. ``estimate(item, settings)``: the forward passes each unit's images cost under the stage's
    protocol (a ``StageEstimate``), known before anything runs: summed at intake (the estimate in
    the 202 response, the compute quota), it weights progress (a cheap stage does not count like
@@ -40,6 +42,10 @@ if TYPE_CHECKING:
     from models.work import WorkItem
 
 MetricKind = Literal["percent", "radius", "probability", "number"]
+CI_LOW, CI_HIGH = "_ci_low", "_ci_high"
+"""Suffixes of a figure's stored 95 % bounds: ``<key>_ci_low`` and ``<key>_ci_high``."""
+TERMS_UNIT = "_terms"
+"""Unit name of a stage's per-image terms file (``records/<submission>/<folder>/_terms``)."""
 
 
 @dataclass(frozen=True)
@@ -226,6 +232,23 @@ class StageOutcome:
     """Figures of the leaderboard entry row itself (certification: test_sets, count, seconds)."""
 
 
+@dataclass(frozen=True)
+class Uncertainty:
+    """A stage's figures with their 95 % intervals over the sampled images (metric key →
+    (low, high), None where not measured) and the per-image terms of the figures that have a
+    paired test (a ``certbench.figure_terms.terms_table``, None when there are none)."""
+
+    intervals: Mapping[str, tuple[float | None, float | None]]
+    terms: Any = None
+
+    def bounds(self) -> dict[str, float | None]:
+        """The stored bounds: ``<key>_ci_low`` and ``<key>_ci_high`` of every figure."""
+        out: dict[str, float | None] = {}
+        for key, (low, high) in self.intervals.items():
+            out[key + CI_LOW], out[key + CI_HIGH] = low, high
+        return out
+
+
 class Stage:
     """Base class of an evaluation stage; see the module docstring for the contract."""
 
@@ -301,6 +324,29 @@ class Stage:
         if isinstance(error, DatasetMismatchError):
             return "dataset_mismatch"
         return "dataset_unavailable" if isinstance(error, DataSourceError) else None
+
+    # ---- uncertainty ----------------------------------------------------------------------------
+
+    has_intervals: ClassVar[bool] = False
+    """True when ``uncertainty`` gives intervals (the backfill then looks for stored bounds)."""
+
+    def uncertainty(
+        self, protocol: Mapping[str, Any] | None, records: Mapping[str, Path]
+    ) -> Uncertainty | None:
+        """95 % intervals of the stage's leaderboard figures and the per-image terms of their
+        paired tests, from its merged records alone (unit → file; ``protocol`` is the stored
+        block). The pipeline calls it after ``merge`` and stores the bounds beside the figures;
+        ``certbench results backfill-intervals`` calls it for entries merged before. None: the
+        stage has no intervals (the default)."""
+        return None
+
+    def paired_keys(self) -> frozenset[str]:
+        """Metric keys whose per-image terms the stage stores: they have paired tests (the
+        compare endpoint) and "tied with #k" marks when a leaderboard is sorted by them.
+        Default: every figure of a stage with intervals, none otherwise."""
+        if not self.has_intervals:
+            return frozenset()
+        return frozenset(spec.key for spec in self.all_metric_specs())
 
     # ---- presentation ---------------------------------------------------------------------------
 

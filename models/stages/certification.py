@@ -32,6 +32,7 @@ from models.stages.base import (
     StageOutcome,
     Unit,
     UnitResult,
+    check_shard_seed,
     per_image,
     recorded_data_hashes,
     run_seed_metadata,
@@ -157,7 +158,11 @@ class Certification(Stage):
         from certbench.records import read_table, records_to_table, table_to_records, write_records
         from models.stages.certification_intervals import set_intervals
 
-        tables = [read_table(s.path) for s in sorted(shards, key=lambda s: s.start)]
+        ordered = sorted(shards, key=lambda s: s.start)
+        tables = [read_table(s.path) for s in ordered]
+        for shard, table in zip(ordered, tables, strict=True):
+            where = f"certification shard {str(shard.path)!r}"
+            check_shard_seed(item, shard_metadata(table), where)
         hashes = shard_data_hashes(tables, test_set=test_set.name)
         records = table_to_records(
             pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
@@ -308,16 +313,21 @@ def stream_key(item: WorkItem, test_set: TestSetSpec) -> str:
     return f"{test_set.config or 'default'}/{test_set.split}"
 
 
-def shard_data_hashes(tables: Sequence[Any], *, test_set: str) -> dict[str, str]:
-    """The data hashes every shard of a test set recorded (``recorded_data_hashes``; shards
-    written before data pinning carry none). Raises StorageError for shards computed on
-    different bytes."""
+def shard_metadata(table: Any) -> dict[str, Any]:
+    """The JSON metadata a certification shard's records file carries (empty if none)."""
     import json
 
     from certbench.records import METADATA_KEY
 
-    raws = [(table.schema.metadata or {}).get(METADATA_KEY) for table in tables]
-    found = [json.loads(raw).get("data_hashes") if raw else None for raw in raws]
+    raw = (table.schema.metadata or {}).get(METADATA_KEY)
+    return json.loads(raw) if raw else {}
+
+
+def shard_data_hashes(tables: Sequence[Any], *, test_set: str) -> dict[str, str]:
+    """The data hashes every shard of a test set recorded (``recorded_data_hashes``; shards
+    written before data pinning carry none). Raises StorageError for shards computed on
+    different bytes."""
+    found = [shard_metadata(table).get("data_hashes") for table in tables]
     return recorded_data_hashes(found, where=f"test set {test_set!r}")
 
 

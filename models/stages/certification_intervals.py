@@ -27,9 +27,10 @@ if TYPE_CHECKING:
 
     from certbench.figure_intervals import FigureIntervals
 
+from models.stages.base import CI_HIGH, CI_LOW
 from models.stages.certification import BANDS, PA_QUANTILES, RADIUS_KEYS
 
-CI_LOW, CI_HIGH = "_ci_low", "_ci_high"
+__all__ = ["CI_HIGH", "CI_LOW"]  # re-exported: the suffixes of every stage's stored bounds
 #: p̂_A quantile → its leaderboard figure.
 QUANTILE_KEYS = {0.5: "pa_median", **{float(q): key for key, q in PA_QUANTILES.items()}}
 TERMS_UNIT = "_certification_terms"

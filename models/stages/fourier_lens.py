@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -56,6 +57,7 @@ from models.stages.base import (
     Stage,
     StageEstimate,
     StageOutcome,
+    Uncertainty,
     Unit,
     UnitResult,
     check_shard_seed,
@@ -340,6 +342,19 @@ class FourierLens(Stage):
             ),
         )
         return result, summary.means()
+
+    # ---- uncertainty ----------------------------------------------------------------------------
+
+    has_intervals = True
+
+    def uncertainty(
+        self, protocol: Mapping[str, Any] | None, records: Mapping[str, Path]
+    ) -> Uncertainty:
+        """The summaries' Gaussian intervals; path terms for paired bootstrap tests."""
+        from models.stages.stage_intervals import lens_uncertainty
+
+        suffixes = {unit: "" if unit == BASE else SMOOTHED_SUFFIX for unit in records}
+        return lens_uncertainty(records, suffixes, self.metric_keys(protocol or {}))
 
     # ---- presentation ---------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -50,12 +51,15 @@ from models.stages.base import (
     Stage,
     StageEstimate,
     StageOutcome,
+    Uncertainty,
     Unit,
     UnitResult,
+    check_shard_seed,
     per_image,
     recorded_data_hashes,
     run_seed_metadata,
 )
+from models.stages.fourier_text import band_range, protocol_note
 from models.stages.registry import register
 from models.work import TestSetSpec, WorkItem, image_source_spec
 
@@ -332,7 +336,7 @@ class FourierSensitivity(Stage):
         seconds = 0.0
         for unit in sorted(shards, key=point_range):
             for shard in sorted(shards[unit], key=lambda s: s.start):
-                found, metadata = _read_shard(shard, spec, sigma=item.sigma)
+                found, metadata = _read_shard(shard, spec, item)
                 records += found
                 hashes.append(metadata.get("data_hashes"))
                 seconds += shard.seconds
@@ -394,6 +398,16 @@ class FourierSensitivity(Stage):
             ),
         )
 
+    has_intervals = True
+
+    def uncertainty(
+        self, protocol: Mapping[str, Any] | None, records: Mapping[str, Path]
+    ) -> Uncertainty:
+        """Bootstrap intervals over images of the band means (``stage_intervals``)."""
+        from models.stages.stage_intervals import sensitivity_uncertainty
+
+        return sensitivity_uncertainty(protocol or {}, records)
+
     def all_metric_specs(self) -> list[MetricSpec]:
         return self.metric_specs({"smoothed": True}, test_sets=1, bands=())
 
@@ -406,13 +420,13 @@ class FourierSensitivity(Stage):
         if protocol is None:
             return []
         smoothed = bool(protocol.get("smoothed", True))
-        run = _protocol_note(protocol)
+        run = protocol_note(protocol)
         size = int(protocol.get("grid_size", 32))
         specs = [
             MetricSpec(
                 KEYS["acr"][band],
                 f"Fourier ACR {band}",
-                f"mean ACR of the smoothed classifier over the {_band_range(band, size)} cells "
+                f"mean ACR of the smoothed classifier over the {band_range(band, size)} cells "
                 f"of the Fourier sensitivity heatmap (x + r·ε·U_ij, one cell per Fourier basis "
                 f"image; {PAPER}, §2.2){run}",
                 "radius",
@@ -426,7 +440,7 @@ class FourierSensitivity(Stage):
                 KEYS["base_accuracy"][band],
                 f"Fourier base {band}",
                 f"mean accuracy of the base classifier (not smoothed) over the "
-                f"{_band_range(band, size)} cells of the Fourier sensitivity heatmap "
+                f"{band_range(band, size)} cells of the Fourier sensitivity heatmap "
                 f"(Yin et al. 2019's map, as in {PAPER}){run}",
                 "percent",
                 group="fourier",
@@ -447,34 +461,11 @@ def leaderboard_metrics(bands: Mapping[str, Any]) -> dict[str, float | None]:
     return out
 
 
-def band_edges(size: int = 32) -> tuple[float, float]:
-    """Radial band edges in cycles/image: thirds of the Nyquist frequency ``size/2``, the
-    corruption sets' edges (``certbench.spectral.BAND_EDGES``, not imported: it pulls torch)."""
-    return size / 6, size / 3
-
-
-def _band_range(band: str, size: int) -> str:
-    low, high = band_edges(size)
-    return {
-        "low": f"low-frequency (radial frequency < {low:.3g} cycles/image)",
-        "mid": f"mid-frequency ({low:.3g} to {high:.3g} cycles/image)",
-        "high": f"high-frequency (≥ {high:.3g} cycles/image)",
-    }[band]
-
-
-def _protocol_note(protocol: Mapping[str, Any]) -> str:
-    label = protocol.get("label")
-    if not label:
-        return ""
-    if label == "paper":
-        return "; the paper's protocol"
-    return f"; {label} protocol, NOT the paper's ({protocol.get('description', '')})"
-
-
 def _read_shard(
-    shard: RecordedShard, spec: FourierSpec, *, sigma: float
+    shard: RecordedShard, spec: FourierSpec, item: WorkItem
 ) -> tuple[list[SensitivityRecord], dict[str, Any]]:
-    """A shard's records and metadata, refused when computed with another protocol or σ."""
+    """A shard's records and metadata, refused when computed with another protocol, σ or run
+    seed."""
     from certbench.errors import RecordsError
     from certbench.fourier_records import read_sensitivity_records
     from certbench.records import read_metadata
@@ -484,6 +475,8 @@ def _read_shard(
         records = read_sensitivity_records(shard.path)
     except RecordsError as err:
         raise StorageError(f"Fourier sensitivity shard {str(shard.path)!r}: {err}") from err
+    check_shard_seed(item, metadata, f"Fourier sensitivity shard {str(shard.path)!r}")
+    sigma = item.sigma
     wanted = {
         "sensitivity": spec.sensitivity.model_dump(mode="json"),
         "sigma": sigma if spec.smoothed else None,

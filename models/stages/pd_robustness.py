@@ -38,8 +38,10 @@ from models.stages.base import (
     Stage,
     StageEstimate,
     StageOutcome,
+    Uncertainty,
     Unit,
     UnitResult,
+    check_shard_seed,
     per_image,
     recorded_data_hashes,
     run_seed_metadata,
@@ -232,13 +234,15 @@ class PDRobustness(Stage):
         context: MergeContext,
         settings: Settings,
     ) -> StageOutcome:
-        """Merge the shards' reports (one anchor bank), store every figure."""
+        """Merge the shards' reports (one anchor bank, one run seed), store every figure."""
         from certbench.attacks import RobustnessReport
 
         spec = robustness_spec(item.stages[self.name], settings)
         recorded = sorted(shards[UNIT], key=lambda s: s.start)
         metadata = [shard_metadata(s.path) for s in recorded]
-        banks = {m.get("anchors_sha256") for m in metadata}
+        for shard, found in zip(recorded, metadata, strict=True):
+            check_shard_seed(item, found, f"robustness shard {str(shard.path)!r}")
+        banks = {found.get("anchors_sha256") for found in metadata}
         if len(banks) != 1:
             raise StorageError(
                 f"the robustness shards of submission {item.submission_id} were attacked with "
@@ -278,6 +282,17 @@ class PDRobustness(Stage):
             metrics={"base_accuracy": figures["clean_accuracy"], **leaderboard_columns(figures)},
             message=f"attacked {result.count} clean image(s) (ℓ∞, ℓ∞ ∩ PD)",
         )
+
+    has_intervals = True
+
+    def uncertainty(
+        self, protocol: Mapping[str, Any] | None, records: Mapping[str, Path]
+    ) -> Uncertainty:
+        """Clopper-Pearson intervals of the accuracies over the clean subset's images; their
+        per-image 0/1 terms for exact McNemar tests (``models.stages.stage_intervals``)."""
+        from models.stages.stage_intervals import robustness_uncertainty
+
+        return robustness_uncertainty(records)
 
     def all_metric_specs(self) -> list[MetricSpec]:
         return self.metric_specs({"eps": list(EPS_COLUMNS)}, test_sets=1, bands=())

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -52,6 +52,7 @@ from models.stages.base import (
     Stage,
     StageEstimate,
     StageOutcome,
+    Uncertainty,
     Unit,
     UnitResult,
 )
@@ -65,6 +66,7 @@ from models.stages.weather_protocol import (
     WeatherSpec,
     certify_protocol,
     check_one_protocol,
+    leaderboard_metrics,
     parse_unit,
     protocol_digest,
     result_seeds,
@@ -73,9 +75,6 @@ from models.stages.weather_protocol import (
     work_estimate,
 )
 from models.work import WorkItem
-
-if TYPE_CHECKING:
-    from certbench.weather_records import WeatherSummary
 
 
 @register
@@ -199,6 +198,16 @@ class WeatherAttack(Stage):
             f"({len(spec.weathers)} weather(s) × {len(spec.severities)} severities)",
         )
 
+    has_intervals = True
+
+    def uncertainty(
+        self, protocol: Mapping[str, Any] | None, records: Mapping[str, Path]
+    ) -> Uncertainty:
+        """Clopper-Pearson or cluster-bootstrap intervals over the images (``stage_intervals``)."""
+        from models.stages.stage_intervals import weather_uncertainty
+
+        return weather_uncertainty(records)
+
     def all_metric_specs(self) -> list[MetricSpec]:
         return self.metric_specs({"weathers": ["rain", "snow"], "smoothed": True},
                                  test_sets=1, bands=())  # fmt: skip
@@ -279,31 +288,6 @@ class WeatherAttack(Stage):
                 ),
             ]
         return specs
-
-
-#: metric key → flat figure of ``certbench.weather_records.summarize_weather`` (kind, name).
-FIGURES = {
-    "weather_worst_rain": ("base", "worst_case_accuracy_rain"),
-    "weather_worst_snow": ("base", "worst_case_accuracy_snow"),
-    "weather_worst": ("base", "worst_case_accuracy"),
-    "weather_random_rain": ("base", "random_accuracy_rain"),
-    "weather_random_snow": ("base", "random_accuracy_snow"),
-    "weather_cert_acc_000": ("smoothed", "attacked_certified_accuracy_0"),
-    "weather_cert_acc_025": ("smoothed", "attacked_certified_accuracy_0.25"),
-    "weather_acr": ("smoothed", "attacked_acr"),
-}
-
-
-def leaderboard_metrics(summaries: Mapping[str, WeatherSummary]) -> dict[str, float | None]:
-    """The stage's leaderboard figures (None where the protocol did not measure them);
-    ``weather_random`` is the mean random-weather accuracy over every set."""
-    out: dict[str, float | None] = {}
-    for key, (kind, figure) in FIGURES.items():
-        summary = summaries.get(kind)
-        out[key] = None if summary is None else summary.figures.get(figure)
-    rows = summaries["base"].rows
-    out["weather_random"] = sum(r["random_accuracy"] for r in rows) / len(rows)
-    return out
 
 
 # ------------------------------------------------------------------------------------ run

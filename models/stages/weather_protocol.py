@@ -27,6 +27,7 @@ from models.work import TestSetSpec, WorkItem, image_source_spec
 
 if TYPE_CHECKING:
     from certbench.weather_attack import AttackConfig
+    from certbench.weather_records import WeatherSummary
 
 STAGE = "weather_attack"
 EXAMPLES = "examples"
@@ -227,3 +228,28 @@ def check_one_protocol(
     return recorded_data_hashes(
         hashes, where=f"the weather-attack stage of submission {item.submission_id}"
     )
+
+
+#: metric key → flat figure of ``certbench.weather_records.summarize_weather`` (kind, name).
+FIGURES = {
+    "weather_worst_rain": ("base", "worst_case_accuracy_rain"),
+    "weather_worst_snow": ("base", "worst_case_accuracy_snow"),
+    "weather_worst": ("base", "worst_case_accuracy"),
+    "weather_random_rain": ("base", "random_accuracy_rain"),
+    "weather_random_snow": ("base", "random_accuracy_snow"),
+    "weather_cert_acc_000": ("smoothed", "attacked_certified_accuracy_0"),
+    "weather_cert_acc_025": ("smoothed", "attacked_certified_accuracy_0.25"),
+    "weather_acr": ("smoothed", "attacked_acr"),
+}
+
+
+def leaderboard_metrics(summaries: Mapping[str, WeatherSummary]) -> dict[str, float | None]:
+    """The stage's leaderboard figures (None where the protocol did not measure them);
+    ``weather_random`` is the mean random-weather accuracy over every set."""
+    out: dict[str, float | None] = {}
+    for key, (kind, figure) in FIGURES.items():
+        summary = summaries.get(kind)
+        out[key] = None if summary is None else summary.figures.get(figure)
+    rows = summaries["base"].rows
+    out["weather_random"] = sum(r["random_accuracy"] for r in rows) / len(rows)
+    return out

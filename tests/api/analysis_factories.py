@@ -178,7 +178,7 @@ def finish(
         target = storage.resolve(settings.artifacts_dir, relpath)
         if spec.stage == "certification":
             records = _certify_records(spec.start, spec.stop, correct[spec.unit], upload.sigma)
-            write_records(records, target)
+            write_records(records, target, metadata={"seed_commitment": commitment})
         else:
             assert row is not None and hff is not None
             # as the stage writes them: the protocol's fingerprint, the run seed's commitment

@@ -5,9 +5,10 @@ show the paired tests, all from the stored per-image records."""
 from __future__ import annotations
 
 import pytest
+from scipy.stats import binomtest
 from service_factories import finished_submission, load_tiny
 
-from certbench.figure_intervals import figure_intervals
+from certbench.figure_intervals import compare_terms, figure_intervals, image_terms
 from certbench.intervals import compare_acr, compare_certified_accuracy
 from certbench.records import read_table
 from models import storage
@@ -105,10 +106,16 @@ def test_compare_endpoint_runs_paired_tests_from_the_records(client, session, se
         "cert_acc_050",
         "cert_acc_075",
         "cert_acc_100",
+        "clean_accuracy",
+        "abstain_rate",
         "band_low",
         "band_high",
     ]
     ta, tb = _tables(session, settings, a), _tables(session, settings, b)
+    # two test sets sharing their images: the paired cluster bootstrap of the per-image means
+    clean = compare_terms(image_terms(ta), image_terms(tb), "clean")
+    assert tests["clean_accuracy"]["p_value"] == clean.p_value
+    assert tests["clean_accuracy"]["method"] == "paired cluster bootstrap"
     reference = compare_acr(ta, tb)
     assert tests["macr"]["p_value"] == reference.p_value and not tests["macr"]["tied"]
     assert tests["macr"]["difference"]["estimate"] == pytest.approx(reference.difference.estimate)
@@ -120,6 +127,8 @@ def test_compare_endpoint_runs_paired_tests_from_the_records(client, session, se
     assert [t["metric"] for t in twins["pairs"][0]["tests"]] == [
         "macr",
         "certified_accuracy@0.3",
+        "clean_accuracy",
+        "abstain_rate",
         "band_low",
         "band_high",
     ]
@@ -149,3 +158,36 @@ def test_web_pages_show_ties_intervals_and_paired_tests(client, board):
     compare = client.get(f"/compare?id={board['strong']}&id={board['weak']}").text
     assert 'id="paired-tests"' in compare and 'data-metric="macr"' in compare
     assert ">differ <" in compare
+
+
+def test_clean_accuracy_ties_use_exact_mcnemar_on_one_test_set(client, session, settings, actors):
+    """On a benchmark of one test set the smoothed classifier's clean accuracy (correct on
+    2/3 of the images against 1/3) is compared image by image with exact McNemar."""
+    bench = load_tiny(session, name="single", size=SIZE, sets=1)
+    alice = session.get(User, actors.alice_id)
+    ids = [
+        finished_submission(
+            session,
+            user=alice,
+            benchmark=bench,
+            settings=settings,
+            seed=seed,
+            quality=quality,
+            name=name,
+        )
+        for name, seed, quality in (("good", 4, 0.67), ("poor", 5, 0.34))
+    ]
+    rows = client.get("/api/v1/leaderboards/single", params={"sort": "clean_accuracy"}).json()
+    good, poor = rows["rows"]
+    assert [good["submission_id"], poor["submission_id"]] == ids
+    test = poor["tie"]["test"]
+    ((_, ta),), ((_, tb),) = (_tables(session, settings, i).items() for i in ids)
+    a, b = ta.column("correct").to_numpy(), tb.column("correct").to_numpy()
+    only_a, only_b = int((a & ~b).sum()), int((b & ~a).sum())
+    assert (test["metric"], test["method"]) == ("clean_accuracy", "exact mcnemar")
+    assert test["p_value"] == pytest.approx(binomtest(only_a, only_a + only_b, 0.5).pvalue)
+    assert poor["tied_with"] is None and test["p_value"] < 0.05
+    body = client.get(f"/api/v1/leaderboards/single/compare?ids={ids[0]},{ids[1]}").json()
+    tests = {t["metric"]: t for t in body["pairs"][0]["tests"]}
+    assert tests["clean_accuracy"]["p_value"] == test["p_value"]
+    assert tests["abstain_rate"]["method"] == "exact mcnemar"

@@ -18,6 +18,7 @@ from certbench.figure_intervals import (
     compare_terms,
     figure_intervals,
     image_terms,
+    mean_pa_band,
 )
 from certbench.intervals import (
     LEVEL,
@@ -148,3 +149,35 @@ def test_mean_pa_median_cluster_bootstrap_coverage_on_500_leaderboards():
         interval = _quantile_intervals(arrays, [0.5], True, LEVEL, RESAMPLES, board)[0.5]
         covered += interval.low <= truth <= interval.high
     assert abs(covered / BOARDS - LEVEL) <= binomial_slack(LEVEL, BOARDS)
+
+
+def test_mean_pa_band_holds_for_the_mean_curve_on_1000_leaderboards():
+    """The p_A curve averaged over 8 test sets sharing 200 images stays inside its Bonferroni
+    band (each set's Kolmogorov band at 1 − 0.05/8, half-widths averaged) at every x at once
+    in ≥ 95 % of 1,000 leaderboards (within three binomial standard errors); one set's band
+    is ``pa_band``'s."""
+    sets, images, boards = 8, 200, 1000
+    pop = population(sets=sets, images=50_000, shared=1.0, seed=9)
+    grid = np.round(np.arange(500, 1001) / 1000, 3)
+
+    def curves(correct: np.ndarray, pa_hat: np.ndarray) -> np.ndarray:
+        """Each set's p_A curve on the grid (rows: sets)."""
+        values = np.sort(np.where(correct, pa_hat, -1.0), axis=-1)
+        n = values.shape[-1]
+        return np.stack([n - np.searchsorted(v, grid, side="left") for v in values]) / n
+
+    truth = curves(pop.correct, pop.pa_hat).mean(axis=0)
+    half, method = mean_pa_band([images] * sets)
+    assert method == "kolmogorov, bonferroni over test sets" and 0 < half < 0.2
+    _, drawn = draw(pop, boards, images, seed=10)
+    inside = sum(
+        bool(
+            np.all(np.abs(curves(drawn.correct[:, b], drawn.pa_hat[:, b]).mean(0) - truth) <= half)
+        )
+        for b in range(boards)
+    )
+    assert inside / boards >= LEVEL - binomial_slack(LEVEL, boards)
+    one = records_from(drawn, 0, 0)
+    assert mean_pa_band([images]) == (pa_band(one).half_width, "kolmogorov")
+    with pytest.raises(RecordsError, match="at least one image"):
+        mean_pa_band([])

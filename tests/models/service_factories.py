@@ -18,7 +18,7 @@ from certbench.smoothing import CertifyRecord
 from models import pipeline, shards, storage
 from models.accounts import create_token, create_user
 from models.catalog import parse_definition, upsert_benchmark
-from models.entities import Benchmark, Role, User
+from models.entities import Benchmark, Role, RunSeed, User
 from models.results import complete_submission
 from models.settings import Settings
 from models.stages.base import ShardSpec
@@ -168,6 +168,12 @@ def run_pipeline(
     assert complete_submission(session, submission_id, settings=settings)
 
 
+def seed_metadata(session: Session, submission_id: int) -> dict[str, str]:
+    """What a worker writes into every shard file of a run: its seed's commitment, never the
+    seed (the merge refuses a shard naming another commitment)."""
+    return {"seed_commitment": session.get(RunSeed, submission_id).commitment}
+
+
 def record_shard(
     session: Session,
     submission_id: int,
@@ -180,6 +186,7 @@ def record_shard(
     write_records(
         records_for(spec.start, spec.stop, quality=quality),
         storage.resolve(settings.artifacts_dir, relpath),
+        metadata=seed_metadata(session, submission_id),
     )
     return shards.record(
         session,
@@ -243,7 +250,11 @@ def record_robustness_shard(
     relpath = shards.records_relpath(submission_id, spec)
     robustness_report(spec.start, spec.stop, plan).write(
         storage.resolve(settings.artifacts_dir, relpath),
-        metadata={"submission_id": str(submission_id), "anchors_sha256": anchors_sha256},
+        metadata={
+            "submission_id": str(submission_id),
+            "anchors_sha256": anchors_sha256,
+            **seed_metadata(session, submission_id),
+        },
     )
     return shards.record(
         session,

@@ -17,11 +17,8 @@ from certbench.spectral import BAND_EDGES
 from models.catalog import parse_definition, upsert_benchmark
 from models.errors import BenchmarkDefinitionError
 from models.stages import registry
-from models.stages.fourier_sensitivity import (
-    SHARD_FORWARD_PASSES,
-    band_edges,
-    point_range,
-)
+from models.stages.fourier_sensitivity import SHARD_FORWARD_PASSES, point_range
+from models.stages.fourier_text import band_edges
 
 STAGE = "fourier_sensitivity"
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
-from service_factories import RobustnessPlan, record_robustness_shard
+from service_factories import RobustnessPlan, record_robustness_shard, seed_metadata
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
@@ -240,6 +240,7 @@ def _record(session: Session, sid: int, spec: ShardSpec, *, settings: Settings, 
     write_records(
         make_records(spec.start, spec.stop, seed=seed, **kw),
         storage.resolve(settings.artifacts_dir, relpath),
+        metadata=seed_metadata(session, sid),
     )
     shards.record(
         session,

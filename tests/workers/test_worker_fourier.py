@@ -8,15 +8,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
+import typer
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 from stage_support import (
     count_shards,
     fresh,
     is_shard,
+    model_files,
     results_by_unit,
+    run_keeping_the_seed_secret,
     submit,
     unpinned_hashes,
 )
@@ -28,18 +32,27 @@ from support import (
     tiny_definition,
     tiny_model,
 )
+from typer.testing import CliRunner
 
 from api.main import create_app
 from certbench.data import Subset, load_images
+from certbench.figure_terms import figure_interval
+from certbench.fourier_commands import register
 from certbench.fourier_heatmap import assemble_heatmap, summarize_heatmap
 from certbench.fourier_protocol import get_protocol
 from certbench.fourier_records import read_sensitivity_records
 from certbench.fourier_sensitivity import sensitivity_records
 from certbench.provenance import config_sha256
+from certbench.records import read_metadata
+from certbench.stage_terms import sensitivity_terms
 from models import pipeline, run_seeds, storage
 from models.entities import MetricValue, StageResult, Submission
+from models.interval_backfill import backfill_entry, entries_to_backfill
+from models.stage_uncertainty import terms_relpath
 from models.stages import inputs
+from models.stages import inputs, registry
 from models.states import Reason, SubmissionState
+from models.states import SubmissionState
 from workers.app import app
 from workers.names import QUEUE, VALIDATE
 
@@ -160,10 +173,67 @@ def test_fourier_shards_run_on_their_queue_and_merge_into_one_direct_run(
             select(MetricValue).where(MetricValue.submission_id == sid, MetricValue.stage == STAGE)
         )
     }
-    assert metrics == {
+    figures = {
         **{f"fourier_acr_{b}": bands["acr"]["bands"][b] for b in ("low", "mid", "high")},
         **{f"fourier_base_{b}": bands["base_accuracy"]["bands"][b] for b in ("low", "mid", "high")},
     }
+    # each band mean with its bootstrap interval over the images, from the direct records
+    terms = sensitivity_terms(direct, size=32)
+    bounds = {}
+    for key in figures:
+        name, band = key.removeprefix("fourier_").split("_")
+        found = figure_interval(terms[f"{'acr' if name == 'acr' else 'base_accuracy'}:{band}"])
+        bounds |= {f"{key}_ci_low": found.low, f"{key}_ci_high": found.high}
+        assert found.low <= figures[key] <= found.high
+    assert metrics == pytest.approx({**figures, **bounds})
+
+
+def test_shards_name_the_commitment_until_the_run_ends_then_records_reveal_the_seed(
+    settings, session, dataset, worker, tmp_path
+):
+    """Fourier-sensitivity shard files carry the run seed's commitment only, never the seed,
+    while the run goes on; the merged records carry the revealed seed (issue 11 §1)."""
+    _benchmark(session, dataset, points_per_shard=5)
+    sid = submit(session, settings, tmp_path)
+    checked = run_keeping_the_seed_secret(worker, session, settings, sid, STAGE)
+    assert len(checked) == 2  # two shards of 5 points, each seen before the run ended
+    view = run_seeds.view(session, fresh(session, sid))
+    merged = storage.resolve(settings.artifacts_dir, _result(session, sid).records_path)
+    revealed = {"seed": view.value, "seed_commitment": view.commitment, "seed_kind": "secret"}
+    assert read_metadata(merged).items() >= revealed.items()
+
+
+def test_the_revealed_seed_reproduces_the_fourier_records_with_the_cli(
+    settings, session, dataset, worker, tmp_path
+):
+    """``certbench fourier-heatmap --seed <revealed>`` with the stage's protocol gives the
+    stored records bit for bit (every column but CERTIFY's wall-clock seconds)."""
+    _benchmark(session, dataset, points_per_shard=3)
+    sid = submit(session, settings, tmp_path)
+    worker.run_all()
+    assert fresh(session, sid).state == S.FINISHED
+    seed = run_seeds.view(session, fresh(session, sid)).value
+    weights, manifest_path = model_files(tmp_path / "cli")
+    cli = typer.Typer()
+
+    @cli.callback()
+    def main() -> None:  # keeps fourier-heatmap a named sub-command
+        pass
+
+    register(cli)
+    out = tmp_path / "cli-fourier"
+    result = CliRunner().invoke(cli, [
+        "fourier-heatmap", "--weights", str(weights), "--manifest", str(manifest_path),
+        "--dataset", str(dataset), "--config", TEST_SETS[0], "--protocol", "quick",
+        "--skip", "2", "--images", "2", "--n0", "4", "--n", "16", "--stride", "8",
+        "--device", "cpu", "--seed", seed, "--out", str(out),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    stored = storage.resolve(settings.artifacts_dir, _result(session, sid).records_path)
+    mine, theirs = pq.read_table(out / "records.parquet"), pq.read_table(stored)
+    columns = [c for c in theirs.column_names if c != "seconds"]
+    assert theirs.num_rows == POINTS * 2
+    assert mine.select(columns).equals(theirs.select(columns))
 
 
 def test_pinned_stage_images_are_verified_and_other_bytes_fail_the_run(
@@ -318,3 +388,31 @@ def test_heatmaps_reach_rest_the_leaderboard_and_the_web_pages(
         assert 'id="compare-fourier"' in html and 'data-kind="acr"' in html
         for chart in ("compare-fourier-0", "compare-fourier-1", "compare-fourier-diff-1"):
             assert f'id="{chart}"' in html
+
+
+def test_the_backfill_restores_the_band_intervals_and_terms(
+    settings, session, dataset, worker, tmp_path
+):
+    """An entry merged before the stage stored intervals gets exactly what the aggregate
+    stores, from its merged records (``certbench results backfill-intervals``)."""
+    _benchmark(session, dataset, points_per_shard=5)
+    sid = submit(session, settings, tmp_path)
+    worker.run_all()
+    terms = storage.resolve(settings.artifacts_dir, terms_relpath(registry.get(STAGE), sid))
+    stored = terms.read_bytes()
+
+    def bounds() -> dict[str, float | None]:
+        session.expire_all()
+        rows = session.scalars(
+            select(MetricValue).where(MetricValue.submission_id == sid, MetricValue.stage == STAGE)
+        )
+        return {m.key: m.value for m in rows if "_ci_" in m.key}
+
+    fresh = bounds()
+    assert len(fresh) == 12  # 6 band means × (low, high)
+    session.execute(delete(MetricValue).where(MetricValue.key.in_(fresh)))
+    session.commit()
+    terms.unlink()
+    assert entries_to_backfill(session) == [sid]
+    assert backfill_entry(session, sid, settings=settings) is None
+    assert bounds() == fresh and terms.read_bytes() == stored

@@ -52,6 +52,7 @@ from certbench.fourier_lens import (
     lens_records,
     read_lens_metadata,
     read_lens_records,
+    summarize,
 )
 from certbench.lens_commands import register
 from models import pipeline, run_seeds, storage
@@ -175,6 +176,13 @@ def test_lens_shards_run_on_their_queue_and_merge_to_one_direct_run(
     assert entry.metrics["hff_phase_smoothed"] == pytest.approx(sum(smoothed) / 2)
     # kinds the protocol leaves out are stored as "not measured"
     assert entry.hff_pixel_within is None and entry.metrics["hff_pixel_between_smoothed"] is None
+    # every figure carries the Gaussian interval of the lens summary (seed 003 §4)
+    for unit, suffix in (("base", ""), ("smoothed", "_smoothed")):
+        for name, estimate in summarize(merged[unit]).metrics.items():
+            key = f"{name}{suffix}"
+            low, high = entry.metrics[f"{key}_ci_low"], entry.metrics[f"{key}_ci_high"]
+            assert (low, high) == (pytest.approx(estimate.low), pytest.approx(estimate.high))
+    assert entry.metrics["hff_pixel_within_ci_low"] is None
 
 
 def test_the_smoothed_records_change_with_the_run_seed_and_nothing_else(

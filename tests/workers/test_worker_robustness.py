@@ -15,7 +15,9 @@ from stage_support import (
     MODEL_SEED,
     fresh,
     is_shard,
+    model_files,
     results_by_unit,
+    run_keeping_the_seed_secret,
     submit,
     unpinned_hashes,
     write_model_labelled_dataset,
@@ -29,12 +31,14 @@ from support import (
     tiny_robustness,
     write_tiny_train_split,
 )
+from typer.testing import CliRunner
 
 from certbench.attacks import RobustnessReport, robust_accuracy
+from certbench.cli import app as cli
 from certbench.data import Subset, load_images
 from certbench.pd_threat import AnchorBank, PDThreat, build_anchor_bank
 from certbench.smoothing import derive_seed
-from models import pipeline, shards, storage
+from models import pipeline, run_seeds, shards, storage
 from models.entities import LeaderboardEntry, StageShard
 from models.errors import StorageError
 from models.leaderboard import robustness_result
@@ -150,6 +154,45 @@ def test_a_redelivered_robustness_shard_is_recorded_once(
         .where(StageShard.submission_id == sid, StageShard.stage == "pd_robustness")
     )
     assert rows == 2
+
+
+def test_shards_name_the_commitment_until_the_run_ends_then_records_reveal_the_seed(
+    settings, session, robust_benchmark, worker, tmp_path
+):
+    """Robustness shard files carry the run seed's commitment only, never the seed, while the
+    run goes on; the merged records carry the revealed seed (commit-reveal, issue 11 §1)."""
+    sid = submit(session, settings, tmp_path)
+    checked = run_keeping_the_seed_secret(worker, session, settings, sid, "pd_robustness")
+    assert len(checked) == 2  # one file per 1-image shard, each seen before the run ended
+    view = run_seeds.view(session, fresh(session, sid))
+    merged = storage.resolve(settings.artifacts_dir, robustness_result(session, sid).records_path)
+    metadata = {k.decode(): v.decode() for k, v in pq.read_schema(merged).metadata.items()}
+    assert metadata.items() >= {"seed": view.value, "seed_commitment": view.commitment}.items()
+
+
+def test_the_revealed_seed_reproduces_the_robustness_records_with_the_cli(
+    settings, session, robust_benchmark, robust_dataset, worker, tmp_path
+):
+    """``certbench robust-accuracy --seed <revealed>`` with the stage's protocol gives the
+    stored per-image records bit for bit (every column, the d_PD floats included)."""
+    sid = submit(session, settings, tmp_path)
+    worker.run_all()
+    assert fresh(session, sid).state == S.FINISHED
+    seed = run_seeds.view(session, fresh(session, sid)).value
+    weights, manifest_path = model_files(tmp_path / "cli")
+    out = tmp_path / "cli-robustness.parquet"
+    result = CliRunner().invoke(cli, [
+        "robust-accuracy", "--weights", str(weights), "--manifest", str(manifest_path),
+        "--dataset", str(robust_dataset), "--config", TEST_SETS[0], "--skip", "2",
+        "--anchors", str(settings.anchors_dir / "tiny_k2_s0.safetensors"), "--k", "2",
+        "--eps", "8", "--eps", "16", "--n-iter", "3", "--n-target-classes", "1",
+        "--projection", "exact", "--device", "cpu", "--seed", seed, "--out", str(out),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    stored = storage.resolve(settings.artifacts_dir, robustness_result(session, sid).records_path)
+    mine, theirs = pq.read_table(out), pq.read_table(stored)
+    assert theirs.num_rows == 4  # 2 images × 2 ε
+    assert mine.replace_schema_metadata(None).equals(theirs.replace_schema_metadata(None))
 
 
 def test_a_bank_that_contradicts_the_protocol_fails_the_run(

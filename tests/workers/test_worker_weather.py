@@ -39,7 +39,9 @@ from typer.testing import CliRunner
 
 from api.main import create_app
 from certbench.data import Subset, load_images
-from certbench.records import read_metadata
+from certbench.figure_terms import figure_interval, terms_from_table
+from certbench.records import read_metadata, read_table
+from certbench.stage_terms import weather_terms
 from certbench.weather_attack import AttackConfig, attack_base, attack_smoothed
 from certbench.weather_commands import RECORDS, register
 from certbench.weather_examples import read_examples
@@ -48,6 +50,8 @@ from certbench.weather_threat import Particles, WeatherSet
 from models import pipeline, run_seeds, shards, storage
 from models.entities import LeaderboardEntry, StageResult
 from models.settings import Settings, get_settings
+from models.stage_uncertainty import terms_relpath
+from models.stages import registry
 from models.stages.weather_protocol import WeatherAttackError
 from models.states import Reason, SubmissionState
 from workers.app import app
@@ -184,6 +188,23 @@ def test_weather_shards_run_on_their_queue_and_fill_leaderboard_and_page(
         "weather_acr": attacked["attacked_acr"],
     }
     assert {k: entry.metrics[k] for k in expected} == pytest.approx(expected)
+    # each with its 95 % interval over the images: Clopper-Pearson for one set (rain-1), the
+    # cluster bootstrap for means over sets; the per-image terms stored for paired tests
+    terms = {**weather_terms(base), **weather_terms(smoothed)}
+    for key, name in (
+        ("weather_worst_rain", "worst_case_accuracy_rain"),
+        ("weather_random", "random_accuracy"),
+        ("weather_acr", "attacked_acr"),
+    ):
+        found = figure_interval(terms[name])
+        assert (entry.metrics[f"{key}_ci_low"], entry.metrics[f"{key}_ci_high"]) == (
+            pytest.approx(found.low), pytest.approx(found.high))  # fmt: skip
+        assert found.low <= expected[key] <= found.high
+    assert figure_interval(terms["worst_case_accuracy_rain"]).method == "clopper-pearson"
+    assert figure_interval(terms["random_accuracy"]).method == "cluster bootstrap"
+    stored = read_table(storage.resolve(
+        settings.artifacts_dir, terms_relpath(registry.get(STAGE), sid)))  # fmt: skip
+    assert set(terms_from_table(stored)) == {*expected, "weather_worst"}
     row = results["rain-1"].summary
     assert row["gap"] == pytest.approx(row["random_accuracy"] - row["worst_case_accuracy"])
     assert results["rain-1"].protocol["perturbation_set"]["particles"] == 20

@@ -18,7 +18,8 @@ from markupsafe import Markup
 
 from api.schemas import ResultsPublic
 from api.web.frequency_heatmap import frequency_heatmap
-from models.stages.fourier_sensitivity import BANDS, MERGED, band_edges
+from models.stages.fourier_sensitivity import BANDS, MERGED
+from models.stages.fourier_text import band_edges, cost_text
 
 STAGE = "fourier_sensitivity"
 TEMPLATE = "stages/fourier_sensitivity.html"
@@ -28,13 +29,6 @@ MAPS = {
     "base_accuracy": ("accuracy of the base classifier (not smoothed)", "accuracy", True),
 }
 """map key → (what it shows, colour-bar label, drawn as percent)."""
-
-
-def cost_text(forward_passes: int) -> str:
-    """A forward-pass count as people read it (1.03e10 → "1.0e10 forward passes")."""
-    if forward_passes < 1_000_000:
-        return f"{forward_passes:,} forward passes"
-    return f"{forward_passes:.1e} forward passes".replace("e+", "e")
 
 
 @dataclass(frozen=True)
