@@ -8,7 +8,8 @@ unsharded run (seen for the PD attack's ``linf_pd_threat``, 5e-7 relative, the l
 0.1 %, and the weather search). Zero-padding every batch to at least ``MIN_ROWS`` rows keeps each
 row on the same kernels whatever the sharding; checked bitwise for ResNet-20 and the tests' CNN
 (``tests/certbench/test_batch_invariance.py``). The padded rows cost nothing once a batch holds
-``MIN_ROWS`` images, which every full-size batch does.
+``MIN_ROWS`` images, which every full-size batch does. The GEMMs of the PD threat and of its
+exact projection's dual iterations are padded alike (:func:`padded_matmul`).
 
 The memory layout of the weights selects kernels too: channels-last and contiguous convolutions
 differ in the last bits of the logits. :func:`canonical_layout` gives an attack one layout
@@ -26,6 +27,7 @@ __all__ = [
     "canonical_layout",
     "pad_rows",
     "padded_forward",
+    "padded_matmul",
 ]
 
 MIN_ROWS = 8
@@ -44,6 +46,13 @@ def padded_forward(model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     """``model(inputs)`` computed on a batch padded to ``MIN_ROWS``; padded rows are dropped, so
     gradients flow to the real rows only."""
     return model(pad_rows(inputs))[: inputs.shape[0]]
+
+
+def padded_matmul(rows: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+    """``rows @ matrix`` computed on ``rows`` padded to ``MIN_ROWS``: a row's products do not
+    depend on how many rows share the GEMM (MKL takes another path for one to three rows, and
+    the last bits of a row's products change with it)."""
+    return (pad_rows(rows) @ matrix)[: rows.shape[0]]
 
 
 def canonical_layout(model: nn.Module) -> nn.Module:
