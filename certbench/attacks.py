@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from certbench.batch_invariance import PaddedForward
+from certbench.batch_invariance import PaddedForward, canonical_layout
 from certbench.errors import ThreatModelError
 from certbench.pd_threat import (
     AnchorBank,
@@ -486,6 +486,7 @@ def robust_accuracy(
     normalisation is its first layer). ``indices``: global image indices (default 0..N−1), which
     seed each image's attack so shards reproduce the unsharded records. ``on_batch(n)`` is
     called after each batch with the images done so far (heartbeats, cancellation: it may raise).
+    The model's weights are converted to channels-last in place, as ``certify`` leaves them.
     Pass a ``PDThreat`` built with ``class_weights=pdw_class_weights(bank)`` for PD-W.
     """
     if images.shape[0] != labels.shape[0]:
@@ -502,8 +503,9 @@ def robust_accuracy(
         if device is not None
         else (first.device if first is not None else torch.device("cpu"))
     )
-    # every forward padded: an image's attack must not depend on its batch (batch_invariance)
-    model = PaddedForward(model.eval().to(dev))
+    # every forward padded and channels-last: an image's attack must depend neither on its batch
+    # nor on the layout certify() may have left a worker's cached model in (batch_invariance)
+    model = PaddedForward(canonical_layout(model.eval().to(dev)))
     threat = anchors if isinstance(anchors, PDThreat) else PDThreat(anchors, device=dev)
     if threat.device != dev:
         raise ThreatModelError(f"the PDThreat lives on {threat.device} but the model on {dev}.")

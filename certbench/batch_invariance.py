@@ -8,7 +8,12 @@ unsharded run (seen for the PD attack's ``linf_pd_threat``, 5e-7 relative, the l
 0.1 %, and the weather search). Zero-padding every batch to at least ``MIN_ROWS`` rows keeps each
 row on the same kernels whatever the sharding; checked bitwise for ResNet-20 and the tests' CNN
 (``tests/certbench/test_batch_invariance.py``). The padded rows cost nothing once a batch holds
-``MIN_ROWS`` images, which every full-size batch does.
+``MIN_ROWS`` images, which every full-size batch does. The GEMMs of the PD threat and of its
+exact projection's dual iterations are padded alike (:func:`padded_matmul`).
+
+The memory layout of the weights selects kernels too: channels-last and contiguous convolutions
+differ in the last bits of the logits. :func:`canonical_layout` gives an attack one layout
+whatever an earlier computation left its model in.
 """
 
 from __future__ import annotations
@@ -16,7 +21,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["MIN_ROWS", "PaddedForward", "pad_rows", "padded_forward"]
+__all__ = [
+    "MIN_ROWS",
+    "PaddedForward",
+    "canonical_layout",
+    "pad_rows",
+    "padded_forward",
+    "padded_matmul",
+]
 
 MIN_ROWS = 8
 """Every padded batch has at least this many rows."""
@@ -34,6 +46,26 @@ def padded_forward(model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     """``model(inputs)`` computed on a batch padded to ``MIN_ROWS``; padded rows are dropped, so
     gradients flow to the real rows only."""
     return model(pad_rows(inputs))[: inputs.shape[0]]
+
+
+def padded_matmul(rows: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+    """``rows @ matrix`` computed on ``rows`` padded to ``MIN_ROWS``: a row's products do not
+    depend on how many rows share the GEMM (MKL takes another path for one to three rows, and
+    the last bits of a row's products change with it)."""
+    return (pad_rows(rows) @ matrix)[: rows.shape[0]]
+
+
+def canonical_layout(model: nn.Module) -> nn.Module:
+    """``model`` with its 4-D weights converted in place to channels-last, and returned.
+
+    ``certify`` converts a model's weights to channels-last in place (so do the weather, lens and
+    Fourier computations), and a service worker caches one model object per process for all its
+    shards. oneDNN runs other convolution kernels for the two layouts (the tests' ResNet-20: logits
+    3e-6 apart), so without this an attack's records would depend on whether a certification
+    shard ran before it in the same process, and a direct run from the revealed seed could
+    disagree with the service's records. Models without convolutions are unchanged.
+    """
+    return model.to(memory_format=torch.channels_last)
 
 
 class PaddedForward(nn.Module):

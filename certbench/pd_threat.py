@@ -33,7 +33,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from certbench.batch_invariance import pad_rows
+from certbench.batch_invariance import padded_matmul
 from certbench.errors import ThreatModelError
 
 BETA = 0.5
@@ -399,7 +399,7 @@ class PDThreat:
     def _cross(self, rows: torch.Tensor) -> torch.Tensor:
         """``rows @ Aᵀ`` on a batch padded to ``MIN_ROWS``, so that a row's products do not depend
         on how many rows share the GEMM (``certbench.batch_invariance``)."""
-        return (pad_rows(rows) @ self.anchors.T)[: rows.shape[0]]
+        return padded_matmul(rows, self.anchors.T)
 
     def _squared_distance(self, flat: torch.Tensor, cross: torch.Tensor) -> torch.Tensor:
         sq = self.anchor_sq.unsqueeze(0) - 2 * cross + (flat * flat).sum(1, keepdim=True)
@@ -640,11 +640,11 @@ class Halfspaces:
     def transpose_apply(self, lam: torch.Tensor) -> torch.Tensor:
         """Uᵀλ = (λ/n)ᵀA − (Σλ/n)·x."""
         w = lam * self.inv_norm
-        return w @ self.threat.anchors - w.sum(1, keepdim=True) * self.flat_x
+        return padded_matmul(w, self.threat.anchors) - w.sum(1, keepdim=True) * self.flat_x
 
     def slack(self, d: torch.Tensor) -> torch.Tensor:
-        """Uδ − b on the active rows, 0 elsewhere."""
-        along = d @ self.threat.anchors.T - (d * self.flat_x).sum(1, keepdim=True)
+        """Uδ − b on the active rows, 0 elsewhere (GEMMs padded, as for every batch here)."""
+        along = padded_matmul(d, self.threat.anchors.T) - (d * self.flat_x).sum(1, keepdim=True)
         return torch.where(self.active, along * self.inv_norm - self.bound, torch.zeros_like(along))
 
     def clip(self, d: torch.Tensor) -> torch.Tensor:
@@ -702,8 +702,9 @@ def project_exact(
     The dual of min ½‖δ − z‖² s.t. ⟨δ, u_j⟩ ≤ b_j, lo ≤ δ ≤ hi is a concave maximisation over
     λ ≥ 0 with δ(λ) = clip(z − Uᵀλ, lo, hi) and gradient Uδ(λ) − b; we run FISTA with adaptive
     restart on it, from ``warm_start`` multipliers if given (consecutive attack iterates have
-    nearby optima). It stops when every image is feasible and complementary to ``tol`` (in ℓ2
-    units of δ). ``sets`` reuses the geometry of :func:`halfspaces` across calls.
+    nearby optima). Each image stops when it is feasible and complementary to ``tol`` (in ℓ2
+    units of δ), so its result does not depend on its batch; ``iterations`` counts the steps of
+    the slowest. ``sets`` reuses the geometry of :func:`halfspaces` across calls.
     """
     shape = delta.shape
     b_size = shape[0]
@@ -718,11 +719,10 @@ def project_exact(
     momentum_t = torch.ones(b_size, 1, device=z.device, dtype=z.dtype)
     raw = primal(lam)
     s = hs.slack(raw)
+    settled = _settled(s, lam, tol)
     iterations = 0
     for step_index in range(1, max_iter + 1):
-        violation = s.clamp_min(0).amax(1) if s.shape[1] else torch.zeros(b_size)
-        complementarity = (lam * s.abs()).amax(1) if s.shape[1] else torch.zeros(b_size)
-        if bool(((violation <= tol) & (complementarity <= tol)).all()):
+        if bool(settled.all()):
             break
         iterations = step_index
         t_next = (1 + torch.sqrt(1 + 4 * momentum_t**2)) / 2
@@ -731,10 +731,14 @@ def project_exact(
         new = (y + hs.step * grad).clamp_min(0) * hs.active
         # Restart momentum where the step points against the ascent direction.
         restart = (grad * (new - lam)).sum(1, keepdim=True) < 0
-        momentum_t = torch.where(restart, torch.ones_like(t_next), t_next)
-        lam_prev, lam = lam, new
+        # A settled image keeps its multipliers: it stops where it would stop in a batch of one.
+        moving = ~settled.unsqueeze(1)
+        restarted = torch.where(restart, torch.ones_like(t_next), t_next)
+        momentum_t = torch.where(moving, restarted, momentum_t)
+        lam_prev, lam = torch.where(moving, lam, lam_prev), torch.where(moving, new, lam)
         raw = primal(lam)
         s = hs.slack(raw)
+        settled = settled | _settled(s, lam, tol)
     violation = s.clamp_min(0).amax(1) if s.shape[1] else torch.zeros(b_size)
     raw_shaped = raw.reshape(shape)
     safe = project_lazy(threat, x, raw_shaped, labels, eps_pd=eps_pd, eps_inf=eps_inf)
@@ -747,6 +751,19 @@ def project_exact(
     )
 
 
+def _settled(slack: torch.Tensor, lam: torch.Tensor, tol: float) -> torch.Tensor:
+    """Per image: feasible and complementary to ``tol``, the dual ascent's stopping rule.
+
+    Decided image by image (not once for the batch): an image whose multipliers kept moving
+    until its batch-mates converged would end elsewhere than in a batch of one, and an attack's
+    records would depend on which images share its batch.
+    """
+    if not slack.shape[1]:
+        return torch.ones(slack.shape[0], dtype=torch.bool, device=slack.device)
+    violation = slack.clamp_min(0).amax(1)
+    return (violation <= tol) & ((lam * slack.abs()).amax(1) <= tol)
+
+
 def _gram_norm(
     anchors: torch.Tensor, flat_x: torch.Tensor, inv_norm: torch.Tensor, iters: int = 20
 ) -> torch.Tensor:
@@ -755,8 +772,8 @@ def _gram_norm(
     estimate = torch.ones(flat_x.shape[0], device=anchors.device, dtype=anchors.dtype)
     for _ in range(iters):
         w = v * inv_norm
-        ut_v = w @ anchors - w.sum(1, keepdim=True) * flat_x
-        uu_v = (ut_v @ anchors.T - (ut_v * flat_x).sum(1, keepdim=True)) * inv_norm
+        ut_v = padded_matmul(w, anchors) - w.sum(1, keepdim=True) * flat_x
+        uu_v = (padded_matmul(ut_v, anchors.T) - (ut_v * flat_x).sum(1, keepdim=True)) * inv_norm
         estimate = uu_v.norm(dim=1) / v.norm(dim=1).clamp_min(1e-30)
         v = uu_v / uu_v.norm(dim=1, keepdim=True).clamp_min(1e-30)
     frobenius = (inv_norm > 0).sum(1).to(anchors.dtype)

@@ -173,6 +173,30 @@ def test_linf_robust_accuracy_is_never_above_the_pd_figure(report):
     assert all(r.linf_pd_threat is None for r in report.records if r.linf_robust)
 
 
+def test_an_image_attacked_alone_gets_the_records_it_gets_in_a_batch(trained):
+    """Seed 3, image 13, ε = 8/255: its PD-aware attack broke it next to image 12 but not alone,
+    while the exact projection kept iterating every image until the whole batch had converged."""
+    model, x, y, bank = trained
+
+    def run(start: int, stop: int) -> list[RobustnessRecord]:
+        return robust_accuracy(
+            model,
+            x[start:stop],
+            y[start:stop],
+            anchors=bank,
+            eps_list=(8 / 255,),
+            n_iter=20,
+            n_target_classes=1,
+            seed=3,
+            batch_size=64,
+            indices=torch.arange(start, stop),
+        ).records
+
+    alone = run(13, 14)
+    assert alone == [r for r in run(12, 14) if r.index == 13]
+    assert alone == [r for r in run(8, 16) if r.index == 13]
+
+
 @pytest.mark.slow
 def test_shards_reproduce_the_full_run_and_tables_round_trip(trained, report, tmp_path):
     model, x, y, bank = trained

@@ -11,7 +11,7 @@ import torch
 
 from certbench.architectures import create_architecture
 from certbench.batch_invariance import MIN_ROWS, PaddedForward, pad_rows, padded_forward
-from certbench.pd_threat import PDThreat, build_anchor_bank
+from certbench.pd_threat import PDThreat, build_anchor_bank, halfspaces, project_exact
 
 NUM_CLASSES = 10
 
@@ -47,12 +47,17 @@ def test_a_padded_forward_of_one_image_equals_its_row_in_a_larger_batch(resnet, 
     assert torch.equal(alone[0], together[0])
 
 
-def test_pd_threat_of_one_row_equals_its_value_in_a_batch(images):
+@pytest.fixture(scope="module")
+def threat(images) -> PDThreat:
     x, labels = images
     bank = build_anchor_bank(
         x, labels, class_names=[str(c) for c in range(NUM_CLASSES)], dataset="noise", k=3, seed=0
     )
-    threat = PDThreat(bank)
+    return PDThreat(bank)
+
+
+def test_pd_threat_of_one_row_equals_its_value_in_a_batch(threat, images):
+    x, labels = images
     flat = x[:12].float() / 255
     delta = torch.randn(flat.shape, generator=torch.Generator().manual_seed(2)) * 0.03
     together = threat.evaluate(flat, delta, labels[:12])
@@ -60,3 +65,46 @@ def test_pd_threat_of_one_row_equals_its_value_in_a_batch(images):
         alone = threat.evaluate(flat[row : row + 1], delta[row : row + 1], labels[row : row + 1])
         assert torch.equal(alone.value[0], together.value[row])
         assert int(alone.anchor[0]) == int(together.anchor[row])
+
+
+def _towards_anchors(threat: PDThreat, x: torch.Tensor, eps: float, g: torch.Generator):
+    """ℓ∞ perturbations of size ≤ eps pointing at a random anchor each: most break the PD bound,
+    so the exact projection has work to do, for more dual steps on some rows than on others."""
+    rows = torch.randint(threat.num_anchors, (x.shape[0],), generator=g)
+    toward = (threat.anchors[rows] - x.reshape(x.shape[0], -1)).sign()
+    return (eps * torch.rand(x.shape[0], 1, generator=g) * toward).reshape(x.shape)
+
+
+def test_exact_projection_of_one_row_equals_its_row_in_a_batch(threat, images):
+    """The PD-aware attack projects every step: a row's projection must not depend on its
+    batch-mates (it once kept iterating until the whole batch had converged, and its dual GEMMs
+    were not padded), or shards disagree with an unsharded run."""
+    x, labels = images[0][:4].float() / 255, images[1][:4]
+    g = torch.Generator().manual_seed(3)
+    iterated = 0
+    for eps in (8 / 255, 16 / 255):
+        options = {"eps_pd": eps, "eps_inf": eps, "max_iter": 30, "tol": 1e-3}
+        rows = [slice(row, row + 1) for row in range(4)]
+        sets = [halfspaces(threat, x[part], labels[part], eps_pd=eps, eps_inf=eps) for part in rows]
+        together_sets = halfspaces(threat, x, labels, eps_pd=eps, eps_inf=eps)
+        for draw in range(4):
+            delta = _towards_anchors(threat, x, eps, g)
+            together = project_exact(threat, x, delta, labels, sets=together_sets, **options)
+            iterated += together.iterations > 0
+            for part, own in zip(rows, sets, strict=True):
+                alone = project_exact(
+                    threat, x[part], delta[part], labels[part], sets=own, **options
+                )
+                assert torch.equal(alone.delta, together.delta[part]), (eps, draw, part)
+                assert torch.equal(alone.multipliers, together.multipliers[part]), (eps, draw, part)
+    assert iterated >= 4  # the projections really iterated
+
+
+def test_exact_projection_geometry_of_one_row_equals_its_row_in_a_batch(threat, images):
+    x, labels = images[0][:6].float() / 255, images[1][:6]
+    together = halfspaces(threat, x, labels, eps_pd=8 / 255, eps_inf=8 / 255)
+    for row in (0, 3):
+        part = slice(row, row + 1)
+        alone = halfspaces(threat, x[part], labels[part], eps_pd=8 / 255, eps_inf=8 / 255)
+        assert torch.equal(alone.step, together.step[part])  # 1 / ‖UUᵀ‖ by power iteration
+        assert torch.equal(alone.bound, together.bound[part])

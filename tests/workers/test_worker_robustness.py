@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from stage_support import (
@@ -75,23 +76,51 @@ def robust_benchmark(session: Session, robust_dataset: Path) -> str:
     return "tiny"
 
 
-def _direct_report(dataset: Path, bank: AnchorBank, seed: int) -> RobustnessReport:
+FLAKY_RUN_SEED = 54482730199760047449467071480982578725
+"""A run seed whose shards disagreed with the direct run before ``robust_accuracy`` fixed the
+weights' layout: image 2's ℓ∞ d_PD at ε = 16/255 was 0.022213 on the channels-last model that the
+certification shards had left in the worker's cache, 0.021873 on a freshly built model."""
+
+
+def _direct_report(
+    dataset: Path,
+    bank: AnchorBank,
+    seed: int,
+    *,
+    model: torch.nn.Module | None = None,
+    window: slice = slice(None),
+) -> RobustnessReport:
     """What one unsharded run of the protocol (run seed ``seed``) gives on the 2 clean-subset
-    images."""
+    images (``window``: those of one shard) with ``model`` (default: a freshly built one)."""
     images = load_images(dataset, config=TEST_SETS[0], subset=Subset(skip=2))
     return robust_accuracy(
-        tiny_model(seed=MODEL_SEED),
-        images.images,
-        images.labels,
+        model if model is not None else tiny_model(seed=MODEL_SEED),
+        images.images[window],
+        images.labels[window],
         anchors=PDThreat(bank),
         eps_list=(8 / 255, 16 / 255),
         n_iter=3,
         n_target_classes=1,
         seed=derive_seed(seed, "pd"),
         batch_size=64,
-        indices=images.indices,
+        indices=images.indices[window],
         pd_projection="exact",
     )
+
+
+def test_the_attack_ignores_the_layout_certification_leaves_the_cached_model_in(robust_dataset):
+    """A worker's shards share one cached model, which ``certify`` converts to channels-last;
+    the direct run builds a contiguous one. The records must not depend on which it gets."""
+    train = load_images(robust_dataset, config=TEST_SETS[0], split="train")
+    bank = build_anchor_bank(
+        train.images, train.labels, class_names=train.class_names, dataset="tiny", k=2, seed=0
+    )
+    certified = tiny_model(seed=MODEL_SEED).to(memory_format=torch.channels_last)
+    shards = [
+        _direct_report(robust_dataset, bank, FLAKY_RUN_SEED, model=certified, window=window)
+        for window in (slice(0, 1), slice(1, 2))
+    ]
+    assert RobustnessReport.merge(shards) == _direct_report(robust_dataset, bank, FLAKY_RUN_SEED)
 
 
 def test_robustness_shards_run_on_their_queue_and_fill_the_leaderboard(
