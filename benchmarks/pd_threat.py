@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 from certbench.attacks import LinfPDProjection
-from certbench.pd_threat import AnchorBank, PDThreat
+from certbench.pd_anchors import AnchorBank
+from certbench.pd_threat import PDThreat
 
 
 def random_bank(classes: int, k: int, seed: int) -> AnchorBank:

@@ -22,7 +22,8 @@ import torch
 
 from certbench.architectures import build_classifier
 from certbench.attacks import robust_accuracy
-from certbench.pd_threat import PDThreat, build_anchor_bank
+from certbench.pd_anchors import build_anchor_bank
+from certbench.pd_threat import PDThreat
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 

@@ -33,14 +33,10 @@ from tqdm.auto import tqdm
 
 from certbench.batch_invariance import PaddedForward, canonical_layout
 from certbench.errors import ThreatModelError
-from certbench.pd_threat import (
-    AnchorBank,
-    PDThreat,
-    halfspaces,
-    linf_box,
-    project_exact,
-    project_lazy,
-)
+from certbench.pd_anchors import AnchorBank
+from certbench.pd_exact_projection import halfspaces, project_exact
+from certbench.pd_lazy_projection import linf_box, project_lazy
+from certbench.pd_threat import PDThreat
 from certbench.random_streams import derive_seed, seeded_generator
 from certbench.records import write_table_atomic
 

@@ -303,7 +303,8 @@ def robust_accuracy(
     from certbench.data import Subset, load_images
     from certbench.errors import ThreatModelError
     from certbench.loading import load_manifest, load_model
-    from certbench.pd_threat import AnchorBank, weighted_threat
+    from certbench.pd_anchors import AnchorBank
+    from certbench.pd_threat import weighted_threat
     from certbench.random_streams import derive_seed, parse_seed
 
     run_seed = parse_seed(seed)

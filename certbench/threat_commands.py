@@ -14,7 +14,7 @@ import typer
 from certbench.cli import user_errors
 
 ANCHORS_PER_CLASS = 50
-"""``certbench.pd_threat.DEFAULT_K`` (seed 004's k), repeated so that this module stays light;
+"""``certbench.pd_anchors.DEFAULT_K`` (seed 004's k), repeated so that this module stays light;
 a test keeps the two equal."""
 
 Source = Annotated[str, typer.Argument(help="Training source: cifar10, cifar100, a path.")]
@@ -34,7 +34,7 @@ def threat_report_command(
     card: Annotated[bool, typer.Option(help="Add the table and figure to README.md.")] = True,
 ) -> None:
     """Mean and quantiles of d_PD, d_∞, d_2 of every config; JSON, figure and card section."""
-    from certbench.pd_threat import AnchorBank
+    from certbench.pd_anchors import AnchorBank
     from certbench.threat_report import threat_report, write_threat_report
 
     report = threat_report(
@@ -78,7 +78,7 @@ def anchors_build(
 ) -> None:
     """Select k anchors per class from the training split and save them with provenance."""
     from certbench.data import load_images
-    from certbench.pd_threat import bank_from_image_set
+    from certbench.pd_anchors import bank_from_image_set
 
     images = load_images(source, split=split, revision=revision)
     bank = bank_from_image_set(
@@ -120,7 +120,7 @@ def anchors_k_min(
 @user_errors
 def anchors_info(path: Annotated[Path, typer.Argument(help="Anchor bank file.")]) -> None:
     """Print a bank's provenance."""
-    from certbench.pd_threat import AnchorBank
+    from certbench.pd_anchors import AnchorBank
 
     bank = AnchorBank.load(path)
     for key, value in bank.metadata().items():

@@ -28,10 +28,8 @@ from tqdm.auto import tqdm
 
 from certbench.data import ImageSet, Subset, list_configs, load_images
 from certbench.errors import ThreatModelError
-from certbench.pd_threat import (
-    AnchorBank,
-    PDThreat,
-)
+from certbench.pd_anchors import AnchorBank
+from certbench.pd_threat import PDThreat
 from certbench.provenance import public_name
 
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)

@@ -51,7 +51,7 @@ from models.work import TestSetSpec, WorkItem, image_source_spec
 
 if TYPE_CHECKING:
     from certbench.attacks import RobustnessReport
-    from certbench.pd_threat import AnchorBank
+    from certbench.pd_anchors import AnchorBank
 
 #: ε (units of 1/255) with leaderboard columns.
 EPS_COLUMNS = (8, 16)
@@ -375,7 +375,7 @@ def anchor_bank(spec: RobustnessSpec, *, num_classes: int) -> tuple[AnchorBank, 
 def build_anchor_bank(spec: RobustnessSpec) -> Path:
     """Select the anchors from the training split and write the bank atomically."""
     from certbench.data import load_images
-    from certbench.pd_threat import bank_from_image_set
+    from certbench.pd_anchors import bank_from_image_set
     from models.stages.inputs import operator_advice
 
     with operator_advice(spec.images):
@@ -399,7 +399,7 @@ def build_anchor_bank(spec: RobustnessSpec) -> Path:
 @lru_cache(maxsize=2)
 def _load_bank(path: str, mtime_ns: int, size: int) -> tuple[AnchorBank, str]:
     """Read and hash one file version, once per worker process."""
-    from certbench.pd_threat import AnchorBank
+    from certbench.pd_anchors import AnchorBank
 
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

@@ -21,7 +21,8 @@ from certbench.attacks import (
     robust_accuracy,
 )
 from certbench.errors import ThreatModelError
-from certbench.pd_threat import AnchorBank, PDThreat, build_anchor_bank
+from certbench.pd_anchors import AnchorBank, build_anchor_bank
+from certbench.pd_threat import PDThreat
 
 NUM_CLASSES = 4
 

@@ -11,7 +11,9 @@ import torch
 
 from certbench.architectures import create_architecture
 from certbench.batch_invariance import MIN_ROWS, PaddedForward, pad_rows, padded_forward
-from certbench.pd_threat import PDThreat, build_anchor_bank, halfspaces, project_exact
+from certbench.pd_anchors import build_anchor_bank
+from certbench.pd_exact_projection import halfspaces, project_exact
+from certbench.pd_threat import PDThreat
 
 NUM_CLASSES = 10
 

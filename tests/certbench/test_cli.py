@@ -16,7 +16,7 @@ from certbench.cli import app
 from certbench.data import Subset, load_images
 from certbench.loading import load_manifest, load_model, save_weights
 from certbench.metrics import summarize
-from certbench.pd_threat import AnchorBank, bank_from_image_set
+from certbench.pd_anchors import AnchorBank, bank_from_image_set
 from certbench.records import read_metadata, read_records
 from certbench.smoothing import derive_seed
 

@@ -11,18 +11,15 @@ import torch
 from scipy.optimize import minimize
 
 from certbench.errors import ThreatModelError
-from certbench.pd_threat import (
+from certbench.pd_anchors import (
     AnchorBank,
-    PDThreat,
     build_anchor_bank,
-    find_k_min,
     greedy_k_center,
     k_center_objective,
-    pdw_class_weights,
-    project_exact,
-    project_lazy,
-    weighted_threat,
 )
+from certbench.pd_exact_projection import project_exact
+from certbench.pd_lazy_projection import project_lazy
+from certbench.pd_threat import PDThreat, find_k_min, pdw_class_weights, weighted_threat
 
 NUM_CLASSES = 4
 

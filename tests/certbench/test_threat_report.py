@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from certbench.cli import app, register_plugins
 from certbench.data import load_images
 from certbench.errors import ThreatModelError
-from certbench.pd_threat import DEFAULT_K, AnchorBank, PDThreat, build_anchor_bank
+from certbench.pd_anchors import DEFAULT_K, AnchorBank, build_anchor_bank
+from certbench.pd_threat import PDThreat
 from certbench.threat_commands import ANCHORS_PER_CLASS
 from certbench.threat_report import (
     CARD_START,
