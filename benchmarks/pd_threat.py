@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from certbench.attacks import LinfPDProjection
+from certbench.apgd import LinfPDProjection
 from certbench.pd_anchors import AnchorBank
 from certbench.pd_threat import PDThreat
 

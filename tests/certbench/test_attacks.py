@@ -10,16 +10,14 @@ import torch
 import torchattacks
 from torch import nn
 
-from certbench.attacks import (
+from certbench.apgd import (
     LinfPDProjection,
     LinfProjection,
-    RobustnessRecord,
-    RobustnessReport,
     apgd,
     checkpoints,
     margin_dlr_targeted,
-    robust_accuracy,
 )
+from certbench.attacks import RobustnessRecord, RobustnessReport, robust_accuracy
 from certbench.errors import ThreatModelError
 from certbench.pd_anchors import AnchorBank, build_anchor_bank
 from certbench.pd_threat import PDThreat

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from certbench.attacks import random_start
+from certbench.apgd import random_start
 from certbench.errors import CertificationError
 from certbench.random_streams import (
     derive_seed,
