@@ -39,8 +39,8 @@ et al.'s code is google-research's ``frequency_analysis/freq_heatmap.py``):
   ``"independent"`` (default: the paper's words, as Yin et al. mean them) and ``"shared"`` (the
   released code); no clipping, like both codes.
 - Randomness. The signs of image ``index`` at grid point (i, j) come from a generator seeded by
-  (seed, test set, "fourier-sign", "i,j", index) via ``certbench.smoothing.derive_seed``, so they
-  do not depend on which other points or images are computed alongside, nor on sharding.
+  (seed, test set, "fourier-sign", "i,j", index) via ``certbench.random_streams.derive_seed``, so
+  they do not depend on which other points or images are computed alongside, nor on sharding.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from certbench.fourier_grid import (
     point_key,
 )
 from certbench.fourier_protocol import CHANNEL_SIGNS, ChannelSigns
-from certbench.smoothing import derive_seed
+from certbench.random_streams import derive_seed
 
 __all__ = [
     "CHANNEL_SIGNS",

@@ -75,8 +75,7 @@ from certbench.lens_metrics import (
     summarize,
     write_lens_records,
 )
-from certbench.random_streams import seeded_generator
-from certbench.smoothing import derive_seed
+from certbench.random_streams import derive_seed, seeded_generator
 
 __all__ = [
     "KINDS",

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from certbench.errors import LensError
-from certbench.smoothing import derive_seed
+from certbench.random_streams import derive_seed
 
 LOW_FREQUENCY_FRACTION = 0.4
 """Share of each axis's frequencies interpolated on CIFAR-10, for amplitude and phase (§3)."""

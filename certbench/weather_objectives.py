@@ -18,8 +18,7 @@ from torch import nn
 
 from certbench.batch_invariance import padded_forward
 from certbench.errors import ThreatModelError
-from certbench.random_streams import seeded_generator
-from certbench.smoothing import derive_seed
+from certbench.random_streams import derive_seed, seeded_generator
 from certbench.weather_threat import WeatherSet
 
 Objective = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, ...]]

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from certbench.errors import ThreatModelError
-from certbench.smoothing import derive_seed
+from certbench.random_streams import derive_seed
 from certbench.weather import (
     BANK_SIZE,
     CENTRE_MARGIN,

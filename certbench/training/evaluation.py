@@ -15,7 +15,7 @@ from torch import nn
 
 from certbench.augment.seeds import RandomStream
 from certbench.data import ImageSet
-from certbench.smoothing import derive_seed
+from certbench.random_streams import derive_seed
 
 __all__ = ["autocast", "evaluate"]
 

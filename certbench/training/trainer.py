@@ -45,7 +45,7 @@ from certbench.augment.augmix import AugMixConfig
 from certbench.augment.seeds import RandomStream
 from certbench.data import ImageSet, Subset, load_images
 from certbench.errors import DataSourceError, TrainingError
-from certbench.smoothing import derive_seed
+from certbench.random_streams import derive_seed
 from certbench.training.checkpoint import load_checkpoint, read_state, save_checkpoint
 from certbench.training.config import RunOptions, TrainConfig
 from certbench.training.data import EpochBatches, TrainBatches, make_views

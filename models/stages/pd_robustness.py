@@ -187,7 +187,7 @@ class PDRobustness(Stage):
         """Attack the shard's images and write the per-image report."""
         from certbench.attacks import robust_accuracy
         from certbench.pd_threat import weighted_threat
-        from certbench.smoothing import derive_seed
+        from certbench.random_streams import derive_seed
         from models.stages.inputs import data_hashes, images_for, model_for
 
         spec = robustness_spec(item.stages[self.name], context.settings)

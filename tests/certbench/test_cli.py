@@ -17,8 +17,8 @@ from certbench.data import Subset, load_images
 from certbench.loading import load_manifest, load_model, save_weights
 from certbench.metrics import summarize
 from certbench.pd_anchors import AnchorBank, bank_from_image_set
+from certbench.random_streams import derive_seed
 from certbench.records import read_metadata, read_records
-from certbench.smoothing import derive_seed
 
 MEAN, STD = [0.49, 0.48, 0.45], [0.2, 0.2, 0.2]
 

@@ -9,6 +9,7 @@ from torch import nn
 
 from certbench.apgd import random_start
 from certbench.errors import CertificationError
+from certbench.noise_sampling import ESTIMATE, NOISE_BLOCK, SELECT, noise_block_seeds
 from certbench.random_streams import (
     derive_seed,
     derive_seeds,
@@ -17,7 +18,7 @@ from certbench.random_streams import (
     parse_seed,
     seeded_generator,
 )
-from certbench.smoothing import ESTIMATE, NOISE_BLOCK, SELECT, certify, noise_block_seeds
+from certbench.smoothing import certify
 
 MASK64 = (1 << 64) - 1
 

@@ -12,13 +12,13 @@ from scipy.stats import beta, binomtest, norm
 from torch import nn
 
 from certbench.errors import CertificationError
+from certbench.noise_sampling import NOISE_BLOCK
+from certbench.random_streams import derive_seed
 from certbench.smoothing import (
     ABSTAIN,
-    NOISE_BLOCK,
     CertifyRecord,
     certified_radius,
     certify,
-    derive_seed,
     lower_confidence_bound,
     min_count_to_certify,
     predict,

@@ -39,7 +39,7 @@ from certbench.cli import app as cli
 from certbench.data import Subset, load_images
 from certbench.pd_anchors import AnchorBank, build_anchor_bank
 from certbench.pd_threat import PDThreat
-from certbench.smoothing import derive_seed
+from certbench.random_streams import derive_seed
 from models import pipeline, run_seeds, shards, storage
 from models.entities import LeaderboardEntry, StageShard
 from models.errors import StorageError
