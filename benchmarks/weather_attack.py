@@ -26,13 +26,13 @@ import time
 import torch
 
 from certbench.architectures import build_classifier
-from certbench.weather_attack import AttackConfig, search
 from certbench.weather_objectives import (
     base_objective,
     forward,
     smoothed_objective,
     smoothing_noise,
 )
+from certbench.weather_search import AttackConfig, search
 from certbench.weather_threat import WeatherSet
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)

@@ -18,7 +18,7 @@ Random simulation: 5 severity levels per weather, growing the particle count, th
 and the streak / motion length (``RAIN_LEVELS``, ``SNOW_LEVELS``). Per-image draws (sprite ids,
 positions, angles) come from streams keyed by (seed, weather, level, image index)
 (:func:`particle_rngs`). The dataset generator (``generators.weather``) and the simulation attack
-(``certbench.weather_attack``) share this module, so the attack searches exactly the space the
+(``certbench.weather_search``) share this module, so the attack searches exactly the space the
 random test sets are drawn from.
 """
 

@@ -100,8 +100,9 @@ def weather_attack_command(
     from certbench.data import Subset, load_images
     from certbench.loading import load_manifest, load_model
     from certbench.random_streams import parse_seed
-    from certbench.weather_attack import AttackConfig, attack_base, attack_smoothed
+    from certbench.weather_attack import attack_base, attack_smoothed
     from certbench.weather_records import summarize_weather, write_weather_records
+    from certbench.weather_search import AttackConfig
     from certbench.weather_threat import all_sets
 
     weathers, levels = parse_weathers(weather), parse_severities(severities)

@@ -23,7 +23,8 @@ from torch import nn
 
 from certbench.errors import RecordsError, ThreatModelError
 from certbench.records import METADATA_KEY, read_table, write_table_atomic
-from certbench.weather_attack import AttackConfig, attacked_images
+from certbench.weather_attack import attacked_images
+from certbench.weather_search import AttackConfig
 from certbench.weather_threat import WeatherSet
 
 COLUMNS = ("clean", "random", "attacked", "|attacked - random|")  # ASCII: the default font

@@ -4,8 +4,9 @@ Wang, Ba, Zhang, Zhang, Kadambi, Soatto, Wong & Hsieh, "Evaluating Worst Case Ad
 Weather Perturbations Robustness", NeurIPS 2022 ML Safety Workshop
 (https://openreview.net/forum?id=Q69Aj3P0PtV): random weather over-estimates robustness; an image
 is safe only if no rain/snow the simulator can produce fools the classifier. The science is
-``certbench.weather_attack`` (PGD with restarts on the particles' T_i and R_i inside the set Δ
-of ``certbench.weather_threat``); this stage runs it on the benchmark's clean test subset.
+``certbench.weather_attack`` (the PGD search of ``certbench.weather_search``, with restarts on the
+particles' T_i and R_i inside the set Δ of ``certbench.weather_threat``); this stage runs it on
+the benchmark's clean test subset.
 
 Units, one per (weather, severity) and classifier, each over the whole image subset:
 ``rain-3`` (base classifier: random and worst-case accuracy), ``smoothed-rain-3`` (SmoothAdv-

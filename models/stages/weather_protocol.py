@@ -26,8 +26,8 @@ from models.stages.base import (
 from models.work import TestSetSpec, WorkItem, image_source_spec
 
 if TYPE_CHECKING:
-    from certbench.weather_attack import AttackConfig
     from certbench.weather_records import WeatherSummary
+    from certbench.weather_search import AttackConfig
 
 STAGE = "weather_attack"
 EXAMPLES = "examples"
@@ -103,7 +103,7 @@ class WeatherSpec:
         return max(self.severities)
 
     def attack_config(self) -> AttackConfig:
-        from certbench.weather_attack import AttackConfig
+        from certbench.weather_search import AttackConfig
 
         p = self.protocol
         return AttackConfig(
@@ -165,7 +165,7 @@ def result_seeds(item: WorkItem, spec: WeatherSpec) -> dict[str, Any]:
 
 
 def work_estimate(item: WorkItem, units: Sequence[Unit]) -> StageEstimate:
-    """Forward passes per image of each unit (``certbench.weather_attack``): a restart classifies
+    """Forward passes per image of each unit (``certbench.weather_search``): a restart classifies
     its start and each of ``steps`` iterates (steps + 1 passes). Base units: one clean pass +
     every restart, an upper bound (an image leaves the search once broken); smoothed units: every
     restart on ``noise_samples`` noisy copies, then CERTIFY's n0 + n, exact; examples: every

@@ -20,7 +20,7 @@ from certbench.errors import GeneratorError, RecordsError, ThreatModelError
 from certbench.records import write_records
 from certbench.smoothing import CertifyRecord
 from certbench.weather import LEVELS, draw_particles, particle_rngs
-from certbench.weather_attack import AttackConfig, attack_base, attack_smoothed, pgd
+from certbench.weather_attack import attack_base, attack_smoothed
 from certbench.weather_examples import (
     read_examples,
     weather_examples,
@@ -35,6 +35,7 @@ from certbench.weather_records import (
     summarize_weather,
     write_weather_records,
 )
+from certbench.weather_search import AttackConfig, pgd
 from certbench.weather_threat import Particles, WeatherSet
 
 CLASSES = 4

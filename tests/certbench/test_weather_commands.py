@@ -20,13 +20,14 @@ from certbench.cli import PLUGIN_GROUP
 from certbench.data import Subset, load_images
 from certbench.errors import ThreatModelError
 from certbench.loading import load_manifest, load_model, save_weights
-from certbench.weather_attack import AttackConfig, attack_base, attack_smoothed
+from certbench.weather_attack import attack_base, attack_smoothed
 from certbench.weather_commands import parse_severities, parse_weathers
 from certbench.weather_records import (
     read_weather_metadata,
     read_weather_records,
     summarize_weather,
 )
+from certbench.weather_search import AttackConfig
 
 MEAN, STD = [0.49, 0.48, 0.45], [0.2, 0.2, 0.2]
 ARCH = {"name": "wrn", "kwargs": {"depth": 10, "widen_factor": 1}}  # the smallest registry net

@@ -42,10 +42,11 @@ from certbench.data import Subset, load_images
 from certbench.figure_terms import figure_interval, terms_from_table
 from certbench.records import read_metadata, read_table
 from certbench.stage_terms import weather_terms
-from certbench.weather_attack import AttackConfig, attack_base, attack_smoothed
+from certbench.weather_attack import attack_base, attack_smoothed
 from certbench.weather_commands import RECORDS, register
 from certbench.weather_examples import read_examples
 from certbench.weather_records import read_weather_records, summarize_weather
+from certbench.weather_search import AttackConfig
 from certbench.weather_threat import Particles, WeatherSet
 from models import pipeline, run_seeds, shards, storage
 from models.entities import LeaderboardEntry, StageResult
