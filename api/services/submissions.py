@@ -8,9 +8,10 @@ from starlette.concurrency import run_in_threadpool
 
 from api.progress_schemas import ProgressPublic
 from api.queue import JobQueue
-from api.schemas import QuotaPublic, SubmissionList, SubmissionPublic
 from api.services.intake import build_upload
 from api.services.upload_stream import ReceivedUpload, receive_upload
+from api.submission_schemas import SubmissionList, SubmissionPublic
+from api.user_schemas import QuotaPublic
 from models import compute_quota, estimates, progress, run_seeds, zoo
 from models import submissions as crud
 from models.entities import Submission, User

@@ -20,7 +20,7 @@ import pyarrow as pa
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
-from api.schemas import ResultsPublic, TestSetResultPublic
+from api.result_schemas import ResultsPublic, TestSetResultPublic
 from api.services import leaderboards as service
 from api.web.plots import (
     RADIUS_AXIS_LABEL,

@@ -20,9 +20,10 @@ from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
 from pydantic import Field
 
+from api.benchmark_schemas import BenchmarkPublic
 from api.deps import MAX_ID, RowId, SessionDep, SettingsDep
 from api.errors import status_for
-from api.schemas import BenchmarkPublic, ResultsPublic
+from api.result_schemas import ResultsPublic
 from api.services import leaderboards as lb_service
 from api.services import submissions as sub_service
 from api.services.analysis_data import has_analysis

@@ -19,7 +19,7 @@ from service_factories import (
 )
 from sqlalchemy.orm import Session
 
-from api.schemas import RobustnessPublic
+from api.result_schemas import RobustnessPublic
 from models import pipeline, shards
 from models.catalog import get_benchmark, parse_definition, upsert_benchmark
 from models.entities import Benchmark, LeaderboardEntry, User

@@ -12,7 +12,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from api.schemas import ResultsPublic, RobustnessPublic
+from api.result_schemas import ResultsPublic, RobustnessPublic
 from api.web.plots import Axis, Bars, Layout, bar_chart
 
 STAGE = "pd_robustness"

@@ -15,7 +15,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from api.schemas import ResultsPublic, StageResultPublic
+from api.result_schemas import ResultsPublic, StageResultPublic
 from api.web.plots import Axis, Bars, Layout, bar_chart
 
 STAGE = "weather_attack"
