@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from certbench.data import ImageSet
 from certbench.errors import DataSourceError
+from certbench.image_set import ImageSet
 from generators import bands, hub
 from generators.corruption_sets import (
     CIFAR_C_CITATION,

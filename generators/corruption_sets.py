@@ -25,8 +25,9 @@ import numpy as np
 import pyarrow.parquet as pq
 from PIL import Image
 
-from certbench.data import ImageSet, Subset, load_images
+from certbench.data import load_images
 from certbench.errors import GeneratorError
+from certbench.image_set import ImageSet, Subset
 from generators import bands, hub
 
 GENERATOR_VERSION = 1

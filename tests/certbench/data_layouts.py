@@ -8,8 +8,8 @@ Tests use them instead of downloads. Other test modules may import them, e.g.::
 e.g. ``sys.path.insert(0, str(Path(__file__).parents[1] / "certbench"))``.)
 
 Images are passed as uint8 numpy arrays of shape (N, 3, H, W), the layout of
-``certbench.data.ImageSet.images``; a Hub folder also accepts PIL images so that tests can write
-malformed data (grayscale, RGBA, mixed sizes).
+``certbench.image_set.ImageSet.images``; a Hub folder also accepts PIL images so that tests can
+write malformed data (grayscale, RGBA, mixed sizes).
 """
 
 from __future__ import annotations

@@ -28,15 +28,10 @@ from data_layouts import (
 )
 from PIL import Image as PILImage
 
-from certbench.data import (
-    HUB_ALIASES,
-    ImageSet,
-    Subset,
-    list_configs,
-    load_images,
-    source_kind,
-)
+from certbench.data import list_configs, load_images, source_kind
+from certbench.dataset_names import HUB_ALIASES
 from certbench.errors import CertbenchError, DataSourceError
+from certbench.image_set import ImageSet, Subset
 
 N = 40
 
@@ -583,10 +578,10 @@ def test_hub_dataset_conversion(
     ``load_dataset`` takes a local folder exactly as it takes a repo id, so this runs the same
     conversion a real Hub download goes through, without network.
     """
-    from certbench import data
+    from certbench.hub_datasets import load_hub
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path)  # keep ~/.cache clean
-    image_set = data._load_hub(str(uoft_cifar100), None, "test", None, Subset(skip=9, limit=4))
+    image_set = load_hub(str(uoft_cifar100), None, "test", None, Subset(skip=9, limit=4))
     rows = np.array([0, 9, 18, 27])
     assert_same(image_set, random_images(N, seed=12)[rows], random_labels(N, 100, seed=12)[rows])
     np.testing.assert_array_equal(image_set.indices.numpy(), rows)
@@ -598,7 +593,7 @@ def test_hub_dataset_conversion(
     assert image_set.coarse_class_names == CIFAR100_COARSE
     assert image_set.name == f"{uoft_cifar100}/cifar100/test"
     with pytest.raises(DataSourceError, match=r"cannot load Hub dataset.*validation"):
-        data._load_hub(str(uoft_cifar100), None, "validation", None, Subset())
+        load_hub(str(uoft_cifar100), None, "validation", None, Subset())
 
 
 def test_hub_columns_in_a_local_folder(uoft_cifar100: Path) -> None:

@@ -35,7 +35,8 @@ from typer.testing import CliRunner
 
 from certbench.attacks import RobustnessReport, robust_accuracy
 from certbench.cli import app as cli
-from certbench.data import Subset, load_images
+from certbench.data import load_images
+from certbench.image_set import Subset
 from certbench.pd_threat import AnchorBank, PDThreat, build_anchor_bank
 from certbench.smoothing import derive_seed
 from models import pipeline, run_seeds, shards, storage
