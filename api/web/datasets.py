@@ -20,7 +20,8 @@ from markupsafe import Markup
 from PIL import Image
 from sqlalchemy.orm import Session
 
-from api.web.plots import Axis, Series, line_chart
+from api.web.line_chart import Series, line_chart
+from api.web.plots import Axis
 from certbench.data import load_images
 from certbench.errors import DataSourceError
 from certbench.image_set import Subset

@@ -13,7 +13,8 @@ from typing import Any
 from markupsafe import Markup
 
 from api.result_schemas import ResultsPublic, RobustnessPublic
-from api.web.plots import Axis, Bars, Layout, bar_chart
+from api.web.bar_chart import Bars, bar_chart
+from api.web.plots import Axis, Layout
 
 STAGE = "pd_robustness"
 TEMPLATE = "stages/pd_robustness.html"
