@@ -11,10 +11,7 @@ from pydantic import BaseModel, Field
 
 from api.data_sources import DataSourcePublic
 from api.progress_schemas import EstimatePublic
-from models.entities import (
-    Benchmark,
-    TestSet,
-)
+from models.entities import Benchmark, TestSet
 from models.leaderboard import benchmark_sort_keys
 
 #: Keys of a stored robustness protocol that name this deployment's files, never served.

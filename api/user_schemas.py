@@ -8,10 +8,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.entities import (
-    Role,
-    User,
-)
+from models.entities import Role, User
 
 
 class UserCreate(BaseModel):

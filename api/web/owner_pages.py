@@ -11,16 +11,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from api.deps import RowId, SessionDep, SettingsDep
 from api.services import submissions as sub_service
-from api.web.auth import (
-    WebViewer,
-    check_same_origin,
-    clear_token_cookie,
-    set_token_cookie,
-)
-from api.web.leaderboard_view import (
-    DEFAULT_PAGE_SIZE,
-    Pager,
-)
+from api.web.auth import WebViewer, check_same_origin, clear_token_cookie, set_token_cookie
+from api.web.leaderboard_view import DEFAULT_PAGE_SIZE, Pager
 from api.web.rendering import HTMLRoute, render
 from models.accounts import authenticate
 from models.errors import AuthenticationError

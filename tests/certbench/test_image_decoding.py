@@ -10,11 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from data_layouts import (
-    assert_same,
-    random_images,
-    write_hub_folder,
-)
+from data_layouts import assert_same, random_images, write_hub_folder
 from PIL import Image as PILImage
 
 from certbench.data import load_images
