@@ -28,7 +28,7 @@ from models.results import complete_submission
 from models.settings import Settings
 from models.stages.pd_robustness import RobustnessResult
 from models.states import SubmissionState
-from models.submissions import create_submission
+from models.submission_intake import create_submission
 
 S = SubmissionState
 NAME = "tinyrobust"
