@@ -50,10 +50,8 @@ from models import pipeline, run_seeds, storage
 from models.entities import MetricValue, StageResult, Submission
 from models.interval_backfill import backfill_entry, entries_to_backfill
 from models.stage_uncertainty import terms_relpath
-from models.stages import inputs
 from models.stages import inputs, registry
 from models.states import Reason, SubmissionState
-from models.states import SubmissionState
 from workers.app import app
 from workers.names import QUEUE, VALIDATE
 
