@@ -1,7 +1,7 @@
 """Public shapes of the effective-robustness analysis (``/api/v1/analysis/...``).
 
-Kept apart from ``api.schemas`` (the resources of the leaderboard) because these are derived
-views, recomputed on every read. Non-finite numbers (an undefined slope) are served as null.
+Kept apart from ``api.leaderboard_schemas`` (the resources of the leaderboard) because these are
+derived views, recomputed on every read. Non-finite numbers (an undefined slope) are served as null.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from api.schemas import ER_HELP
+from api.leaderboard_schemas import ER_HELP
 from api.services.analysis import (
     Analysis,
     OODSet,

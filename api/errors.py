@@ -2,7 +2,8 @@
 
 Service errors map by class; request validation errors become 422 ``invalid_request`` with the
 offending fields; Starlette's own HTTP errors (unknown route, wrong method, unparsable body) keep
-their status. A bad input never reaches the generic 500 handler.
+their status. A bad input never reaches the generic 500 handler. ``ErrorResponse`` documents the
+body in the OpenAPI spec; routers declare it for every error status with ``ERROR_RESPONSES``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -60,6 +62,19 @@ HTTP_CODES = {
     422: "invalid_request",
     429: "quota_exceeded",
     503: "unavailable",
+}
+
+
+class ErrorResponse(BaseModel):
+    """Every error: a stable machine-readable code and a message saying what to fix."""
+
+    code: str = Field(examples=["not_safetensors"])
+    message: str
+    details: list[dict[str, Any]] | None = None
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse} for status in (400, 401, 403, 404, 409, 413, 422, 429, 503)
 }
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from certbench.data import ImageSet
+from certbench.image_set import ImageSet
 from generators import cifar_f as cf
 from generators import cifar_f_build as build
 

@@ -32,6 +32,8 @@ from torchvision import transforms
 
 from generators import corruptions_c as cc
 from generators import hub
+from generators.corruption_ops import disk_kernel, hsv_to_rgb, rgb_to_hsv
+from generators.frost import frost_textures
 
 # ---------------------------------------------------------------------------------------------
 # per-image reference: make_cifar_c.py line by line (float64 numpy, one PIL image at a time)
@@ -112,7 +114,7 @@ def ref_impulse_noise(pil: Image.Image, c: float) -> np.ndarray:
 
 def ref_defocus_blur(pil: Image.Image, c: tuple) -> np.ndarray:
     x = np.array(pil) / 255.0
-    kernel = cc.disk_kernel(*c)
+    kernel = disk_kernel(*c)
     channels = [ndimage.correlate(x[:, :, d], kernel, mode="mirror") for d in range(3)]
     return np.clip(np.array(channels).transpose((1, 2, 0)), 0, 1) * 255
 
@@ -154,7 +156,7 @@ def ref_snow(pil: Image.Image, c: tuple) -> np.ndarray:
 
 def ref_frost(pil: Image.Image, c: tuple) -> np.ndarray:
     idx = np.random.randint(5)
-    frost = cc.frost_textures()[idx]
+    frost = frost_textures()[idx]
     xs, ys = np.random.randint(0, frost.shape[0] - 32), np.random.randint(0, frost.shape[1] - 32)
     frost = frost[xs : xs + 32, ys : ys + 32]
     return np.clip(c[0] * np.array(pil) + c[1] * frost, 0, 255)
@@ -168,9 +170,9 @@ def ref_fog(pil: Image.Image, c: tuple) -> np.ndarray:
 
 
 def ref_brightness(pil: Image.Image, c: float) -> np.ndarray:
-    x = cc.rgb_to_hsv(np.array(pil) / 255.0)
+    x = rgb_to_hsv(np.array(pil) / 255.0)
     x[:, :, 2] = np.clip(x[:, :, 2] + c, 0, 1)
-    return np.clip(cc.hsv_to_rgb(x), 0, 1) * 255
+    return np.clip(hsv_to_rgb(x), 0, 1) * 255
 
 
 def ref_contrast(pil: Image.Image, c: float) -> np.ndarray:

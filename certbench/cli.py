@@ -114,7 +114,8 @@ def certify(
     ] = False,
 ) -> None:
     """Certify a model with randomized smoothing (Cohen et al. CERTIFY) on a test set."""
-    from certbench.data import Subset, load_images
+    from certbench.data import load_images
+    from certbench.image_set import Subset
     from certbench.loading import load_manifest, load_model
     from certbench.metrics import summarize
     from certbench.random_streams import parse_seed
@@ -193,7 +194,8 @@ def predict(
     device: str | None = None,
 ) -> None:
     """Smoothed prediction (Cohen et al. PREDICT): accuracy and abstain rate."""
-    from certbench.data import Subset, load_images
+    from certbench.data import load_images
+    from certbench.image_set import Subset
     from certbench.loading import load_manifest, load_model
     from certbench.random_streams import parse_seed
     from certbench.smoothing import ABSTAIN
@@ -300,8 +302,9 @@ def robust_accuracy(
     Vidal 2025, arXiv:2501.18098), as the leaderboard's robustness stage measures it (``--skip 20``
     for the 500-image subset)."""
     from certbench.attacks import robust_accuracy as run_attacks
-    from certbench.data import Subset, load_images
+    from certbench.data import load_images
     from certbench.errors import ThreatModelError
+    from certbench.image_set import Subset
     from certbench.loading import load_manifest, load_model
     from certbench.pd_anchors import AnchorBank
     from certbench.pd_threat import weighted_threat

@@ -60,12 +60,13 @@ def fourier_heatmap_command(
     distinct Fourier basis image U_ij."""
     from tqdm.auto import tqdm
 
-    from certbench.data import Subset, load_images
+    from certbench.data import load_images
     from certbench.errors import SensitivityError
     from certbench.fourier_heatmap import assemble_heatmap, summarize_heatmap
     from certbench.fourier_protocol import get_protocol, stream_key
     from certbench.fourier_records import write_sensitivity_records
     from certbench.fourier_sensitivity import sensitivity_records
+    from certbench.image_set import Subset
     from certbench.loading import load_manifest, load_model
     from certbench.random_streams import parse_seed
 

@@ -99,7 +99,8 @@ def anchors_k_min(
     split: Annotated[str, typer.Option()] = "train",
 ) -> None:
     """Smallest k whose PD threat rates every sampled unsafe training pair above 1."""
-    from certbench.data import Subset, load_images
+    from certbench.data import load_images
+    from certbench.image_set import Subset
     from certbench.pd_threat import find_k_min
 
     images = load_images(source, split=split, subset=Subset(limit=limit) if limit else None)

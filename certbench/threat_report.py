@@ -26,8 +26,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from certbench.data import ImageSet, Subset, list_configs, load_images
+from certbench.data import list_configs, load_images
 from certbench.errors import ThreatModelError
+from certbench.image_set import ImageSet, Subset
 from certbench.pd_anchors import AnchorBank
 from certbench.pd_threat import PDThreat
 from certbench.provenance import public_name

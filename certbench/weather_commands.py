@@ -97,7 +97,8 @@ def weather_attack_command(
     and random-weather accuracy of the base classifier, or with --smoothed the certified
     accuracy and ACR of the smoothed classifier on attacked images (SmoothAdv-style attack,
     then CERTIFY). Use --skip 20 for the 500-image protocol subset."""
-    from certbench.data import Subset, load_images
+    from certbench.data import load_images
+    from certbench.image_set import Subset
     from certbench.loading import load_manifest, load_model
     from certbench.random_streams import parse_seed
     from certbench.weather_attack import attack_base, attack_smoothed

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from certbench.data import ImageSet
 from certbench.errors import DataSourceError
+from certbench.image_set import ImageSet
 from generators import bands, hub
+from generators.corruption_card import write_card
 from generators.corruption_sets import (
     CIFAR_C_CITATION,
     CorruptionBenchmark,
@@ -27,7 +28,6 @@ from generators.corruption_sets import (
     config_name,
     select,
     spectrum_path,
-    write_card,
 )
 from generators.corruptions_c import CIFAR_C
 

@@ -16,7 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from certbench import spectral
-from certbench.data import ImageSet
+from certbench.image_set import ImageSet
 from generators import hub, streams
 from generators.cifar_f import (
     AMPLITUDE_CLIP,

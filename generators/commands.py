@@ -158,9 +158,9 @@ def publish_command(
     ] = 1024,
 ) -> None:
     """Upload a dataset folder to the Hugging Face Hub, skipping files already identical there."""
-    from generators import hub
+    from generators import hub_publish
 
-    result = hub.publish(
+    result = hub_publish.publish(
         folder,
         repo,
         private=private,

@@ -56,6 +56,7 @@ def _generate(
 ) -> None:
     from certbench.pinned_sources import default_revision
     from certbench.provenance import public_source
+    from generators import corruption_card
     from generators import corruption_sets as cs
 
     bench = cs.benchmark(key, frost_dir=frost_dir)
@@ -99,13 +100,13 @@ def _generate(
             **public_source(source if source is not None else dataset, revision),
             "source_sha256": cs.source_fingerprint(images),
         }
-        readme = cs.write_card(
+        readme = corruption_card.write_card(
             out,
             bench,
             grid,
             dataset=dataset,
             num_images=len(images),
-            provenance=cs.generated_provenance(seed, source_info),
+            provenance=corruption_card.generated_provenance(seed, source_info),
             clean_example=images.images[0].permute(1, 2, 0).numpy(),
             coarse=images.coarse_labels is not None,
         )

@@ -19,17 +19,14 @@ from functools import lru_cache
 import numpy as np
 from scipy import ndimage
 
-from generators.corruptions_c import (
+from generators.corruption_ops import bilinear_sample, round_uint8, stable_matmul, truncate_uint8
+from generators.corruption_runs import (
     IMAGE_SIZE,
     Corruption,
     Params,
-    bilinear_sample,
     check_severity,
     image_rngs,
-    round_uint8,
     run_corruption,
-    stable_matmul,
-    truncate_uint8,
 )
 
 SIZE = IMAGE_SIZE

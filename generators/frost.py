@@ -5,7 +5,7 @@
 used) with ``cv2.imread``, shrinks it with ``cv2.resize(frost, (0, 0), fx=0.2, fy=0.2)``, crops a
 random 32×32 window (``randint(0, rows − 32)``, ``randint(0, cols − 32)``) and converts BGR to
 RGB. The photographs may not be redistributed, so certbench ships a procedural stand-in
-(``corruptions_c.frost_textures``) and accepts the photographs from the user (``--frost-dir``).
+(:func:`frost_textures`) and accepts the photographs from the user (``--frost-dir``).
 
 The resize is reproduced exactly without OpenCV: INTER_LINEAR maps output pixel i to source
 coordinate (i + 0.5)/0.2 − 0.5 = 5i + 2, an integer, so every weight is 0 or 1 and the output is
@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageDraw, UnidentifiedImageError
+from scipy import ndimage
 
 from certbench.errors import GeneratorError
 
@@ -53,12 +55,59 @@ class FrostBank:
 
 
 def procedural_bank() -> FrostBank:
-    """The stand-in bank of ``corruptions_c.frost_textures`` (fixed seed)."""
-    from generators.corruptions_c import frost_textures
-
+    """The stand-in bank of :func:`frost_textures` (fixed seed)."""
     textures = frost_textures()
     digest = hashlib.sha256(textures.tobytes()).hexdigest()
     return FrostBank("procedural", tuple(textures), digest)
+
+
+FROST_BANK_SIZE = 5
+FROST_TEXTURE_SIZE = 192
+
+
+@lru_cache(maxsize=1)
+def frost_textures() -> np.ndarray:
+    """The procedural stand-in for the frost photographs: (5, 192, 192, 3) uint8, fixed seed.
+
+    Each texture is a hazy ice sheet (low-pass noise) plus ice dendrites: needles with side
+    branches at +-60 degrees (hexagonal ice), drawn with PIL, softened, bluish-white tinted.
+    """
+    return np.stack([_frost_texture(k) for k in range(FROST_BANK_SIZE)])
+
+
+def _frost_texture(k: int) -> np.ndarray:
+    size = FROST_TEXTURE_SIZE
+    rng = np.random.default_rng([0xF2057, k])
+    haze = ndimage.gaussian_filter(rng.standard_normal((size, size)), 10, mode="wrap")
+    haze = (haze - haze.min()) / (np.ptp(haze) + 1e-12)
+    crystals = Image.new("L", (size, size), 0)
+    draw = ImageDraw.Draw(crystals)
+    for _ in range(70):
+        _draw_dendrite(draw, rng, size)
+    layer = ndimage.gaussian_filter(np.asarray(crystals, dtype=np.float64) / 255.0, 0.6)
+    grain = ndimage.gaussian_filter(rng.standard_normal((size, size)), 0.8) * 0.05
+    frost = np.clip(0.25 + 0.35 * haze + 0.8 * layer + grain, 0, 1)
+    tint = np.array([0.86, 0.93, 1.0])
+    return (np.clip(frost[..., None] * tint, 0, 1) * 255).astype(np.uint8)
+
+
+def _draw_dendrite(draw: ImageDraw.ImageDraw, rng: np.random.Generator, size: int) -> None:
+    x, y = rng.uniform(0, size, 2)
+    angle = rng.uniform(0, 2 * np.pi)
+    length = rng.uniform(15, 70)
+    shade = int(rng.uniform(110, 255))
+    end = (x + length * np.cos(angle), y + length * np.sin(angle))
+    draw.line([(x, y), end], fill=shade, width=1)
+    for t in np.arange(4.0, length, rng.uniform(3, 7)):
+        bx, by = x + t * np.cos(angle), y + t * np.sin(angle)
+        branch = (length - t) * rng.uniform(0.15, 0.4)
+        for side in (-1, 1):
+            a = angle + side * np.pi / 3
+            draw.line(
+                [(bx, by), (bx + branch * np.cos(a), by + branch * np.sin(a))],
+                fill=int(shade * 0.8),
+                width=1,
+            )
 
 
 def load_photographs(folder: str | Path) -> FrostBank:

@@ -35,7 +35,7 @@ from certbench.weather import (  # noqa: F401  (re-exported: the generator's pub
     sprite_bank,
     weather_level,
 )
-from generators.corruptions_c import check_images
+from generators.corruption_runs import check_images
 
 
 def simulate(

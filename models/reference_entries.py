@@ -8,8 +8,9 @@ through the normal pipeline, as public baseline entries of the account ``REFEREN
 
 "Already submitted" is decided per reference by its dedup key (weights, manifest, protocol
 version) among that account's submissions on the benchmark, under the account's row lock
-(``models.submissions.lock_user``), so restarts and several API processes starting at once make
-each reference exactly once; a new protocol version of the benchmark gets its references again.
+(``models.submission_intake.lock_user``), so restarts and several API processes starting at once
+make each reference exactly once; a new protocol version of the benchmark gets its references
+again.
 """
 
 from __future__ import annotations

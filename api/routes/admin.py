@@ -11,20 +11,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, status
 
+from api.benchmark_schemas import BenchmarkPublic
 from api.deps import AdminUser, QueueDep, RowId, SessionDep, SettingsDep
-from api.schemas import (
-    ERROR_RESPONSES,
-    BenchmarkPublic,
-    ModerationUpdate,
-    RerunRequest,
-    SubmissionPublic,
-    TokenCreate,
-    TokenIssued,
-    UserCreate,
-    UserPublic,
-)
+from api.errors import ERROR_RESPONSES
 from api.services import leaderboards as catalog_service
 from api.services import submissions as submission_service
+from api.submission_schemas import ModerationUpdate, RerunRequest, SubmissionPublic
+from api.user_schemas import TokenCreate, TokenIssued, UserCreate, UserPublic
 from models import accounts
 from models.base import utcnow
 from models.catalog import parse_definition, upsert_benchmark

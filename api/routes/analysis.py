@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 
 from api.analysis_schemas import EffectiveRobustnessPublic, MetricPredictorsPublic
 from api.deps import OptionalUser, SessionDep
-from api.schemas import ERROR_RESPONSES
+from api.errors import ERROR_RESPONSES
 from api.services import analysis as service
 
 router = APIRouter(prefix="/analysis", tags=["analysis"], responses=ERROR_RESPONSES)

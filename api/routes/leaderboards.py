@@ -7,8 +7,10 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 from pydantic import Field
 
+from api.comparison_schemas import ComparisonPublic
 from api.deps import OptionalUser, SessionDep, SettingsDep
-from api.schemas import ERROR_RESPONSES, ComparisonPublic, FacetsPublic, LeaderboardPublic
+from api.errors import ERROR_RESPONSES
+from api.leaderboard_schemas import FacetsPublic, LeaderboardPublic
 from api.services import leaderboards as service
 from certbench.metrics import RADII
 from models.errors import IntakeError

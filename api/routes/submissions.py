@@ -8,10 +8,11 @@ from fastapi import APIRouter, Query, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import CurrentUser, QueueDep, RowId, SessionDep, SettingsDep
+from api.errors import ERROR_RESPONSES
 from api.openapi import submission_request_body
 from api.progress_schemas import ProgressPublic
-from api.schemas import ERROR_RESPONSES, SubmissionList, SubmissionPublic
 from api.services import submissions as service
+from api.submission_schemas import SubmissionList, SubmissionPublic
 from api.zoo_schemas import WeightsPublication
 from models.states import SubmissionState
 

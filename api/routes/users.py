@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.deps import CurrentUser, SessionDep, SettingsDep
-from api.schemas import ERROR_RESPONSES, MePublic, UserPublic
+from api.errors import ERROR_RESPONSES
 from api.services.submissions import quota
+from api.user_schemas import MePublic, UserPublic
 
 router = APIRouter(tags=["users"], responses=ERROR_RESPONSES)
 

@@ -12,7 +12,7 @@ from fastapi import APIRouter
 from fastapi.responses import FileResponse, JSONResponse
 
 from api.deps import OptionalUser, RowId, SessionDep, SettingsDep
-from api.schemas import ERROR_RESPONSES
+from api.errors import ERROR_RESPONSES
 from api.zoo_schemas import EntryWeightsPublic
 from models import zoo
 

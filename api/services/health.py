@@ -7,8 +7,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from api.health_schemas import Readiness
 from api.queue import JobQueue
-from api.schemas import Readiness
 from migrations import alembic_config
 from models.errors import ServiceUnavailableError
 from models.settings import Settings

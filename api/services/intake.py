@@ -31,7 +31,7 @@ from models.entities import Benchmark
 from models.errors import IntakeError, NotFoundError
 from models.settings import Settings
 from models.states import Reason
-from models.submissions import StagedWeights, Upload
+from models.submission_intake import StagedWeights, Upload
 from models.zoo import check_publication
 
 SIGMA_TOLERANCE = 1e-9

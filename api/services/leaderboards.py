@@ -9,29 +9,30 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from api.data_sources import DataSourcePublic
-from api.progress_schemas import EstimatePublic
-from api.schemas import (
-    BenchmarkPublic,
-    BenchmarkSummary,
+from api.benchmark_schemas import BenchmarkPublic, BenchmarkSummary, DatasetPublic, TestSetPublic
+from api.comparison_schemas import (
     ComparedEntry,
     ComparisonPublic,
-    DatasetPublic,
+    PairComparisonPublic,
+    PairedTestPublic,
+)
+from api.data_sources import DataSourcePublic
+from api.leaderboard_schemas import (
     ERCellPublic,
     FacetsPublic,
     LeaderboardPublic,
     Metrics,
-    PaBandPublic,
-    PairComparisonPublic,
-    PairedTestPublic,
-    ResultsPublic,
-    RobustnessPublic,
-    SeedPublic,
-    StageResultPublic,
-    TestSetPublic,
-    TestSetResultPublic,
     TiePublic,
 )
+from api.progress_schemas import EstimatePublic
+from api.result_schemas import (
+    PaBandPublic,
+    ResultsPublic,
+    RobustnessPublic,
+    StageResultPublic,
+    TestSetResultPublic,
+)
+from api.submission_schemas import SeedPublic
 from api.zoo_schemas import WeightsLinkPublic
 from certbench.errors import RecordsError
 from models import comparisons, estimates, run_seeds, storage

@@ -35,7 +35,7 @@ from models.reference_entries import (
 )
 from models.settings import Settings
 from models.states import SubmissionState
-from models.submissions import Upload, create_submission, dedup_key, lock_user
+from models.submission_intake import Upload, create_submission, dedup_key, lock_user
 
 log = logging.getLogger(__name__)
 

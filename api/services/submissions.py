@@ -8,10 +8,13 @@ from starlette.concurrency import run_in_threadpool
 
 from api.progress_schemas import ProgressPublic
 from api.queue import JobQueue
-from api.schemas import QuotaPublic, SubmissionList, SubmissionPublic
 from api.services.intake import build_upload
 from api.services.upload_stream import ReceivedUpload, receive_upload
+from api.submission_schemas import SubmissionList, SubmissionPublic
+from api.user_schemas import QuotaPublic
 from models import compute_quota, estimates, progress, run_seeds, zoo
+from models import submission_intake as intake
+from models import submission_quotas as quotas
 from models import submissions as crud
 from models.entities import Submission, User
 from models.errors import IntakeError, ServiceUnavailableError
@@ -39,7 +42,7 @@ async def submit(
     an estimate beyond the compute quota), and ServiceUnavailableError when the queue is down
     (the submission is then marked failed, and the error names it).
     """
-    await run_in_threadpool(crud.check_quotas, session, user, settings=settings)
+    await run_in_threadpool(quotas.check_quotas, session, user, settings=settings)
     await run_in_threadpool(compute_quota.check_room, session, user, settings=settings)
     received = await receive_upload(request, settings=settings)
     try:
@@ -85,7 +88,7 @@ def _accept(
         rates={},
     )  # fmt: skip
     compute_quota.check_size(user, work.forward_passes, settings=settings)
-    submission = crud.create_submission(
+    submission = intake.create_submission(
         session, user=user, benchmark=benchmark, upload=upload, settings=settings,
         forward_passes=work.forward_passes,
     )  # fmt: skip
@@ -231,7 +234,7 @@ def rerun(
 
 
 def quota(session: Session, user: User, *, settings: Settings) -> QuotaPublic:
-    usage = crud.quota_usage(session, user)
+    usage = quotas.quota_usage(session, user)
     compute = compute_quota.usage(session, user, settings=settings)
     return QuotaPublic(
         submissions_today=usage.submissions_today,

@@ -30,7 +30,7 @@ from models.artifacts import INCOMING_DIR, PARTIAL_SUFFIX
 from models.errors import IntakeError, PayloadTooLargeError
 from models.settings import Settings
 from models.states import Reason
-from models.submissions import StagedWeights
+from models.submission_intake import StagedWeights
 
 #: Form fields besides the two files, and the cap on each (short flags, a venue, a licence).
 FIELDS = ("private", "extra_data", "venue", "weights_public", "weights_license")

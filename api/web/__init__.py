@@ -11,14 +11,16 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from api.web import dataset_pages, leaderboard_pages, owner_pages
 from api.web.analysis import router as analysis_router
-from api.web.routes import router
 
 STATIC_DIR = Path(__file__).parent / "static"
 
 
 def mount_web(app: FastAPI) -> None:
     """Include the HTML pages and mount the bundled CSS/JS (no CDN, works offline)."""
-    app.include_router(router)
+    app.include_router(leaderboard_pages.router)
+    app.include_router(owner_pages.router)
+    app.include_router(dataset_pages.router)
     app.include_router(analysis_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

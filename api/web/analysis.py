@@ -18,7 +18,7 @@ from api.deps import SessionDep
 from api.services import analysis as service
 from api.services.analysis import Analysis, SigmaGroup, TrendResult
 from api.web.auth import WebViewer
-from api.web.routes import HTMLRoute, render
+from api.web.rendering import HTMLRoute, render
 from api.web.scatter import FitLine, ScatterPoint, linear_axis, probit, probit_axis, scatter_chart
 from certbench.effective_robustness import ID_ACCURACY, PredictorFit
 from models.errors import IntakeError

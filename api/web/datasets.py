@@ -20,9 +20,11 @@ from markupsafe import Markup
 from PIL import Image
 from sqlalchemy.orm import Session
 
-from api.web.plots import Axis, Series, line_chart
-from certbench.data import Subset, load_images
+from api.web.line_chart import Series, line_chart
+from api.web.plots import Axis
+from certbench.data import load_images
 from certbench.errors import DataSourceError
+from certbench.image_set import Subset
 from certbench.spectral import radial_spectrum
 from models.catalog import list_benchmarks
 from models.errors import NotFoundError

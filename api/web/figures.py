@@ -20,15 +20,11 @@ import pyarrow as pa
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
-from api.schemas import ResultsPublic, TestSetResultPublic
+from api.result_schemas import ResultsPublic, TestSetResultPublic
 from api.services import leaderboards as service
-from api.web.plots import (
-    RADIUS_AXIS_LABEL,
-    Axis,
-    Series,
-    heatmap,
-    line_chart,
-)
+from api.web.heatmap_chart import heatmap
+from api.web.line_chart import Series, line_chart
+from api.web.plots import RADIUS_AXIS_LABEL, Axis
 from certbench.errors import RecordsError
 from certbench.metrics import PA_GRID, RADII, pa_ecdf
 from certbench.records import read_table

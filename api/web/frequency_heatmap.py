@@ -8,8 +8,8 @@ ColorBrewer's RdBu, a diverging scale that stays distinguishable with the common
 deficiencies (red = low, blue = high, white at ``center``); a labelled colour bar is the legend;
 dashed circles mark the radial band edges shared with the corruption sets (thirds of Nyquist);
 cells without records are hatched grey. Every cell carries its value in a ``<title>`` (tooltips,
-screen readers) unless turned off. ``api.web.plots.heatmap`` prints a number in every cell, which
-a 32 × 32 grid cannot hold; this module is its compact sibling.
+screen readers) unless turned off. ``api.web.heatmap_chart.heatmap`` prints a number in every
+cell, which a 32 × 32 grid cannot hold; this module is its compact sibling.
 """
 
 from __future__ import annotations

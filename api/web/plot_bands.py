@@ -1,6 +1,6 @@
-"""Shaded bands under a chart's curves (``api.web.plots.line_chart``): a simultaneous confidence
-band is drawn as one filled polygon in the series' colour, light enough that the curves of
-other series stay readable over it, with its meaning in a ``<title>`` for screen readers."""
+"""Shaded bands under a chart's curves (``api.web.line_chart.line_chart``): a simultaneous
+confidence band is drawn as one filled polygon in the series' colour, light enough that the curves
+of other series stay readable over it, with its meaning in a ``<title>`` for screen readers."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from certbench.augment.seeds import RandomStream
-from certbench.data import ImageSet
+from certbench.image_set import ImageSet
 from certbench.random_streams import derive_seed
 
 __all__ = ["autocast", "evaluate"]

@@ -16,8 +16,8 @@ from typing import Literal
 import torch
 from torch import nn
 
-from certbench.data import ImageSet
 from certbench.errors import CertbenchError, TrainingError
+from certbench.image_set import ImageSet
 from certbench.loading import (
     Architecture,
     Manifest,

@@ -43,8 +43,9 @@ from certbench import __version__
 from certbench.architectures import build_classifier
 from certbench.augment.augmix import AugMixConfig
 from certbench.augment.seeds import RandomStream
-from certbench.data import ImageSet, Subset, load_images
+from certbench.data import load_images
 from certbench.errors import DataSourceError, TrainingError
+from certbench.image_set import ImageSet, Subset
 from certbench.random_streams import derive_seed
 from certbench.training.checkpoint import load_checkpoint, read_state, save_checkpoint
 from certbench.training.config import RunOptions, TrainConfig

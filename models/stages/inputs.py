@@ -15,9 +15,10 @@ from pathlib import Path
 
 from torch import nn
 
-from certbench.data import ImageSet, Subset, load_images, source_kind
+from certbench.data import load_images, source_kind
 from certbench.dataset_names import HUB_ALIASES
 from certbench.errors import DataSourceError, DataUnavailableError
+from certbench.image_set import ImageSet, Subset
 from certbench.loading import load_manifest, load_model
 from certbench.provenance import LOCAL_KINDS
 from models.content_hashes import config_content_sha256
@@ -66,10 +67,10 @@ def images_for(spec: TestSetSpec) -> ImageSet:
 def operator_advice(spec: TestSetSpec) -> Iterator[None]:
     """Turn data missing on this worker into a failure message for the service's operator.
 
-    ``certbench.data`` advises the person at the command line ("pass a local folder instead");
-    a run's failure is read by the submitter and fixed by the operator, who needs the service's
-    remedies (``certbench datasets fetch``, the definition's ``folder``, CERTBENCH_DATASETS_DIR)
-    and must not see this machine's paths.
+    ``certbench.hub_datasets`` advises the person at the command line ("pass a local folder
+    instead"); a run's failure is read by the submitter and fixed by the operator, who needs the
+    service's remedies (``certbench datasets fetch``, the definition's ``folder``,
+    CERTBENCH_DATASETS_DIR) and must not see this machine's paths.
     """
     try:
         yield

@@ -25,7 +25,7 @@ from models.entities import Benchmark, Role, RunSeed, User
 from models.results import complete_submission
 from models.settings import Settings
 from models.states import SubmissionState
-from models.submissions import Upload, create_submission
+from models.submission_intake import Upload, create_submission
 
 S = SubmissionState
 IMAGES = 400

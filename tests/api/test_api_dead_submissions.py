@@ -22,7 +22,7 @@ from models.catalog import get_benchmark
 from models.entities import User
 from models.settings import Settings
 from models.states import Reason, SubmissionState
-from models.submissions import create_submission
+from models.submission_intake import create_submission
 
 S = SubmissionState
 FAILED_MESSAGE = "the test set's data is not available on this server: run the fetch command"

@@ -36,7 +36,7 @@ from models.artifacts import INCOMING_DIR
 from models.entities import Submission
 from models.settings import Settings
 from models.states import SubmissionState
-from models.submissions import quota_usage
+from models.submission_quotas import quota_usage
 
 URL = "/api/v1/submissions"
 BOUNDARY = "certbench-test-boundary"

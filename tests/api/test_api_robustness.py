@@ -19,7 +19,7 @@ from service_factories import (
 )
 from sqlalchemy.orm import Session
 
-from api.schemas import RobustnessPublic
+from api.result_schemas import RobustnessPublic
 from models import pipeline, shards
 from models.catalog import get_benchmark, parse_definition, upsert_benchmark
 from models.entities import Benchmark, LeaderboardEntry, User
@@ -28,7 +28,7 @@ from models.results import complete_submission
 from models.settings import Settings
 from models.stages.pd_robustness import RobustnessResult
 from models.states import SubmissionState
-from models.submissions import create_submission
+from models.submission_intake import create_submission
 
 S = SubmissionState
 NAME = "tinyrobust"

@@ -31,7 +31,7 @@ from models.settings import Settings
 from models.stage_uncertainty import terms_relpath
 from models.stages import registry
 from models.states import SubmissionState
-from models.submissions import create_submission
+from models.submission_intake import create_submission
 
 S = SubmissionState
 NAME = "widerobust"

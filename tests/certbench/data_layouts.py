@@ -1,4 +1,5 @@
-"""Writers of tiny datasets in the exact on-disk layouts ``certbench.data`` reads.
+"""Writers of tiny datasets in the exact on-disk layouts ``certbench.data`` reads, and
+:func:`assert_same`, the check that a loaded set holds exactly what was written.
 
 Tests use them instead of downloads. Other test modules may import them, e.g.::
 
@@ -8,8 +9,8 @@ Tests use them instead of downloads. Other test modules may import them, e.g.::
 e.g. ``sys.path.insert(0, str(Path(__file__).parents[1] / "certbench"))``.)
 
 Images are passed as uint8 numpy arrays of shape (N, 3, H, W), the layout of
-``certbench.data.ImageSet.images``; a Hub folder also accepts PIL images so that tests can write
-malformed data (grayscale, RGBA, mixed sizes).
+``certbench.image_set.ImageSet.images``; a Hub folder also accepts PIL images so that tests can
+write malformed data (grayscale, RGBA, mixed sizes).
 """
 
 from __future__ import annotations
@@ -17,13 +18,17 @@ from __future__ import annotations
 import pickle
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+import torch
 import yaml
 from datasets import ClassLabel, Dataset, Features, Image, Value
 from huggingface_hub.repocard import metadata_load
 from PIL import Image as PILImage
+
+if TYPE_CHECKING:
+    from certbench.image_set import ImageSet
 
 CIFAR10_CLASSES = (
     "airplane",
@@ -49,6 +54,15 @@ def random_images(count: int, *, seed: int = 0, size: int = 32) -> np.ndarray:
 def random_labels(count: int, num_classes: int, *, seed: int = 0) -> np.ndarray:
     """``count`` random int64 labels in [0, num_classes)."""
     return np.random.default_rng(seed + 1).integers(0, num_classes, count, dtype=np.int64)
+
+
+def assert_same(image_set: ImageSet, images: np.ndarray, labels: np.ndarray) -> None:
+    """``image_set`` holds exactly ``images`` and ``labels``, with the dtypes of an ImageSet."""
+    assert image_set.images.dtype == torch.uint8
+    assert image_set.labels.dtype == torch.int64
+    assert image_set.indices.dtype == torch.int64
+    np.testing.assert_array_equal(image_set.images.numpy(), images)
+    np.testing.assert_array_equal(image_set.labels.numpy(), labels)
 
 
 # ----------------------------------------------------------------------------- torchvision

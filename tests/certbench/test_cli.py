@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from certbench.architectures import build_classifier
 from certbench.attacks import RobustnessReport, robust_accuracy
 from certbench.cli import app
-from certbench.data import Subset, load_images
+from certbench.data import load_images
+from certbench.image_set import Subset
 from certbench.loading import load_manifest, load_model, save_weights
 from certbench.metrics import summarize
 from certbench.pd_anchors import AnchorBank, bank_from_image_set

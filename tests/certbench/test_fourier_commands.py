@@ -14,10 +14,11 @@ from data_layouts import random_images, random_labels, write_torchvision_cifar
 from typer.testing import CliRunner
 
 from certbench.architectures import build_classifier
-from certbench.data import Subset, load_images
+from certbench.data import load_images
 from certbench.fourier_commands import register
 from certbench.fourier_records import read_sensitivity_records
 from certbench.fourier_sensitivity import get_protocol, sensitivity_records
+from certbench.image_set import Subset
 from certbench.loading import load_manifest, load_model, save_weights
 from certbench.records import read_metadata
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from certbench.data import Subset, load_images
+from certbench.data import load_images
 from certbench.demo_data import write_demo_dataset
+from certbench.image_set import Subset
 from certbench.loading import load_manifest, load_model
 from certbench.metrics import summarize
 from certbench.smoothing import certify

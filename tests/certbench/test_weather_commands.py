@@ -17,8 +17,9 @@ from typer.testing import CliRunner
 from certbench import weather_commands
 from certbench.architectures import build_classifier
 from certbench.cli import PLUGIN_GROUP
-from certbench.data import Subset, load_images
+from certbench.data import load_images
 from certbench.errors import ThreatModelError
+from certbench.image_set import Subset
 from certbench.loading import load_manifest, load_model, save_weights
 from certbench.weather_attack import attack_base, attack_smoothed
 from certbench.weather_commands import parse_severities, parse_weathers

@@ -23,7 +23,8 @@ from processes import start_worker, wait_for
 from sqlalchemy import select
 from support import TEST_SETS, manifest, revealed_seed, tiny_model, weights_bytes
 
-from certbench.data import Subset, load_images
+from certbench.data import load_images
+from certbench.image_set import Subset
 from certbench.records import read_records
 from certbench.smoothing import certify
 from models import storage

@@ -12,6 +12,17 @@ from scipy import ndimage, stats
 
 from certbench.errors import GeneratorError
 from generators import corruptions_c as cc
+from generators.corruption_ops import (
+    PLASMA_DRAWS,
+    bilinear_sample,
+    disk_kernel,
+    hsv_to_rgb,
+    line_motion_blur,
+    plasma_fractal,
+    rgb_to_hsv,
+)
+from generators.corruption_runs import SEVERITIES, image_rngs
+from generators.frost import frost_textures
 
 NAMES = list(cc.CIFAR_C)
 
@@ -64,14 +75,14 @@ L2_ORDERED = [n for n in NAMES if n not in ("glass_blur", "frost", "elastic_tran
 
 @pytest.mark.parametrize("name", L2_ORDERED)
 def test_severity_monotone_in_l2(name: str, images: np.ndarray) -> None:
-    sizes = [_l2(cc.corrupt(images, name, s, seed=1), images) for s in cc.SEVERITIES]
+    sizes = [_l2(cc.corrupt(images, name, s, seed=1), images) for s in SEVERITIES]
     assert all(b > a for a, b in itertools.pairwise(sizes)), sizes
 
 
 def test_glass_blur_orders_blur_and_shuffle(images: np.ndarray) -> None:
     # sigma .05 < .25 < .4 at one iteration (and .25 < .4 at two): less high-frequency energy;
     # two iterations vs one at equal sigma (s4 vs s2, s5 vs s3): larger displacement from clean.
-    outs = [cc.corrupt(images, "glass_blur", s, seed=1).astype(float) for s in cc.SEVERITIES]
+    outs = [cc.corrupt(images, "glass_blur", s, seed=1).astype(float) for s in SEVERITIES]
     hf = [float(np.mean(ndimage.laplace(o, mode="nearest") ** 2)) for o in outs]
     assert hf[0] > hf[1] > hf[2] and hf[3] > hf[4]
     l2 = [_l2(o, images) for o in outs]
@@ -81,7 +92,7 @@ def test_glass_blur_orders_blur_and_shuffle(images: np.ndarray) -> None:
 def test_frost_amount_grows_with_severity() -> None:
     # On a black probe the output is c1 * texture crop: c1 = .2, .3, .4, .4, .45.
     black = np.zeros((64, 32, 32, 3), np.uint8)
-    amounts = [cc.corrupt(black, "frost", s, seed=1).mean() for s in cc.SEVERITIES]
+    amounts = [cc.corrupt(black, "frost", s, seed=1).mean() for s in SEVERITIES]
     assert all(b > 0.95 * a for a, b in itertools.pairwise(amounts)), amounts
     assert amounts[1] > amounts[0] and amounts[2] > amounts[1] and amounts[4] > amounts[2]
 
@@ -95,7 +106,7 @@ def test_elastic_non_affine_displacement_grows_with_severity() -> None:
     inner = (slice(6, 26), slice(6, 26))
     design = np.stack([cols[inner].ravel(), rows[inner].ravel(), np.ones(400)], axis=1)
     energy = []
-    for s in cc.SEVERITIES:
+    for s in SEVERITIES:
         out = cc.corrupt(probe, "elastic_transform", s, seed=3).astype(float) / 6
         res = []
         for image in out:
@@ -224,8 +235,8 @@ def _literal_plasma(u: np.ndarray, wibbledecay: float, mapsize: int = 32) -> np.
 
 
 def test_plasma_fractal_matches_literal_diamond_square() -> None:
-    u = np.random.default_rng(0).random((3, cc.PLASMA_DRAWS))
-    ours = cc.plasma_fractal(u, 2.5)
+    u = np.random.default_rng(0).random((3, PLASMA_DRAWS))
+    ours = plasma_fractal(u, 2.5)
     for k in range(3):
         np.testing.assert_allclose(ours[k], _literal_plasma(u[k], 2.5), rtol=1e-9, atol=1e-12)
 
@@ -234,7 +245,7 @@ def test_glass_blur_matches_literal_view_swap_loop(images: np.ndarray) -> None:
     severity = 4
     sigma, delta, iterations = cc.CIFAR_C["glass_blur"].constants[severity - 1]
     ours = cc.corrupt(images[:2], "glass_blur", severity, seed=11)
-    rngs = cc.image_rngs(11, "cifar-c", "glass_blur", severity, [0, 1])
+    rngs = image_rngs(11, "cifar-c", "glass_blur", severity, [0, 1])
     for image, rng, got in zip(images[:2], rngs, ours, strict=True):
         draws = cc._sample_glass(rng, image, (sigma, delta, iterations))["shifts"]
         shifts = iter(draws.reshape(-1, 2))
@@ -252,7 +263,7 @@ def test_glass_blur_matches_literal_view_swap_loop(images: np.ndarray) -> None:
 
 
 def test_defocus_matches_full_kernel_correlation(images: np.ndarray) -> None:
-    kernel = cc.disk_kernel(1.5, 0.1)
+    kernel = disk_kernel(1.5, 0.1)
     assert kernel.shape == (17, 17) and abs(kernel.sum() - 1) < 1e-12
     ref = ndimage.correlate(images[:2] / 255.0, kernel[None, :, :, None], mode="mirror")
     ref = np.uint8(np.clip(ref, 0, 1) * 255).astype(int)
@@ -264,26 +275,26 @@ def test_motion_blur_kernel_smears_along_its_angle() -> None:
     # A vertical stripe blurred at angle 0 spreads along rows only; a constant image is unchanged.
     x = np.zeros((1, 32, 32, 1))
     x[0, :, 16] = 255.0
-    out = cc.line_motion_blur(x, 6, 2.0, np.array([0.0]))[0, :, :, 0]
+    out = line_motion_blur(x, 6, 2.0, np.array([0.0]))[0, :, :, 0]
     assert np.allclose(out, out[0:1])  # every row identical
     assert out[0, 16] > 0 and out[0, 10] > 0 and out[0, 17] == 0  # one-sided: reads x + i
     flat = np.full((2, 32, 32, 3), 77.0)
-    np.testing.assert_allclose(cc.line_motion_blur(flat, 9, 2.5, np.array([10.0, -40.0])), flat)
+    np.testing.assert_allclose(line_motion_blur(flat, 9, 2.5, np.array([10.0, -40.0])), flat)
 
 
 def test_hsv_round_trip_and_brightness_raises_value(images: np.ndarray) -> None:
     x = images / 255.0
-    np.testing.assert_allclose(cc.hsv_to_rgb(cc.rgb_to_hsv(x)), x, atol=1e-12)
+    np.testing.assert_allclose(hsv_to_rgb(rgb_to_hsv(x)), x, atol=1e-12)
     out = cc.corrupt(images, "brightness", 2).astype(float) / 255
     expected = np.minimum(x.max(-1) + 0.1, 1.0)
     assert np.abs(out.max(-1) - expected).max() <= 1 / 255 + 1e-9
 
 
 def test_frost_bank_is_fixed_and_textured() -> None:
-    bank = cc.frost_textures()
+    bank = frost_textures()
     assert bank.shape == (5, 192, 192, 3) and bank.dtype == np.uint8
-    cc.frost_textures.cache_clear()
-    np.testing.assert_array_equal(bank, cc.frost_textures())
+    frost_textures.cache_clear()
+    np.testing.assert_array_equal(bank, frost_textures())
     assert bank.std() > 20  # crystals, not a flat wash
 
 
@@ -308,7 +319,7 @@ def test_bilinear_reflections_match_scipy_map_coordinates(border: str, scipy_mod
     image = rng.random((2, 32, 32, 3))
     rows = rng.uniform(-3, 35, (2, 32, 32))
     cols = rng.uniform(-3, 35, (2, 32, 32))
-    ours = cc.bilinear_sample(image, rows, cols, border=border)
+    ours = bilinear_sample(image, rows, cols, border=border)
     for b in range(2):
         for ch in range(3):
             ref = ndimage.map_coordinates(

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from certbench.errors import GeneratorError
 from generators import corruption_commands, corruptions_c, hub
+from generators.corruption_runs import image_rngs
 from generators.frost import PHOTOGRAPHS, load_photographs, procedural_bank, shrink
 
 
@@ -60,7 +61,7 @@ def test_photograph_frost_follows_the_original_draws(tmp_path: Path) -> None:
     indices = np.arange(10, 16)
     level, (c0, c1) = 4, corruptions_c.CIFAR_C["frost"].constants[3]  # black: c0·x = 0
     out = corruptions_c.corrupt(black, "frost", level, seed=3, indices=indices, frost_bank=bank)
-    rngs = corruptions_c.image_rngs(3, "cifar-c", "frost", level, indices)
+    rngs = image_rngs(3, "cifar-c", "frost", level, indices)
     for image, rng in zip(out, rngs, strict=True):
         k = int(rng.integers(5))  # make_cifar_c.py: randint(5), randint(0, rows-32), ...
         rows, cols = bank.textures[k].shape[:2]

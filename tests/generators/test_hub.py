@@ -13,7 +13,7 @@ from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.repocard import metadata_load
 
 from certbench.errors import GeneratorError, PublishError
-from generators import hub
+from generators import hub, hub_publish
 
 CLASSES = [f"class{i}" for i in range(10)]
 
@@ -141,7 +141,7 @@ def _folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _remote(f: hub.LocalFile, *, lfs: bool, same: bool) -> RepoFile:
+def _remote(f: hub_publish.LocalFile, *, lfs: bool, same: bool) -> RepoFile:
     sha = f.sha256 if same else "0" * 64
     blob = f.git_sha1 if same else "1" * 40
     info = {"path": f.path_in_repo, "size": f.size, "oid": blob}
@@ -151,7 +151,7 @@ def _remote(f: hub.LocalFile, *, lfs: bool, same: bool) -> RepoFile:
 
 
 def test_local_files_hash_what_the_hub_compares(tmp_path: Path) -> None:
-    files = {f.path_in_repo: f for f in hub.local_files(_folder(tmp_path))}
+    files = {f.path_in_repo: f for f in hub_publish.local_files(_folder(tmp_path))}
     assert set(files) == {
         "README.md",
         "images/grid.png",
@@ -166,7 +166,7 @@ def test_local_files_hash_what_the_hub_compares(tmp_path: Path) -> None:
 
 
 def test_plan_skips_identical_files_and_bounds_commits(tmp_path: Path) -> None:
-    files = hub.local_files(_folder(tmp_path))
+    files = hub_publish.local_files(_folder(tmp_path))
     by_path = {f.path_in_repo: f for f in files}
     shard1 = by_path["data/fc01_a2_s1/test-00000-of-00001.parquet"]
     remote = {
@@ -177,7 +177,9 @@ def test_plan_skips_identical_files_and_bounds_commits(tmp_path: Path) -> None:
         ".gitattributes": RepoFile(path=".gitattributes", size=1, oid="3" * 40),
     }
     limit = max(f.size for f in files)
-    plan = hub.plan_publish(files, remote, repo="o/n", revision="main", max_commit_bytes=limit)
+    plan = hub_publish.plan_publish(
+        files, remote, repo="o/n", revision="main", max_commit_bytes=limit
+    )
     assert sorted(plan.unchanged) == ["README.md", shard1.path_in_repo]
     uploads = [f.path_in_repo for f in plan.uploads]
     assert "images/grid.png" in uploads and len(uploads) == len(files) - 2
@@ -186,25 +188,27 @@ def test_plan_skips_identical_files_and_bounds_commits(tmp_path: Path) -> None:
     assert plan.remote_only == ["old/file.txt"]
     # a changed README is always uploaded last, after the data it describes
     remote.pop("README.md")
-    plan = hub.plan_publish(files, remote, repo="o/n", revision="main", max_commit_bytes=1 << 30)
+    plan = hub_publish.plan_publish(
+        files, remote, repo="o/n", revision="main", max_commit_bytes=1 << 30
+    )
     assert len(plan.commits) == 1 and plan.commits[-1][-1].path_in_repo == "README.md"
 
 
 def test_publish_refuses_incomplete_folders_and_bad_repo_ids(tmp_path: Path) -> None:
     folder = _folder(tmp_path)
     with pytest.raises(PublishError, match="ORG/NAME"):
-        hub.publish(folder, "no-slash", dry_run=True)
+        hub_publish.publish(folder, "no-slash", dry_run=True)
     hub.checksum_path(folder, "fc02_a2_s1").unlink()
     with pytest.raises(PublishError, match="incomplete"):
-        hub.publish(folder, "o/n", dry_run=True)
+        hub_publish.publish(folder, "o/n", dry_run=True)
     with pytest.raises(PublishError, match="not a generated dataset folder"):
-        hub.publish(tmp_path / "data", "o/n", dry_run=True)
+        hub_publish.publish(tmp_path / "data", "o/n", dry_run=True)
 
 
 def test_dry_run_plans_every_file_without_network(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     lines: list[str] = []
-    result = hub.publish(_folder(tmp_path), "o/n", dry_run=True, log=lines.append)
+    result = hub_publish.publish(_folder(tmp_path), "o/n", dry_run=True, log=lines.append)
     assert result.dry_run and not result.plan.remote_checked
     assert len(result.plan.uploads) == 6
     assert any("+ README.md" in line for line in lines)
@@ -234,7 +238,7 @@ class FakeHubApi:
     the full tree after it (LFS entries carry the sha256 ``same_as`` compares)."""
 
     def __init__(self) -> None:
-        self.commits: list[tuple[str, dict[str, hub.LocalFile]]] = []
+        self.commits: list[tuple[str, dict[str, hub_publish.LocalFile]]] = []
 
     def repo_exists(self, repo: str, **kwargs: object) -> bool:
         return bool(self.commits)
@@ -262,9 +266,9 @@ class FakeHubApi:
         tree = dict(self.commits[-1][1])
         for op in operations:
             path = Path(op.path_or_fileobj)
-            tree[op.path_in_repo] = hub.LocalFile(
+            tree[op.path_in_repo] = hub_publish.LocalFile(
                 op.path_in_repo, path, path.stat().st_size, hub.sha256_file(path),
-                hub.git_blob_sha1(path),
+                hub_publish.git_blob_sha1(path),
             )  # fmt: skip
         oid = hashlib.sha1(f"commit {len(self.commits)}".encode()).hexdigest()
         self.commits.append((oid, tree))
@@ -273,7 +277,7 @@ class FakeHubApi:
 
 def test_publish_names_full_commit_ids_also_when_nothing_changed(tmp_path: Path) -> None:
     folder, api, lines = _folder(tmp_path), FakeHubApi(), []
-    first = hub.publish(folder, "o/n", max_commit_bytes=1 << 30, log=lines.append, api=api)
+    first = hub_publish.publish(folder, "o/n", max_commit_bytes=1 << 30, log=lines.append, api=api)
     head = api.commits[-1][0]
     assert len(head) == 40 and first.head == head and first.commit_ids == [head]
     assert f"commit 1/1 {head}: 6 files" in lines
@@ -282,7 +286,7 @@ def test_publish_names_full_commit_ids_also_when_nothing_changed(tmp_path: Path)
         first.summary()
     )
     lines.clear()
-    again = hub.publish(folder, "o/n", max_commit_bytes=1 << 30, log=lines.append, api=api)
+    again = hub_publish.publish(folder, "o/n", max_commit_bytes=1 << 30, log=lines.append, api=api)
     assert again.plan.uploads == [] and again.commit_ids == [] and len(api.commits) == 2
     assert again.head == head and f"o/n@main is at commit {head}" in again.summary()
     assert lines == [f"o/n@main is at commit {head}: 6 files already identical there; 0 to upload"]

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from certbench.errors import PublishError
 from certbench.provenance import find_local_paths
-from generators import commands, corruption_commands, hub
+from generators import commands, corruption_commands, hub, hub_publish
 
 N = 4
 
@@ -61,14 +61,14 @@ GENERATORS = {
 }
 
 
-def published(out: Path) -> list[hub.LocalFile]:
-    files = hub.local_files(out)
+def published(out: Path) -> list[hub_publish.LocalFile]:
+    files = hub_publish.local_files(out)
     assert any(f.path_in_repo == "README.md" for f in files)
     assert any(f.path_in_repo.endswith(hub.CHECKSUM_NAME) for f in files)
     return files
 
 
-def assert_no_local_path(files: list[hub.LocalFile], *local: Path) -> None:
+def assert_no_local_path(files: list[hub_publish.LocalFile], *local: Path) -> None:
     for f in files:
         data = f.local.read_bytes()
         for path in local:
@@ -120,7 +120,7 @@ def test_publish_refuses_a_card_that_names_a_local_path(
     readme = out / "README.md"
     readme.write_text(readme.read_text() + "\nSource: /home/alice/cifar-10-batches-py\n")
     with pytest.raises(PublishError, match=re.escape("names the local path '/home/alice")):
-        hub.publish(out, "my-org/cifar10-c", dry_run=True, log=lambda _: None)
+        hub_publish.publish(out, "my-org/cifar10-c", dry_run=True, log=lambda _: None)
 
 
 @pytest.mark.parametrize("generator", ["cifar-f", "cifar-c-bar", "weather"])

@@ -118,7 +118,7 @@ def test_the_simulator_is_certbench_weather_and_keeps_the_published_streams() ->
     """The attack (certbench) and the generator must share one simulator and one stream
     definition: the random test sets' draws are the attack's first start points."""
     from certbench import weather as core
-    from generators.corruptions_c import image_rngs
+    from generators.corruption_runs import image_rngs
 
     assert w.render_mask is core.render_mask and w.sprite_bank is core.sprite_bank
     indices = [0, 7, 9999]

@@ -23,7 +23,7 @@ from models.results import complete_submission
 from models.settings import Settings
 from models.stages.base import ShardSpec
 from models.states import SubmissionState
-from models.submissions import Upload, create_submission
+from models.submission_intake import Upload, create_submission
 
 S = SubmissionState
 

@@ -17,7 +17,8 @@ from models.entities import Artifact, WeightsFile
 from models.errors import ConflictError
 from models.settings import Settings
 from models.states import Reason, SubmissionState
-from models.submissions import create_submission, rerun
+from models.submission_intake import create_submission
+from models.submissions import rerun
 from models.work import get_work_item
 
 S = SubmissionState

@@ -16,7 +16,7 @@ from models.entities import Role, Submission, User
 from models.errors import IntakeError, QuotaExceededError
 from models.settings import Settings
 from models.states import Reason, SubmissionState
-from models.submissions import create_submission
+from models.submission_intake import create_submission
 
 S = SubmissionState
 

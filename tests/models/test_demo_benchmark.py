@@ -27,7 +27,7 @@ from models.generated_datasets import (
 from models.reference_entries import packaged_references
 from models.settings import Settings
 from models.stages.inputs import data_hashes, images_for
-from models.submissions import Upload, create_submission
+from models.submission_intake import Upload, create_submission
 from models.work import get_work_item
 
 DEMO = "demo-digits"

@@ -26,7 +26,7 @@ from models.catalog import get_benchmark
 from models.entities import Benchmark, Role, Submission, User
 from models.errors import IntakeError, NotFoundError
 from models.settings import Settings
-from models.submissions import Upload, create_submission
+from models.submission_intake import Upload, create_submission
 
 NASTY_TEXT = ["", "\x00", "a\x00b", "tab\there", "\x7f", "\x85", "\u202e", "\ud800", "m" * 129,
               "é" * 128, "💥" * 64, "tiny"]  # fmt: skip

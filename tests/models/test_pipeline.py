@@ -22,7 +22,7 @@ from models.results import complete_submission
 from models.settings import Settings
 from models.stages.base import ShardSpec
 from models.states import ACTIVE_STATES, Reason, SubmissionState
-from models.submissions import create_submission
+from models.submission_intake import create_submission
 from models.work import get_work_item
 
 S = SubmissionState

@@ -12,15 +12,9 @@ from models.entities import Artifact, Role, Submission
 from models.errors import InvalidTransitionError, NotFoundError, QuotaExceededError
 from models.settings import Settings
 from models.states import Reason, SubmissionState
-from models.submissions import (
-    cancel,
-    create_submission,
-    get_visible,
-    queue_position,
-    quota_usage,
-    rerun,
-    set_moderation,
-)
+from models.submission_intake import create_submission
+from models.submission_quotas import quota_usage
+from models.submissions import cancel, get_visible, queue_position, rerun, set_moderation
 from models.work import get_work_item
 
 S = SubmissionState

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from api.schemas import ResultsPublic, TestSetResultPublic
+from api.result_schemas import ResultsPublic, TestSetResultPublic
 from api.web.figures import (
     RADIUS_GRID,
     SetCurves,

@@ -8,19 +8,10 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from api.web.plots import (
-    DASHES,
-    HATCHES,
-    OKABE_ITO,
-    RADIUS_AXIS_LABEL,
-    Axis,
-    Bars,
-    Series,
-    bar_chart,
-    compact,
-    heatmap,
-    line_chart,
-)
+from api.web.bar_chart import Bars, bar_chart
+from api.web.heatmap_chart import heatmap
+from api.web.line_chart import Series, compact, line_chart
+from api.web.plots import DASHES, HATCHES, OKABE_ITO, RADIUS_AXIS_LABEL, Axis
 
 SVG = "{http://www.w3.org/2000/svg}"
 

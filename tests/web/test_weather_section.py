@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from api.schemas import ResultsPublic, StageResultPublic
+from api.result_schemas import ResultsPublic, StageResultPublic
 from api.web.stages import weather_attack as section
 from models.states import SubmissionState
 

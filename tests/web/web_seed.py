@@ -1,7 +1,7 @@
 """Seed a service database for the web tests, only through the service layer.
 
 Benchmarks are loaded from definitions (``models.catalog``), submissions created by
-``models.submissions.create_submission`` and driven through the real pipeline functions
+``models.submission_intake.create_submission`` and driven through the real pipeline functions
 (``models.pipeline`` transitions, shard records written with ``certbench.records``, aggregation by
 ``models.results.complete_submission``), so every number on a page comes from the same code path as
 in production. Records are realistic: counts drawn per image, bounds and radii from
@@ -35,7 +35,8 @@ from models.results import complete_submission
 from models.settings import Settings
 from models.stages.base import ShardSpec
 from models.states import SubmissionState
-from models.submissions import Upload, create_submission, set_moderation
+from models.submission_intake import Upload, create_submission
+from models.submissions import set_moderation
 
 S = SubmissionState
 N_SAMPLES = 1000

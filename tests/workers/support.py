@@ -2,8 +2,8 @@
 
 A benchmark of two test sets of a few images in the Hub layout (written with the data helper's
 ``write_hub_folder``), a randomly initialised ``cifar_resnet20``, its manifest, and submissions
-created through the service's intake (``models.submissions``) for tests that skip the HTTP API.
-Everything is sized for seconds of CPU: 2 images per test set, n0=4, n=16.
+created through the service's intake (``models.submission_intake``) for tests that skip the HTTP
+API. Everything is sized for seconds of CPU: 2 images per test set, n0=4, n=16.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from torch import nn
 
 from certbench.architectures import build_classifier
 from certbench.loading import save_weights
-from models import pipeline, run_seeds, submissions
+from models import pipeline, run_seeds, submission_intake
 from models.accounts import create_user
 from models.catalog import get_benchmark, parse_definition, upsert_benchmark
 from models.entities import Benchmark, Submission, User
 from models.settings import Settings
 from models.states import SubmissionState
-from models.submissions import Upload
+from models.submission_intake import Upload
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "certbench"))
 from data_layouts import CIFAR10_CLASSES, write_hub_folder
@@ -187,7 +187,7 @@ def create_submission(
         architecture=manifest_doc["architecture"]["name"],
         sigma=manifest_doc["smoothing"]["sigma"],
     )
-    submission = submissions.create_submission(
+    submission = submission_intake.create_submission(
         session,
         user=owner,
         benchmark=get_benchmark(session, benchmark),

@@ -35,13 +35,14 @@ from support import (
 from typer.testing import CliRunner
 
 from api.main import create_app
-from certbench.data import Subset, load_images
+from certbench.data import load_images
 from certbench.figure_terms import figure_interval
 from certbench.fourier_commands import register
 from certbench.fourier_heatmap import assemble_heatmap, summarize_heatmap
 from certbench.fourier_protocol import get_protocol
 from certbench.fourier_records import read_sensitivity_records
 from certbench.fourier_sensitivity import sensitivity_records
+from certbench.image_set import Subset
 from certbench.provenance import config_sha256
 from certbench.records import read_metadata
 from certbench.stage_terms import sensitivity_terms

@@ -36,7 +36,8 @@ from typer.testing import CliRunner
 
 from certbench.attacks import RobustnessReport, robust_accuracy
 from certbench.cli import app as cli
-from certbench.data import Subset, load_images
+from certbench.data import load_images
+from certbench.image_set import Subset
 from certbench.pd_anchors import AnchorBank, build_anchor_bank
 from certbench.pd_threat import PDThreat
 from certbench.random_streams import derive_seed

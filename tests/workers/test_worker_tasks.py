@@ -24,8 +24,9 @@ from support import (
     write_hub_folder,
 )
 
-from certbench.data import Subset, load_images
+from certbench.data import load_images
 from certbench.errors import DataSourceError, DataUnavailableError
+from certbench.image_set import Subset
 from certbench.records import read_records
 from certbench.smoothing import certify
 from models import pipeline, storage

@@ -38,8 +38,9 @@ from support import (
 from typer.testing import CliRunner
 
 from api.main import create_app
-from certbench.data import Subset, load_images
+from certbench.data import load_images
 from certbench.figure_terms import figure_interval, terms_from_table
+from certbench.image_set import Subset
 from certbench.records import read_metadata, read_table
 from certbench.stage_terms import weather_terms
 from certbench.weather_attack import attack_base, attack_smoothed

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from api.schemas import BenchmarkPublic, ResultsPublic
+from api.benchmark_schemas import BenchmarkPublic
+from api.result_schemas import ResultsPublic
 from models.stages import registry
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from api.schemas import ResultsPublic, StageResultPublic
+from api.result_schemas import ResultsPublic, StageResultPublic
 from models.stages.fourier_lens import BASE, METRICS, PAPER, figure_specs
 
 STAGE = "fourier_lens"

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from markupsafe import Markup
 
-from api.schemas import ResultsPublic
+from api.result_schemas import ResultsPublic
 from api.web.frequency_heatmap import frequency_heatmap
 from models.stages.fourier_sensitivity import BANDS, MERGED
 from models.stages.fourier_text import band_edges, cost_text

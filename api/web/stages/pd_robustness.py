@@ -12,8 +12,9 @@ from typing import Any
 
 from markupsafe import Markup
 
-from api.schemas import ResultsPublic, RobustnessPublic
-from api.web.plots import Axis, Bars, Layout, bar_chart
+from api.result_schemas import ResultsPublic, RobustnessPublic
+from api.web.bar_chart import Bars, bar_chart
+from api.web.plots import Axis, Layout
 
 STAGE = "pd_robustness"
 TEMPLATE = "stages/pd_robustness.html"

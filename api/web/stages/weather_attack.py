@@ -15,8 +15,9 @@ from typing import Any
 
 from markupsafe import Markup
 
-from api.schemas import ResultsPublic, StageResultPublic
-from api.web.plots import Axis, Bars, Layout, bar_chart
+from api.result_schemas import ResultsPublic, StageResultPublic
+from api.web.bar_chart import Bars, bar_chart
+from api.web.plots import Axis, Layout
 
 STAGE = "weather_attack"
 TEMPLATE = "stages/weather_attack.html"

@@ -1,46 +1,28 @@
-"""HTML pages of the leaderboard: server-rendered with Jinja2, reading only the service layer.
-
-Every page works without JavaScript (tables, forms, links and SVG figures are all in the HTML);
-``static/certbench.js`` only adds conveniences. Errors become HTML pages with the same status
-codes the REST API uses (``api.errors.status_for``).
+"""Public pages of the leaderboard: home (benchmarks with their top entries), a benchmark's
+ranked entries, one entry's model page (and the figure files its stages stored) and the
+side-by-side comparison of two to four entries. Server-rendered with Jinja2
+(``api.web.rendering``), reading only the service layer, like the REST API.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, Query, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
-from fastapi.routing import APIRoute
-from fastapi.templating import Jinja2Templates
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse
 from pydantic import Field
 
+from api.benchmark_schemas import BenchmarkPublic
 from api.deps import MAX_ID, RowId, SessionDep, SettingsDep
-from api.errors import status_for
-from api.schemas import BenchmarkPublic, ResultsPublic
+from api.result_schemas import ResultsPublic
 from api.services import leaderboards as lb_service
 from api.services import submissions as sub_service
 from api.services.analysis_data import has_analysis
 from api.web import figures
 from api.web import stages as stage_web
-from api.web.auth import (
-    WebViewer,
-    check_same_origin,
-    clear_token_cookie,
-    set_token_cookie,
-)
-from api.web.datasets import (
-    card_figures,
-    figure_file,
-    local_configs,
-    sample_grid_png,
-    spectra_chart,
-)
+from api.web.auth import WebViewer
 from api.web.leaderboard_view import (
     DEFAULT_PAGE_SIZE,
     PAGE_SIZES,
@@ -49,134 +31,20 @@ from api.web.leaderboard_view import (
     certified_columns,
     metric_columns,
 )
+from api.web.rendering import MAX_COMPARE, HTMLRoute, render
 from certbench.architectures import available_architectures
-from certbench.errors import CertbenchError
 from certbench.metrics import RADII
-from models.accounts import authenticate
 from models.catalog import get_benchmark
-from models.errors import AuthenticationError, IntakeError, NotFoundError
+from models.errors import IntakeError, NotFoundError
 from models.leaderboard import LeaderboardQuery
 from models.states import ACTIVE_STATES
 from models.submissions import get_visible
 
-WEB_DIR = Path(__file__).parent
-templates = Jinja2Templates(directory=WEB_DIR / "templates")
-MAX_COMPARE = 4
-OVERLAY_OTHERS = 3
-HOME_TOP = 3
-
-
-# ---- formatting helpers available in every template ------------------------------------------
-
-
-def _percent(value: float | None) -> str:
-    return "–" if value is None else f"{value * 100:.1f}%"
-
-
-def _fixed(value: float | None, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
-
-
-def _date(value: Any) -> str:
-    return value.strftime("%Y-%m-%d") if value else "–"
-
-
-def _datetime(value: Any) -> str:
-    return value.strftime("%Y-%m-%d %H:%M UTC") if value else "–"
-
-
-def _metric(value: float | None, kind: str) -> str:
-    if kind == "percent":
-        return _percent(value)
-    return _fixed(value)
-
-
-def _count(value: float | None) -> str:
-    """A count or rate with thousands separators ("1,900"); small rates keep a decimal."""
-    if value is None:
-        return "–"
-    return f"{value:,.1f}" if 0 < abs(value) < 10 and value != int(value) else f"{value:,.0f}"
-
-
-def _duration(seconds: float | None) -> str:
-    """A time span as people say it: "about 3 min", "about 2 h 10 min", "about 3 days 4 h"."""
-    if seconds is None:
-        return "–"
-    minutes = round(seconds / 60)
-    if seconds < 60:
-        return f"about {max(1, round(seconds))} s"
-    if minutes < 60:
-        return f"about {minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"about {hours} h {minutes} min" if minutes else f"about {hours} h"
-    days, hours = divmod(hours, 24)
-    return f"about {days} day{'s' if days > 1 else ''} {hours} h"
-
-
-templates.env.filters.update(
-    percent=_percent,
-    fixed=_fixed,
-    date=_date,
-    datetime=_datetime,
-    metric=_metric,
-    count=_count,
-    duration=_duration,
-)
-templates.env.globals.update(max_compare=MAX_COMPARE)
-
-
-# ---- errors as HTML ---------------------------------------------------------------------------
-
-
-class HTMLRoute(APIRoute):
-    """Service errors and bad query strings render the error page instead of JSON."""
-
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
-        handler = super().get_route_handler()
-
-        async def render_errors(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except CertbenchError as err:
-                if status_for(err) == 500:
-                    raise  # not a client error: the app's handler logs it and answers 500
-                return _error_page(request, status_for(err), str(err))
-            except RequestValidationError as err:
-                fields = "; ".join(
-                    f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}"
-                    for e in err.errors()
-                )
-                return _error_page(request, 422, f"invalid request: {fields}")
-
-        return render_errors
-
-
-def _error_page(request: Request, status: int, message: str) -> Response:
-    response = templates.TemplateResponse(
-        request,
-        "error.html",
-        {"status": status, "message": message, "viewer": None},
-        status_code=status,
-    )
-    if status == 401:
-        clear_token_cookie(response)
-    return response
-
-
 router = APIRouter(route_class=HTMLRoute, include_in_schema=False)
 #: Ids in query strings, bounded like ``RowId`` so an absurd id is a 422 page, never a 500.
 WebId = Annotated[int, Field(ge=1, le=MAX_ID)]
-
-
-def render(
-    request: Request, template: str, context: dict[str, Any], *, status_code: int = 200
-) -> HTMLResponse:
-    """Render a page; drop a cookie whose token stopped working since sign-in."""
-    response = templates.TemplateResponse(request, template, context, status_code=status_code)
-    if getattr(request.state, "stale_cookie", False):
-        clear_token_cookie(response)
-    return response
+OVERLAY_OTHERS = 3
+HOME_TOP = 3
 
 
 # ---- home -------------------------------------------------------------------------------------
@@ -479,189 +347,3 @@ def compare_page(
             "names": {e.submission_id: _label(e) for e in entries},
         },
     )
-
-
-# ---- sign-in and submissions (owner pages) ----------------------------------------------------
-
-
-def _safe_next(target: str) -> str:
-    """Only same-site paths are followed after sign-in (no open redirect)."""
-    if target.startswith("/") and not target.startswith("//") and "\\" not in target:
-        return target
-    return "/submissions"
-
-
-@router.get("/login", response_class=HTMLResponse, name="web_login")
-def login_form(
-    request: Request, viewer: WebViewer, next: Annotated[str, Query(max_length=500)] = ""
-) -> HTMLResponse:
-    return render(request, "login.html", {"viewer": viewer, "next": _safe_next(next), "error": ""})
-
-
-@router.post("/login", name="web_login_post")
-def login(
-    request: Request,
-    session: SessionDep,
-    token: Annotated[str, Form(max_length=200)],
-    next: Annotated[str, Form(max_length=500)] = "",
-) -> Response:
-    """Check the API token and keep it in an HttpOnly cookie (see ``api.web.auth``)."""
-    check_same_origin(request)
-    try:
-        authenticate(session, token.strip())
-    except AuthenticationError as err:
-        return render(
-            request,
-            "login.html",
-            {"viewer": None, "next": _safe_next(next), "error": str(err)},
-            status_code=401,
-        )
-    response = RedirectResponse(_safe_next(next), status_code=303)
-    set_token_cookie(request, response, token.strip())
-    return response
-
-
-@router.post("/logout", name="web_logout")
-def logout(request: Request) -> Response:
-    check_same_origin(request)
-    response = RedirectResponse("/", status_code=303)
-    clear_token_cookie(response)
-    return response
-
-
-def _sign_in_first(request: Request) -> RedirectResponse:
-    return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
-
-
-@router.get("/submissions", response_class=HTMLResponse, name="web_submissions")
-def my_submissions(
-    request: Request,
-    session: SessionDep,
-    settings: SettingsDep,
-    viewer: WebViewer,
-    page: Annotated[int, Query(ge=1, le=100_000)] = 1,
-) -> Response:
-    """The signed-in user's submissions, newest first."""
-    if viewer is None:
-        return _sign_in_first(request)
-    listing = sub_service.list_own(
-        session, user=viewer, state=None, offset=(page - 1) * DEFAULT_PAGE_SIZE,
-        limit=DEFAULT_PAGE_SIZE, settings=settings,
-    )  # fmt: skip
-    pager = Pager.of(total=listing.total, page=page, per_page=DEFAULT_PAGE_SIZE)
-    return render(
-        request, "submissions.html", {"viewer": viewer, "listing": listing, "pager": pager}
-    )
-
-
-@router.get("/submissions/{submission_id}", response_class=HTMLResponse, name="web_status")
-def submission_status(
-    request: Request,
-    session: SessionDep,
-    settings: SettingsDep,
-    viewer: WebViewer,
-    submission_id: RowId,
-) -> Response:
-    """State, reason, progress of every stage and unit, throughput, ETA, the estimated work and
-    the queue position; refreshes while active. The figures are ``/progress``'s."""
-    if viewer is None:
-        return _sign_in_first(request)
-    status, report = sub_service.status_with_progress(
-        session, submission_id, viewer=viewer, settings=settings
-    )
-    return render(
-        request,
-        "status.html",
-        {
-            "viewer": viewer,
-            "s": status,
-            "p": report,
-            "active": status.state in ACTIVE_STATES,
-        },
-    )
-
-
-@router.post("/submissions/{submission_id}/cancel", name="web_cancel")
-def cancel_submission(
-    request: Request,
-    session: SessionDep,
-    settings: SettingsDep,
-    viewer: WebViewer,
-    submission_id: RowId,
-) -> Response:
-    check_same_origin(request)
-    if viewer is None:
-        return _sign_in_first(request)
-    sub_service.cancel(session, submission_id, user=viewer, settings=settings)
-    return RedirectResponse(f"/submissions/{submission_id}", status_code=303)
-
-
-# ---- datasets ---------------------------------------------------------------------------------
-
-
-@router.get("/datasets", response_class=HTMLResponse, name="web_datasets")
-def datasets_page(request: Request, session: SessionDep, viewer: WebViewer) -> HTMLResponse:
-    return render(
-        request, "datasets.html", {"viewer": viewer, "datasets": lb_service.datasets(session)}
-    )
-
-
-def _dataset(session: SessionDep, repo: str) -> Any:
-    for dataset in lb_service.datasets(session):
-        if dataset.repo == repo:
-            return dataset
-    raise NotFoundError(f"dataset {repo!r} is not used by any benchmark")
-
-
-@router.get("/datasets/{owner}/{name}", response_class=HTMLResponse, name="web_dataset")
-def dataset_page(
-    request: Request,
-    session: SessionDep,
-    settings: SettingsDep,
-    viewer: WebViewer,
-    owner: str,
-    name: str,
-) -> HTMLResponse:
-    """Configs with their ``load_dataset`` one-liners; sample grids and spectra when local."""
-    repo = f"{owner}/{name}"
-    dataset = _dataset(session, repo)
-    local = local_configs(session, repo, settings=settings)
-    spectra, problem = None, ""
-    try:
-        spectra = spectra_chart(local)
-    except NotFoundError as err:  # a broken local copy: the page still lists configs and links
-        problem = str(err)
-    return render(
-        request,
-        "dataset.html",
-        {
-            "viewer": viewer,
-            "dataset": dataset,
-            "local": local,
-            "figures": sorted(card_figures(local)),
-            "spectra": spectra,
-            "problem": problem,
-        },
-    )
-
-
-@router.get("/datasets/{owner}/{name}/samples/{config}.png", name="web_dataset_samples")
-def dataset_samples(
-    session: SessionDep, settings: SettingsDep, owner: str, name: str, config: str
-) -> Response:
-    local = local_configs(session, f"{owner}/{name}", settings=settings)
-    if config not in local:
-        raise NotFoundError(f"config {config!r} of {owner}/{name} has no local copy")
-    return Response(
-        sample_grid_png(local[config]),
-        media_type="image/png",
-        headers={"Cache-Control": "public, max-age=3600"},
-    )
-
-
-@router.get("/datasets/{owner}/{name}/figures/{filename}", name="web_dataset_figure")
-def dataset_figure(
-    session: SessionDep, settings: SettingsDep, owner: str, name: str, filename: str
-) -> FileResponse:
-    local = local_configs(session, f"{owner}/{name}", settings=settings)
-    return FileResponse(figure_file(local, filename))
