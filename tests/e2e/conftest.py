@@ -49,8 +49,11 @@ START_REDIS = (
     "`redis-server --daemonize yes`, or `docker run -d -p 6379:6379 redis:7`."
 )
 
-#: Timings small enough for a test, in the order the worker requires: soft < hard < visibility
-#: < lease, heartbeat at most half the lease. A killed worker's shard is re-delivered after 45 s.
+#: Timings small enough for a test, in the order the worker requires (workers/config.py): soft <
+#: hard < visibility timeout, heartbeat at most half the lease. A killed worker's shard is sent
+#: again by the watchdog's reconciler once its claim lapses (lease 20 s after the last heartbeat,
+#: then the next 5 s watchdog round), before Redis re-delivers the dead worker's message (45 s),
+#: which then finds the shard claimed or recorded and does nothing: the deployment defaults' order.
 SERVICE_ENV = {
     "CERTBENCH_SHARD_SIZE": "1",
     "CERTBENCH_WORKER_DEVICE": "cpu",
@@ -58,7 +61,7 @@ SERVICE_ENV = {
     "CERTBENCH_SHARD_SOFT_TIME_LIMIT_SECONDS": "30",
     "CERTBENCH_SHARD_TIME_LIMIT_SECONDS": "40",
     "CERTBENCH_VISIBILITY_TIMEOUT_SECONDS": "45",
-    "CERTBENCH_LEASE_SECONDS": "120",
+    "CERTBENCH_LEASE_SECONDS": "20",
     "CERTBENCH_WATCHDOG_INTERVAL_SECONDS": "5",
     "CERTBENCH_MAX_WEIGHTS_BYTES": str(3 * 1024 * 1024),
     "CERTBENCH_QUOTA_CONCURRENT": "20",

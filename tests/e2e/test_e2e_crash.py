@@ -2,9 +2,9 @@
 finishes with exactly one result per test set, no duplicate shards and the records of an
 undisturbed run.
 
-The killed shard's message stays unacknowledged in Redis (acks_late) and is re-delivered after
-the visibility timeout (45 s here, below the 120 s lease, so the watchdog does not fail the run
-first); finished shards are not recomputed.
+The killed shard's claim lapses with its lease (20 s here) and the watchdog's reconciler sends it
+again; its message, unacknowledged in Redis (acks_late), is re-delivered after the visibility
+timeout (45 s) and finds the shard claimed or recorded. Finished shards are not recomputed.
 """
 
 from __future__ import annotations

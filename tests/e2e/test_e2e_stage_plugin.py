@@ -3,8 +3,9 @@
 ``toy_stage`` is registered in the API and the worker processes by ``CERTBENCH_STAGE_PLUGINS``
 (see ``conftest.SERVICE_ENV``); no pipeline, task, lease or migration code names it. The worker is
 killed with SIGKILL while a toy shard sleeps inside ``run``; a new worker resumes, the killed
-shard's message comes back from Redis after the visibility timeout, and every toy shard is
-recorded exactly once with the values of an undisturbed run.
+shard is sent again once its claim lapses (and its message comes back from Redis after the
+visibility timeout, finding it done), and every toy shard is recorded exactly once with the
+values of an undisturbed run.
 """
 
 from __future__ import annotations
