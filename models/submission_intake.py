@@ -80,6 +80,20 @@ class Upload:
     def manifest_sha256(self) -> str:
         return manifest_sha256(self.manifest)
 
+    def submission_columns(self) -> dict[str, Any]:
+        """What the submitter says about the model: the same on a new run and on a duplicate
+        of an existing one (each submitter's own name, privacy, venue and licence)."""
+        return {
+            "is_private": self.is_private,
+            "model_name": self.model_name,
+            "architecture": self.architecture,
+            "sigma": self.sigma,
+            "extra_data": self.extra_data,
+            "venue": self.venue,
+            "weights_public": self.weights_public,
+            "weights_license": self.weights_license,
+        }
+
 
 def manifest_sha256(manifest: dict[str, Any]) -> str:
     """Hash of the canonical JSON form of a manifest (key order and spacing do not matter)."""
@@ -160,14 +174,7 @@ def _create_once(
             artifact_id=artifact.id,
             state=S.SUBMITTED,
             message="waiting for validation",
-            is_private=upload.is_private,
-            model_name=upload.model_name,
-            architecture=upload.architecture,
-            sigma=upload.sigma,
-            extra_data=upload.extra_data,
-            venue=upload.venue,
-            weights_public=upload.weights_public,
-            weights_license=upload.weights_license,
+            **upload.submission_columns(),
             protocol_version=benchmark.protocol_version,
             dedup_key=key,
             is_baseline=upload.is_baseline,
@@ -214,14 +221,7 @@ def _create_duplicate(
         state=S.DUPLICATE,
         reason=Reason.DUPLICATE.value,
         message=message,
-        is_private=upload.is_private,
-        model_name=upload.model_name,
-        architecture=upload.architecture,
-        sigma=upload.sigma,
-        extra_data=upload.extra_data,
-        venue=upload.venue,
-        weights_public=upload.weights_public,
-        weights_license=upload.weights_license,
+        **upload.submission_columns(),
         protocol_version=original.protocol_version,
         dedup_key=key,
         duplicate_of_id=original.id,
