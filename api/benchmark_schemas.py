@@ -121,7 +121,9 @@ class DataAvailabilityFields(BaseModel):
     )
 
 
-class BenchmarkPublic(DataAvailabilityFields):
+class BenchmarkFields(DataAvailabilityFields):
+    """What a benchmark is, the same in its full answer and in the list's summary."""
+
     name: str
     title: str
     description: str
@@ -131,6 +133,9 @@ class BenchmarkPublic(DataAvailabilityFields):
     definition_version: int
     protocol: ProtocolPublic
     bands: dict[str, list[str]]
+
+
+class BenchmarkPublic(BenchmarkFields):
     test_sets: list[TestSetPublic]
     entries: int = Field(description="finished public entries on the leaderboard")
     robustness: dict[str, Any] | None = Field(
@@ -222,19 +227,10 @@ class TestSetBrief(BaseModel):
     source: str = Field(description="where this server reads it from (``source.label``)")
 
 
-class BenchmarkSummary(DataAvailabilityFields):
+class BenchmarkSummary(BenchmarkFields):
     """A benchmark as ``GET /api/v1/benchmarks`` lists it: what to submit to, without each test
     set's details (``GET /api/v1/benchmarks/{name}`` has them)."""
 
-    name: str
-    title: str
-    description: str
-    base_dataset: str
-    num_classes: int
-    sigmas: list[float]
-    definition_version: int
-    protocol: ProtocolPublic
-    bands: dict[str, list[str]]
     entries: int = Field(description="finished public entries on the leaderboard")
     robustness: dict[str, Any] | None = Field(
         default=None,

@@ -22,6 +22,12 @@ HUB_ALIASES: Mapping[str, str] = {"cifar10": "uoft-cs/cifar10", "cifar100": "uof
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 
 
+def alias_of(repo: str) -> str:
+    """The short name users type for a Hub repo (``cifar10`` for ``uoft-cs/cifar10``), else the
+    repo id itself: what commands printed as advice should name."""
+    return next((alias for alias, hub_id in HUB_ALIASES.items() if hub_id == repo), repo)
+
+
 def is_hub_id(source: str) -> bool:
     """Whether ``source`` has the shape of a Hub dataset id (``org/name``)."""
     return HUB_ID.fullmatch(source) is not None and not source.startswith(".")

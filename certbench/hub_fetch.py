@@ -30,7 +30,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from certbench.dataset_names import HUB_ALIASES, is_hub_id, unknown_name_message
+from certbench.dataset_names import HUB_ALIASES, alias_of, is_hub_id, unknown_name_message
 from certbench.errors import DataSourceError
 from certbench.pinned_sources import PinnedSource, pinned_source
 
@@ -208,7 +208,7 @@ def _verify(folder: Path, pin: PinnedSource | None) -> tuple[str, ...]:
         return ()
     problems = copy_problems(folder, pin)
     if problems:
-        alias = next((a for a, r in HUB_ALIASES.items() if r == pin.repo), pin.repo)
+        alias = alias_of(pin.repo)
         raise DataSourceError(
             f"the copy of {pin.repo} at {folder} is not the pinned commit {pin.commit}: "
             f"{'; '.join(problems)}. Replace it with `certbench datasets fetch {alias} --force`"

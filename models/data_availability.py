@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from certbench.dataset_names import HUB_ALIASES
+from certbench.dataset_names import alias_of
 from certbench.errors import DataSourceError
 from models.content_hashes import config_content_sha256
 from models.data_pins import pinned_revision
@@ -42,7 +42,6 @@ from models.settings import Settings
 from models.work import hub_mirror
 
 CACHE_SECONDS = 10.0
-_ALIAS_OF = {repo: alias for alias, repo in HUB_ALIASES.items()}
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,7 @@ class MissingFolder:
         generated = generated_by_repo(self.repo)
         if generated is not None:
             return generated.command.format(folder=shlex.quote(self.name))
-        return f"certbench datasets fetch {_alias(self.repo)} --folder {shlex.quote(self.name)}"
+        return f"certbench datasets fetch {alias_of(self.repo)} --folder {shlex.quote(self.name)}"
 
     @property
     def fix(self) -> str:
@@ -138,11 +137,11 @@ class DataAvailability:
         absolute ones, whose paths are not shown)."""
         commands = []
         if self.missing_repos:
-            names = " ".join(_alias(repo) for repo in self.missing_repos)
+            names = " ".join(alias_of(repo) for repo in self.missing_repos)
             commands.append(f"certbench datasets fetch {names}")
         stale = [m.repo for m in self.mismatched if m.repo is not None]
         if stale:
-            names = " ".join(_alias(repo) for repo in dict.fromkeys(stale))
+            names = " ".join(alias_of(repo) for repo in dict.fromkeys(stale))
             commands.append(f"certbench datasets fetch {names} --force")
         commands += [f.command for f in self.folders if f.command is not None]
         return " && ".join(commands) or None
@@ -154,7 +153,7 @@ class DataAvailability:
             return None
         parts = []
         if self.missing_repos:
-            fetch = f"certbench datasets fetch {' '.join(map(_alias, self.missing_repos))}"
+            fetch = f"certbench datasets fetch {' '.join(map(alias_of, self.missing_repos))}"
             parts.append(
                 f"{', '.join(self.missing_repos)} not on this machine: run `{fetch}` "
                 "where the service runs, or point the definition's `folder` at a local copy"
@@ -162,7 +161,7 @@ class DataAvailability:
         parts += [folder.fix for folder in self.folders]
         for mismatch in self.mismatched:
             fix = (
-                f"run `certbench datasets fetch {_alias(mismatch.repo)} --force` where the "
+                f"run `certbench datasets fetch {alias_of(mismatch.repo)} --force` where the "
                 "service runs"
                 if mismatch.repo is not None
                 else "restore the published files, or pin these bytes in a new definition "
@@ -170,11 +169,6 @@ class DataAvailability:
             )
             parts.append(f"{mismatch.name}: {mismatch.problem}; {fix}")
         return "; ".join(parts)
-
-
-def _alias(repo: str) -> str:
-    """The short name users type for a Hub repo (``cifar10``), else the repo id."""
-    return _ALIAS_OF.get(repo, repo)
 
 
 def worker_advice(problem: str, *, repo: str, folder: str | None) -> str:
@@ -188,9 +182,9 @@ def worker_advice(problem: str, *, repo: str, folder: str | None) -> str:
         return f"the data is not on this worker: {missing.fix}; {rerun}"
     return (
         f"{problem}. The workers read {repo} from a local copy when they have one: run "
-        f"`certbench datasets fetch {_alias(repo)}` on every worker machine (or give them a shared "
-        "CERTBENCH_DATASETS_DIR), or point the benchmark definition's `folder` at a local copy; "
-        f"{rerun}"
+        f"`certbench datasets fetch {alias_of(repo)}` on every worker machine (or give them a "
+        "shared CERTBENCH_DATASETS_DIR), or point the benchmark definition's `folder` at a local "
+        f"copy; {rerun}"
     )
 
 

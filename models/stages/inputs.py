@@ -16,7 +16,7 @@ from pathlib import Path
 from torch import nn
 
 from certbench.data import load_images, source_kind
-from certbench.dataset_names import HUB_ALIASES
+from certbench.dataset_names import alias_of
 from certbench.errors import DataSourceError, DataUnavailableError
 from certbench.image_set import ImageSet, Subset
 from certbench.loading import load_manifest, load_model
@@ -26,8 +26,6 @@ from models.data_availability import worker_advice
 from models.data_pins import UNPINNED, VERIFIED_COMMIT, VERIFIED_SHA256
 from models.errors import DatasetMismatchError
 from models.work import TestSetSpec, WorkItem
-
-ALIAS_OF = {repo: alias for alias, repo in HUB_ALIASES.items()}
 
 
 @lru_cache(maxsize=1)
@@ -123,7 +121,7 @@ def _mismatch_message(spec: TestSetSpec, found: str) -> str:
     kind = "test set" if spec.id else "stage images"
     what = f"{kind} {spec.name!r} (config {spec.config!r}, split {spec.split!r})"
     if spec.local_copy_of is not None:
-        alias = ALIAS_OF.get(spec.local_copy_of, spec.local_copy_of)
+        alias = alias_of(spec.local_copy_of)
         return (
             f"{what}: the local copy of {spec.local_copy_of} on this worker has sha256 {found} "
             f"but the benchmark definition pins {spec.sha256}"
