@@ -20,7 +20,7 @@ from api.services.analysis import (
     TrendResult,
 )
 from api.services.analysis_data import MODEL_FIELDS
-from certbench.effective_robustness import Accuracy, PredictorFit
+from certbench.lens import Accuracy, ArchitectureFit, PredictorFit
 
 MATCHING = (
     "an OOD entry is paired with the clean-benchmark entry of the same classifier: same weights "
@@ -189,9 +189,39 @@ class PredictorPublic(BaseModel):
         )
 
 
+class ArchitecturePredictorPublic(BaseModel):
+    """One metric as the paper's tables report it: slope and R² averaged over the architectures
+    with a line (``fitted`` of them), each architecture's own fit beside."""
+
+    metric: str
+    slope: float | None
+    r2: float | None
+    n: int = Field(description="entries inside the fitted architectures")
+    fitted: int = Field(description="architectures averaged (those with ≥ 3 usable entries)")
+    counts: dict[str, int] = Field(description="entries carrying the metric, per architecture")
+    architectures: dict[str, PredictorPublic]
+
+    @classmethod
+    def of(cls, fit: ArchitectureFit) -> ArchitecturePredictorPublic:
+        return cls(
+            metric=fit.metric,
+            slope=_finite(fit.slope),
+            r2=_finite(fit.r2),
+            n=fit.n,
+            fitted=fit.fitted,
+            counts=fit.counts,
+            architectures={arch: PredictorPublic.of(f) for arch, f in fit.fits.items()},
+        )
+
+
 class PredictorRowPublic(BaseModel):
     ood: OODSetPublic
-    predictors: list[PredictorPublic]
+    predictors: list[ArchitecturePredictorPublic] = Field(
+        description="the paper's view (Tables 1–3): per architecture, averaged"
+    )
+    pooled: list[PredictorPublic] = Field(
+        description="second view, not the paper's: one line through every entry of the σ"
+    )
 
 
 class SigmaPredictorsPublic(BaseModel):
@@ -205,12 +235,15 @@ class SigmaPredictorsPublic(BaseModel):
         description="entries whose lens figures were computed under an older lens protocol and "
         "are left out of the metric fits"
     )
+    architectures: dict[str, int] = Field(description="entries per architecture at this σ")
     rows: list[PredictorRowPublic]
 
 
 class MetricPredictorsPublic(AnalysisHeader):
     """Which metric explains OOD accuracy: per σ and OOD set, slope m and R² of the least-squares
-    line Φ⁻¹(OOD accuracy) = c + m·metric (Fridovich-Keil et al. 2022, Tables 1–3)."""
+    line Φ⁻¹(OOD accuracy) = c + m·metric, fitted per architecture and averaged over
+    architectures as in Fridovich-Keil et al. 2022, Tables 1–3 (``predictors``), and pooled over
+    every entry as a second view (``pooled``)."""
 
     groups: list[SigmaPredictorsPublic]
 
@@ -223,7 +256,10 @@ def _predictors(group: SigmaGroup) -> SigmaPredictorsPublic:
     rows = [
         PredictorRowPublic(
             ood=OODSetPublic.of(t.ood),
-            predictors=[PredictorPublic.of(p) for p in group.predictors.get(t.ood.key, [])],
+            predictors=[
+                ArchitecturePredictorPublic.of(p) for p in group.predictors.get(t.ood.key, [])
+            ],
+            pooled=[PredictorPublic.of(p) for p in group.pooled.get(t.ood.key, [])],
         )
         for t in group.trends
     ]
@@ -232,6 +268,7 @@ def _predictors(group: SigmaGroup) -> SigmaPredictorsPublic:
         entries=len(group.entries),
         metrics=group.metrics,
         lens_excluded=group.lens_excluded,
+        architectures=group.architectures,
         rows=rows,
     )
 

@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 
 WORKER_STOP_SECONDS = 20
 DEFAULT_MAX_API_WORKERS = 8
+#: Seconds an API process may take to answer uvicorn's supervisor before it is killed and
+#: replaced. uvicorn's default, 5 s, kills processes that are only slow: importing the app on a
+#: loaded machine, or one request holding the interpreter for seconds; they were restarted in a
+#: loop and the server never became ready (seen with 2 processes on a busy 2-core machine).
+WORKER_HEALTHCHECK_SECONDS = 60
 
 admin_app = typer.Typer(help="Manage users and API tokens.", no_args_is_help=True)
 benchmarks_app = typer.Typer(help="Load, list and pin benchmark definitions.", no_args_is_help=True)
@@ -227,6 +232,7 @@ def serve(
             host=host or settings.host,
             port=port or settings.port,
             workers=processes,
+            timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
             log_level="info",
         )
     finally:
@@ -236,7 +242,7 @@ def serve(
 
 def _start_embedded_worker() -> subprocess.Popen[bytes]:
     """``certbench worker --embedded`` in a child process with the same environment."""
-    command = [sys.executable, "-c", "from certbench.cli import main; main()", "worker"]
+    command = [sys.executable, "-c", "from certbench.cli.app import main; main()", "worker"]
     typer.echo("starting the embedded worker (no CERTBENCH_BROKER_URL set)", err=True)
     return subprocess.Popen([*command, "--embedded"], env=dict(os.environ))
 

@@ -1,6 +1,6 @@
 """Response shapes of paired tests between entries certified on the same images
 (``/api/v1/leaderboards/{benchmark}/compare`` and the leaderboard's "tied with" marks): the
-difference of one figure, its 95 % interval and p-value (``certbench.intervals``)."""
+difference of one figure, its 95 % interval and p-value (``certbench.stats.intervals``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
-    from certbench.intervals import PairedTest
+    from certbench.stats import PairedTest
 
 
 class DifferencePublic(BaseModel):

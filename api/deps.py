@@ -12,7 +12,9 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BeforeValidator, Field
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from api.queue import JobQueue
 from models.accounts import authenticate
@@ -31,7 +33,9 @@ _optional_bearer = HTTPBearer(
 )
 
 
-def get_settings(request: Request) -> Settings:
+# The dependencies that do no I/O are coroutines: FastAPI runs a plain function in its thread
+# pool, a hop that cost more than a leaderboard page's own work (issue 27 §1).
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
@@ -49,22 +53,23 @@ def get_session(settings: SettingsDep) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_session)]
 
 
-def get_queue(request: Request) -> JobQueue:
+async def get_queue(request: Request) -> JobQueue:
     return request.app.state.queue
 
 
 QueueDep = Annotated[JobQueue, Depends(get_queue)]
 
 
-def get_optional_user(
+async def get_optional_user(
     session: SessionDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_optional_bearer)],
 ) -> User | None:
     """The token's user, or None without a token. A token that is sent must be valid (401
-    otherwise): a revoked token is never silently read as anonymous."""
+    otherwise): a revoked token is never silently read as anonymous. Anonymous reads (most of
+    them) cost no thread hop; a token is checked in the thread pool (a database read)."""
     if credentials is None:
         return None
-    return authenticate(session, credentials.credentials)
+    return await run_in_threadpool(authenticate, session, credentials.credentials)
 
 
 OptionalUser = Annotated[User | None, Depends(get_optional_user)]
@@ -95,7 +100,32 @@ def get_admin_user(user: CurrentUser) -> User:
 AdminUser = Annotated[User, Depends(get_admin_user)]
 
 
-#: Row ids in paths: bounded to the 32-bit integer range both databases store, so an absurd id is
-#: a 422, never a database overflow (500).
+#: Row ids: bounded to the 32-bit integer range both databases store (``Integer`` primary keys),
+#: so an absurd id is a 422, never a database overflow (500).
 MAX_ID = 2**31 - 1
-RowId = Annotated[int, Path(ge=1, le=MAX_ID)]
+
+
+def parse_id(value: object, *, name: str = "id") -> int:
+    """The one reader of row ids (paths, query lists, form values): ASCII digits only, within
+    1..MAX_ID. Python's ``int`` and pydantic's lax mode also take ``²``-like digits of other
+    scripts, signs, spaces, ``_`` and ``5.0``, which either crash later or alias another id.
+    Raises ValueError naming the value and the rule (a 422 wherever it is used)."""
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not (isinstance(text, str) and text.isascii() and text.isdigit()):
+        raise ValueError(
+            f"{name}: {str(value)[:40]!r} is not an id; ids are ASCII digits from 1 to {MAX_ID}"
+        )
+    number = int(text)
+    if not 1 <= number <= MAX_ID:
+        raise ValueError(f"{name}: {text[:40]} is out of range; ids run from 1 to {MAX_ID}")
+    return number
+
+
+def _checked_id(value: object) -> int:
+    return parse_id(value)
+
+
+#: A row id in a path or query (``/submissions/{submission_id}``, ``?id=3``): ``parse_id``.
+#: (The bounds come first so that the OpenAPI schema states them as minimum/maximum.)
+RowId = Annotated[int, Path(ge=1, le=MAX_ID), BeforeValidator(_checked_id)]
+QueryId = Annotated[int, Field(ge=1, le=MAX_ID), BeforeValidator(_checked_id)]

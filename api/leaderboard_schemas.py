@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.comparison_schemas import PairedTestPublic
-from api.zoo_schemas import WeightsLinkPublic
+from api.zoo_schemas import MANIFEST_URL, WEIGHTS_URL, WeightsLinkPublic
 from models.entities import LeaderboardEntry
 from models.leaderboard import HIGHER_IS_BETTER, LeaderboardPage
 from models.stages.base import CI_HIGH, CI_LOW
@@ -32,7 +32,7 @@ PD_HELP = (
 
 
 class IntervalPublic(BaseModel):
-    """A 95 % interval over the sampled images (``certbench.figure_intervals``)."""
+    """A 95 % interval over the sampled images (``certbench.stats.entry_intervals``)."""
 
     ci_low: float | None
     ci_high: float | None
@@ -91,10 +91,19 @@ class Metrics(BaseModel):
 
     @classmethod
     def of(cls, entry: LeaderboardEntry) -> Metrics:
-        figures = entry.metrics
-        fixed = {"test_sets": entry.test_sets, "count": entry.count, "seconds": entry.seconds}
-        declared = set(cls.model_fields) - {"intervals"}
-        values = {name: figures.get(name) for name in declared if name not in fixed}
+        """The figures of a loaded entry (one submission's results page)."""
+        return cls.of_figures(
+            entry.metrics, test_sets=entry.test_sets, count=entry.count, seconds=entry.seconds
+        )
+
+    @classmethod
+    def of_figures(
+        cls, figures: dict[str, float | None], *, test_sets: int, count: int, seconds: float
+    ) -> Metrics:
+        """The figures of an entry by key (the read model's ``figures``; a key missing is a
+        figure not measured: null)."""
+        fixed = {"test_sets": test_sets, "count": count, "seconds": seconds}
+        values = {name: figures.get(name) for name in _DECLARED if name not in fixed}
         extra = {k: v for k, v in figures.items() if k not in cls.model_fields}
         intervals = {
             key.removesuffix(CI_LOW): IntervalPublic(
@@ -104,6 +113,9 @@ class Metrics(BaseModel):
             if key.endswith(CI_LOW)
         }
         return cls(**values, **fixed, **extra, intervals=intervals)
+
+
+_DECLARED = frozenset(Metrics.model_fields) - {"intervals"}
 
 
 class TiePublic(BaseModel):
@@ -190,28 +202,39 @@ class LeaderboardPublic(BaseModel):
     def of(cls, page: LeaderboardPage) -> LeaderboardPublic:
         rows = []
         for row in page.rows:
-            metadata = row.submission.artifact.manifest.get("metadata", {})
+            card = row.card
+            weights = None
+            if row.weights_license is not None:
+                weights = WeightsLinkPublic(
+                    license=row.weights_license,
+                    url=WEIGHTS_URL.format(submission_id=row.submission_id),
+                    manifest_url=MANIFEST_URL.format(submission_id=row.submission_id),
+                    sha256=card["sha256"],
+                    size_bytes=card["size_bytes"],
+                )
             rows.append(
                 LeaderboardRowPublic(
                     rank=row.rank,
-                    submission_id=row.submission.id,
-                    model_name=row.submission.model_name,
+                    submission_id=row.submission_id,
+                    model_name=row.model_name,
                     owner=row.owner,
-                    authors=list(metadata.get("authors") or []),
-                    paper_url=metadata.get("paper_url"),
-                    code_url=metadata.get("code_url"),
-                    architecture=row.submission.architecture,
-                    sigma=row.submission.sigma,
-                    extra_data=row.submission.extra_data,
-                    venue=row.submission.venue,
-                    is_baseline=row.submission.is_baseline,
-                    flagged=row.submission.flagged,
-                    flag_reason=row.submission.flag_reason,
-                    submitted_at=row.submission.created_at,
-                    finished_at=row.entry.finished_at,
-                    protocol_version=row.entry.protocol_version,
-                    metrics=Metrics.of(row.entry),
-                    weights=WeightsLinkPublic.of(row.submission),
+                    authors=list(card.get("authors") or []),
+                    paper_url=card.get("paper_url"),
+                    code_url=card.get("code_url"),
+                    architecture=row.architecture,
+                    sigma=row.sigma,
+                    extra_data=row.extra_data,
+                    venue=row.venue,
+                    is_baseline=row.is_baseline,
+                    flagged=row.flagged,
+                    flag_reason=row.flag_reason,
+                    submitted_at=row.submitted_at,
+                    finished_at=row.finished_at,
+                    protocol_version=row.protocol_version,
+                    metrics=Metrics.of_figures(
+                        row.figures, test_sets=row.test_sets, count=row.count, seconds=row.seconds
+                    ),
+                    weights=weights,
                 )
             )
         return cls(

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
+from fastapi.staticfiles import StaticFiles
 
 from api.docs import install_docs
 from api.errors import install_error_handlers
@@ -20,6 +21,7 @@ from api.routes import (
     admin,
     analysis,
     benchmarks,
+    exports,
     health,
     leaderboards,
     results,
@@ -39,7 +41,8 @@ MULTIPART_OVERHEAD = 64 * 1024
 def api_router() -> APIRouter:
     """Every REST v1 router."""
     router = APIRouter(prefix=API_PREFIX)
-    for module in (submissions, benchmarks, leaderboards, results, zoo, analysis, users, admin):
+    modules = (submissions, benchmarks, leaderboards, exports, results, zoo, analysis, users, admin)
+    for module in modules:
         router.include_router(module.router)
     return router
 
@@ -80,5 +83,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router, prefix=API_PREFIX)
     app.include_router(api_router())
     install_docs(app)  # mounts /static/docs, so before mount_web's /static
+    mount_guide(app, settings)
     mount_web(app)
     return app
+
+
+def mount_guide(app: FastAPI, settings: Settings) -> None:
+    """Serve the built documentation site (``uv run mkdocs build``) at ``/guide`` when it exists.
+
+    Checked once, when the app is built: a site built later is served after a restart. Without
+    it ``/guide`` is a 404 like any unknown page (the site is optional, the service is not).
+    """
+    site = settings.guide_dir
+    if site is not None and (site / "index.html").is_file():
+        app.mount("/guide", StaticFiles(directory=site, html=True), name="guide")

@@ -9,7 +9,7 @@ FastAPI's generated document needs three corrections, applied once when it is fi
   a working one).
 - ``POST /api/v1/submissions`` reads its multipart body itself (``api.services.upload_stream``),
   so the body is described here: the ``manifest`` part is a JSON document of the
-  ``certbench.loading.Manifest`` schema, the ``weights`` part a binary safetensors file.
+  ``certbench.nets.loading.Manifest`` schema, the ``weights`` part a binary safetensors file.
 - The manifest's schemas are added to ``components``.
 - String path and query parameters carry the printable pattern ``api.url_guard`` enforces.
 """
@@ -24,8 +24,8 @@ from pydantic.json_schema import models_json_schema
 
 from api.deps import OPTIONAL_SCHEME
 from api.services.upload_stream import VENUE_LENGTH
-from certbench.licenses import WEIGHTS_LICENSES
-from certbench.loading import PRINTABLE_PATTERN, Manifest
+from certbench.data import WEIGHTS_LICENSES
+from certbench.nets import PRINTABLE_PATTERN, Manifest
 
 COMPONENTS = "#/components/schemas/{model}"
 OPTIONAL_TOKEN_401 = (

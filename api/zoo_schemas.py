@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from certbench.licenses import WEIGHTS_LICENSES
+from certbench.data import WEIGHTS_LICENSES
 from models.entities import Submission
 from models.states import SubmissionState
 from models.zoo import publicly_downloadable

@@ -1,22 +1,34 @@
-"""REST API load: throughput and latency at 1, 8 and 32 concurrent clients for the leaderboard
-and the benchmark list with 10,000 entries, on SQLite and on PostgreSQL, and submission intake/s;
-the client is this process, the server ``certbench serve`` (a subprocess on 127.0.0.1, loopback
-only, bounded loops) with one API process and with the default number (the CPUs available).
+"""REST API load: the leaderboard page with 10,000 entries on SQLite and on PostgreSQL: requests
+per second per core, p50/p95 at 1 client, and the throughput of several API processes against
+one (issue 27 §1); also the benchmark list and, optionally, submission intake.
 
-    uv run python benchmarks/api_load.py --entries 10000 --reads 300 --uploads 40
+    uv run python benchmarks/api_load.py                     # 10,000 entries, both databases
+    uv run python benchmarks/api_load.py --smoke             # tiny sizes, SQLite: seconds
+    uv run python benchmarks/api_load.py --postgres-url postgresql://postgres@127.0.0.1:5432/test \
+        --redis-url redis://127.0.0.1:6379/14 --processes 2 --uploads 40
 
-The one-process server is the reference run in the same process: the table prints the
-throughput ratio of the default server to it at each client count.
+The client is this process, the server ``certbench serve`` (a subprocess on 127.0.0.1, loopback
+only, bounded loops), run with ``--workers 1`` and with ``--workers`` ``--processes``. The
+one-process server is the reference run in the same process: the report prints the throughput
+ratio of ``--processes`` processes to it at each client count. That Python client spends about
+as much CPU per request as the server, so on a small machine it caps the ratio; where ``wrk`` is
+installed (``apt-get install wrk``) the page is also loaded by it for ``--wrk-seconds`` over
+``--wrk-connections`` connections, and that ratio is the one that shows how the API scales.
+Requests per core is 1,000 / the server CPU milliseconds per request (user + system of the API
+processes, from /proc), which the load of a shared machine does not distort the way wall-clock
+throughput is distorted.
 
-For each backend: a fresh database (SQLite file in a temp dir / a new PostgreSQL database on the
-local server, dropped afterwards) migrated with Alembic and seeded in bulk with ``--entries``
-finished submissions (users, artifacts with manifests, submissions, leaderboard entries: the
-tables and columns the pipeline writes). Reads cycle through sort keys, orders, deep pages,
-filters and search. The reference run in the same process is the same leaderboard query through
-the service function without HTTP, so the ratio HTTP/direct shows what the web stack adds.
-Intake posts distinct valid safetensors uploads (a cifar_resnet20, ~1 MB) through the full
-path: size caps, manifest + safetensors checks, dedup, SHA-256, atomic file write, rows, and
-the Celery message (embedded SQL broker with SQLite; Redis with PostgreSQL).
+For each backend: a fresh database (SQLite file in a temp dir / a new database on the PostgreSQL
+server of ``--postgres-url``, dropped afterwards) migrated with Alembic and seeded in bulk with
+``--entries`` finished submissions through the tables the pipeline writes: artifacts with
+manifests, submissions, leaderboard entries, every figure of the benchmark as a
+``metric_values`` row (a tenth without the robustness stage's figures, as entries finished
+before a stage was added) and the read model's rows by its own writer
+(``models.leaderboard_rows.refresh``). Reads cycle through sort keys, orders, deep pages,
+filters and search. The service function called without HTTP in this process shows what the
+web stack adds. Intake (``--uploads``, 0 by default) posts distinct valid safetensors uploads (a
+cifar_resnet20, ~1 MB) through the full path; with PostgreSQL its Celery messages go to
+``--redis-url`` (nothing is flushed there), else to the embedded broker.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import socket
 import statistics
 import subprocess
@@ -35,50 +48,92 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlencode
 
 import httpx
 import psycopg
-import redis
 from psycopg import sql
-from sqlalchemy import insert, text
+from sqlalchemy import insert, select, text
+from sqlalchemy.orm import Session
 
 import migrations
-from api.services.leaderboards import leaderboard as leaderboard_service
+from api.services.leaderboard_page import leaderboard_json as leaderboard_service
+from models import leaderboard_rows
 from models.accounts import create_token, create_user
 from models.base import utcnow
 from models.catalog import packaged_definitions, upsert_benchmark
 from models.db import dispose_engines, session_scope
-from models.entities import Artifact, LeaderboardEntry, Role, Submission, User
-from models.leaderboard import LeaderboardQuery
+from models.entities import (
+    Artifact,
+    Benchmark,
+    LeaderboardEntry,
+    MetricValue,
+    Role,
+    Submission,
+    User,
+)
+from models.leaderboard import LeaderboardQuery, benchmark_metric_specs
 from models.settings import Settings
 from models.states import SubmissionState
 
 BENCHMARK = "cifar10"
-POSTGRES_ADMIN_URL = os.environ.get(
+POSTGRES_URL = os.environ.get(
     "CERTBENCH_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
-REDIS_URL = "redis://127.0.0.1:6379/14"
 SORTS = ("macr", "cert_acc_025", "cert_acc_050", "cert_acc_100", "abstain_rate", "pa_median",
          "sigma", "submitted", "model_name", "pd_acc_8", "linf_acc_16")  # fmt: skip
 ARCHITECTURES = ("cifar_resnet20", "cifar_resnet56", "cifar_resnet110", "wrn")
+ROBUSTNESS_KEYS = ("base_accuracy", "linf_acc_8", "linf_acc_16", "pd_acc_8", "pd_acc_16")
+BATCH = 2000
 
 
-ROBUSTNESS_COLUMNS = ("base_accuracy", "linf_acc_8", "linf_acc_16", "pd_acc_8", "pd_acc_16")
-
-
-def robustness_columns(rng: random.Random, *, measured: bool) -> dict[str, float | None]:
-    """Base-classifier figures (clean ≥ ℓ∞∩PD ≥ ℓ∞, 16/255 ≤ 8/255); None for a tenth of the
-    entries, as for rows written before the robustness stage."""
-    if not measured:
-        return dict.fromkeys(ROBUSTNESS_COLUMNS)
+def figures(rng: random.Random, keys: list[str], *, robustness: bool) -> dict[str, float | None]:
+    """Plausible figures for every key of the benchmark: certified accuracy falling with the
+    radius, the base classifier's clean ≥ ℓ∞∩PD ≥ ℓ∞ (16/255 ≤ 8/255), intervals around each
+    figure; the robustness stage's figures missing (None) without it."""
+    acc = sorted((rng.random() for _ in range(5)), reverse=True)
     clean = rng.uniform(0.6, 0.95)
     pd8, pd16 = sorted((rng.uniform(0, clean) for _ in range(2)), reverse=True)
-    return {"base_accuracy": clean, "pd_acc_8": pd8, "pd_acc_16": pd16,
-            "linf_acc_8": pd8 * rng.random(), "linf_acc_16": pd16 * rng.random()}  # fmt: skip
+    known = {"macr": rng.random(), "cert_acc_000": acc[0], "cert_acc_025": acc[1],
+             "cert_acc_050": acc[2], "cert_acc_075": acc[3], "cert_acc_100": acc[4],
+             "clean_accuracy": acc[0], "abstain_rate": rng.random() * 0.3,
+             "pa_median": 0.5 + rng.random() / 2, "base_accuracy": clean, "pd_acc_8": pd8,
+             "pd_acc_16": pd16, "linf_acc_8": pd8 * rng.random(),
+             "linf_acc_16": pd16 * rng.random()}  # fmt: skip
+    out: dict[str, float | None] = {}
+    for key in keys:
+        base = key.removesuffix("_ci_low").removesuffix("_ci_high")
+        value = known.get(base, rng.random())
+        if key.endswith("_ci_low"):
+            value *= 0.97
+        elif key.endswith("_ci_high"):
+            value = min(1.0, value * 1.03)
+        out[key] = None if not robustness and base in ROBUSTNESS_KEYS else value
+    return out
+
+
+def store_figures(
+    session: Session, benchmark: Benchmark, ids: list[int], rng: random.Random
+) -> None:
+    """Every figure of the benchmark for the entries ``ids`` as ``metric_values`` rows (a tenth
+    without the robustness stage's), then their read-model rows by its own writer."""
+    keys = [spec.key for spec in benchmark_metric_specs(benchmark)]
+    values = []
+    for i, sid in enumerate(ids):
+        for key, value in figures(rng, keys, robustness=i % 10 != 0).items():
+            stage = "pd_robustness" if key.split("_ci_")[0] in ROBUSTNESS_KEYS else (
+                "certification")  # fmt: skip
+            values.append({"submission_id": sid, "benchmark_id": benchmark.id, "stage": stage,
+                           "key": key, "value": value})  # fmt: skip
+    for start in range(0, len(values), BATCH * 10):
+        session.execute(insert(MetricValue), values[start : start + BATCH * 10])
+    for start in range(0, len(ids), BATCH):
+        leaderboard_rows.refresh(session, ids[start : start + BATCH])
 
 
 def seed(settings: Settings, entries: int, rng: random.Random) -> str:
-    """Bulk-insert ``entries`` finished, ranked submissions; returns an admin token."""
+    """Bulk-insert ``entries`` finished, ranked submissions with every figure of the benchmark
+    and their read-model rows; returns an admin token."""
     with session_scope(settings) as session:
         definition = next(d for d in packaged_definitions() if d.name == BENCHMARK)
         benchmark = upsert_benchmark(session, definition)
@@ -86,7 +141,7 @@ def seed(settings: Settings, entries: int, rng: random.Random) -> str:
         token = create_token(session, user=admin).secret
         users = [{"name": f"user{i:03d}", "role": Role.SUBMITTER} for i in range(100)]
         session.execute(insert(User), users)
-        user_ids = [u.id for u in session.query(User).filter(User.name.like("user%"))]
+        user_ids = list(session.scalars(select(User.id).where(User.name.like("user%"))))
         now = utcnow()
         artifacts, submissions, board = [], [], []
         for i in range(entries):
@@ -113,28 +168,22 @@ def seed(settings: Settings, entries: int, rng: random.Random) -> str:
                  "created_at": now - timedelta(minutes=entries - i), "updated_at": now,
                  "finished_at": now}
             )  # fmt: skip
-            acc = [rng.random() for _ in range(5)]
-            acc.sort(reverse=True)
             board.append(
                 {"submission_id": sid, "benchmark_id": benchmark.id,
-                 "protocol_version": benchmark.protocol_version, "macr": rng.random(),
-                 "cert_acc_000": acc[0], "cert_acc_025": acc[1], "cert_acc_050": acc[2],
-                 "cert_acc_075": acc[3], "cert_acc_100": acc[4], "clean_accuracy": acc[0],
-                 "abstain_rate": rng.random() * 0.3, "pa_median": 0.5 + rng.random() / 2,
-                 "band_low": None, "band_mid": None, "band_high": None, "test_sets": 1,
-                 "count": 500, "seconds": 60.0, "finished_at": now,
-                 **robustness_columns(rng, measured=i % 10 != 0)}
+                 "protocol_version": benchmark.protocol_version, "test_sets": 1, "count": 500,
+                 "seconds": 60.0, "finished_at": now}
             )  # fmt: skip
         for table, rows in ((Artifact, artifacts), (Submission, submissions),
                             (LeaderboardEntry, board)):  # fmt: skip
-            for start in range(0, len(rows), 2000):
-                session.execute(insert(table), rows[start : start + 2000])
+            for start in range(0, len(rows), BATCH):
+                session.execute(insert(table), rows[start : start + BATCH])
+        store_figures(session, benchmark, list(range(1, entries + 1)), rng)  # the ids above
         session.commit()
         if settings.database_url.startswith("postgresql"):
-            for table in ("artifacts", "submissions"):  # explicit ids: move the sequences on
+            for name in ("artifacts", "submissions"):  # explicit ids: move the sequences on
                 session.execute(
-                    text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
-                         f"(SELECT max(id) FROM {table}))")
+                    text(f"SELECT setval(pg_get_serial_sequence('{name}', 'id'), "
+                         f"(SELECT max(id) FROM {name}))")
                 )  # fmt: skip
             session.execute(text("ANALYZE"))
             session.commit()
@@ -178,9 +227,9 @@ def start_server(
             "CERTBENCH_QUOTA_CONCURRENT": "100000"}  # fmt: skip
     if settings.broker_url:
         env["CERTBENCH_BROKER_URL"] = settings.broker_url
-    command = [sys.executable, "-c", "from certbench.cli import main; main()", "serve",
+    command = [sys.executable, "-c", "from certbench.cli.app import main; main()", "serve",
                "--host", "127.0.0.1", "--port", str(port), "--no-worker",
-               "--no-load-benchmarks"]  # fmt: skip
+               "--no-load-benchmarks", "--no-demo-references"]  # fmt: skip
     if workers is not None:
         command += ["--workers", str(workers)]
     handle = log.open("ab")
@@ -217,6 +266,15 @@ def server_cpu_seconds(pid: int) -> float:
     return total
 
 
+def machine_busy_seconds() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far (/proc/stat): how saturated the
+    cores were during a run, client and database included."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (sum(fields) - idle) / ticks, sum(fields) / ticks
+
+
 def measure_reads(
     base: str, path: str, all_params: list[dict], clients: int, *, server: int
 ) -> tuple[float, list[float], float]:
@@ -225,7 +283,12 @@ def measure_reads(
 
     def one(client: httpx.Client, params: dict) -> float:
         start = time.perf_counter()
-        response = client.get(f"{base}{path}", params=params)
+        try:
+            response = client.get(f"{base}{path}", params=params)
+        except (httpx.ReadError, httpx.RemoteProtocolError):
+            # uvicorn closes a keep-alive connection idle for 5 s; on a loaded machine a
+            # client can send on it as it closes: send once more on a fresh connection.
+            response = client.get(f"{base}{path}", params=params)
         elapsed = (time.perf_counter() - start) * 1000
         response.raise_for_status()
         return elapsed
@@ -248,6 +311,40 @@ def measure_reads(
         for client in pool_clients:
             client.close()
     return len(all_params) / wall, latencies, 1000 * cpu / len(all_params)
+
+
+WRK_SCRIPT = """
+paths = {%s}
+i = 0
+request = function()
+  i = i %% #paths + 1
+  return wrk.format("GET", paths[i])
+end
+"""
+"""wrk's request generator: the same mix of leaderboard queries, in turn."""
+
+
+def measure_wrk(
+    base: str, path: str, all_params: list[dict], connections: int, seconds: int, *,
+    server: int, folder: Path,
+) -> tuple[float, float]:  # fmt: skip
+    """(requests per second, server CPU ms per request) from ``wrk`` (a C client whose own CPU
+    per request is a small fraction of the server's, unlike this process's Python threads, so
+    the machine's cores go to the API processes): ``connections`` keep-alive connections on one
+    wrk thread for ``seconds``."""
+    paths = ", ".join(json.dumps(f"{path}?{urlencode(p)}") for p in all_params)
+    script = folder / "mix.lua"
+    script.write_text(WRK_SCRIPT % paths)
+    cpu = server_cpu_seconds(server)
+    run = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", str(script), base],
+        capture_output=True, text=True, check=True, timeout=seconds + 60,
+    )  # fmt: skip
+    cpu = server_cpu_seconds(server) - cpu
+    rate = float(run.stdout.split("Requests/sec:")[1].split()[0])
+    if "Non-2xx" in run.stdout or "Socket errors" in run.stdout:
+        raise SystemExit(f"wrk saw failed requests:\n{run.stdout}")
+    return rate, 1000 * cpu / (rate * seconds)
 
 
 def measure_direct(settings: Settings, all_params: list[dict]) -> list[float]:
@@ -295,8 +392,7 @@ def measure_intake(base: str, token: str, uploads: int, weights: bytes) -> tuple
 def resnet20_weights() -> bytes:
     import torch
 
-    from certbench.architectures import build_classifier
-    from certbench.loading import save_weights
+    from certbench.nets import build_classifier, save_weights
 
     torch.manual_seed(0)
     model = build_classifier("cifar_resnet20", num_classes=10, mean=(0.5,) * 3, std=(0.25,) * 3)
@@ -309,25 +405,37 @@ def resnet20_weights() -> bytes:
 ENDPOINTS = {"leaderboard": f"/api/v1/leaderboards/{BENCHMARK}", "benchmarks": "/api/v1/benchmarks"}
 
 
+def backend_settings(backend: str, args: argparse.Namespace, data_dir: Path) -> Settings:
+    """Settings of a fresh database of ``backend`` (its PostgreSQL database created here)."""
+    if backend == "sqlite":
+        return Settings(data_dir=data_dir)
+    database = f"certbench_load_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(args.postgres_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    return Settings(
+        data_dir=data_dir,
+        database_url=f"{args.postgres_url.rsplit('/', 1)[0]}/{database}",
+        broker_url=args.redis_url,
+    )
+
+
+def drop_database(args: argparse.Namespace, settings: Settings) -> None:
+    if not settings.database_url.startswith("postgresql"):
+        return
+    database = settings.database_url.rsplit("/", 1)[1]
+    with psycopg.connect(args.postgres_url, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
+        )
+
+
 def run_backend(backend: str, args: argparse.Namespace, weights: bytes) -> dict[str, float]:
     rng = random.Random(args.seed)
     clients = [int(c) for c in args.clients.split(",")]
+    row: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as folder:
         data_dir = Path(folder)
-        database = None
-        if backend == "postgresql":
-            database = f"certbench_load_{uuid.uuid4().hex[:10]}"
-            with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
-                admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
-            redis.Redis.from_url(REDIS_URL).flushdb()
-            settings = Settings(
-                data_dir=data_dir,
-                database_url=f"{POSTGRES_ADMIN_URL.rsplit('/', 1)[0]}/{database}",
-                broker_url=REDIS_URL,
-            )
-        else:
-            settings = Settings(data_dir=data_dir)
-        row: dict[str, float] = {}
+        settings = backend_settings(backend, args, data_dir)
         try:
             migrations.upgrade(settings)
             t0 = time.perf_counter()
@@ -337,27 +445,50 @@ def run_backend(backend: str, args: argparse.Namespace, weights: bytes) -> dict[
                     if definition.name != BENCHMARK:
                         upsert_benchmark(session, definition)
             print(f"[{backend}] seeded {args.entries} entries in {time.perf_counter() - t0:.1f} s")
-            params = {
+            params: dict[str, list[dict[str, object]]] = {
                 "leaderboard": [read_params(rng, args.entries) for _ in range(args.reads)],
                 "benchmarks": [{} for _ in range(args.reads)],
             }
             direct = measure_direct(settings, params["leaderboard"])
             row |= {"direct_p50": statistics.median(direct), "direct_p95": percentile(direct, 95)}
-            for label, workers in (("1 process", 1), ("default", None)):
+            for label, workers in (("1", 1), ("n", args.processes)):
                 port = free_port()
                 server = start_server(settings, port, workers, data_dir / f"serve-{port}.log")
                 base = f"http://127.0.0.1:{port}"
                 try:
+                    # The first pass over the mix on a fresh process: no row of the board has
+                    # been serialised yet, no paired test run (the memoised state is cold).
+                    rate, latencies, cpu = measure_reads(
+                        base, ENDPOINTS["leaderboard"], params["leaderboard"], 1, server=server.pid
+                    )
+                    row |= {f"{label}|cold|rate": rate, f"{label}|cold|cpu": cpu,
+                            f"{label}|cold|p95": percentile(latencies, 95)}  # fmt: skip
+                    # One connection reaches one process: warm every process (its snapshot
+                    # and memos) over many connections before the measured runs.
+                    for endpoint, path in ENDPOINTS.items():
+                        measure_reads(base, path, params[endpoint], min(64, max(clients) * workers),
+                                      server=server.pid)  # fmt: skip
                     for endpoint, path in ENDPOINTS.items():
                         for count in clients:
+                            busy = machine_busy_seconds()
                             rate, latencies, cpu = measure_reads(
                                 base, path, params[endpoint], count, server=server.pid
                             )
+                            after = machine_busy_seconds()
                             key = f"{label}|{endpoint}|{count}"
+                            row[f"{key}|busy"] = (after[0] - busy[0]) / (after[1] - busy[1])
                             row[f"{key}|rate"] = rate
+                            row[f"{key}|p50"] = statistics.median(latencies)
                             row[f"{key}|p95"] = percentile(latencies, 95)
                             row[f"{key}|cpu"] = cpu
-                    if workers is None:
+                    if args.wrk_seconds and shutil.which("wrk"):
+                        rate, cpu = measure_wrk(
+                            base, ENDPOINTS["leaderboard"], params["leaderboard"],
+                            args.wrk_connections, args.wrk_seconds, server=server.pid,
+                            folder=data_dir,
+                        )  # fmt: skip
+                        row |= {f"{label}|wrk|rate": rate, f"{label}|wrk|cpu": cpu}
+                    if label == "n" and args.uploads:
                         intake_rate, intake = measure_intake(base, token, args.uploads, weights)
                         row |= {"intake_rate": intake_rate, "intake_p95": percentile(intake, 95)}
                 finally:
@@ -365,62 +496,108 @@ def run_backend(backend: str, args: argparse.Namespace, weights: bytes) -> dict[
                     server.wait(timeout=60)
         finally:
             dispose_engines()
-            if database is not None:
-                with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
-                    admin.execute(
-                        sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                            sql.Identifier(database)
-                        )
-                    )
-                redis.Redis.from_url(REDIS_URL).flushdb()
-    report(backend, row, clients, len(weights))
+            drop_database(args, settings)
+    report(backend, args, row, clients, len(weights))
     return row
 
 
-def report(backend: str, row: dict[str, float], clients: list[int], weights_size: int) -> None:
-    """Requests/s and p95 per endpoint and client count; the default server's ratio to one
-    API process (the reference run)."""
-    print(f"[{backend}] API processes by default: {api_processes_default()}")
+def report(
+    backend: str, args: argparse.Namespace, row: dict[str, float], clients: list[int], size: int
+) -> None:
+    """Per endpoint and client count: req/s, p50/p95 and server CPU per request of one API
+    process and of ``--processes``, their throughput ratio (one process is the reference), and
+    the leaderboard page's requests per core of server CPU."""
+    n = args.processes
+    print(f"[{backend}] {args.entries} entries, {args.reads} reads per run, CPUs here: "
+          f"{len(os.sched_getaffinity(0))}")  # fmt: skip
     for endpoint in ENDPOINTS:
         for count in clients:
-            one = row[f"1 process|{endpoint}|{count}|rate"]
-            default = row[f"default|{endpoint}|{count}|rate"]
+            one, many = (f"1|{endpoint}|{count}", f"n|{endpoint}|{count}")
             print(
-                f"[{backend}] {endpoint:11s} {count:2d} client(s): 1 process {one:5.0f} req/s "
-                f"(p95 {row[f'1 process|{endpoint}|{count}|p95']:6.1f} ms, server CPU "
-                f"{row[f'1 process|{endpoint}|{count}|cpu']:5.1f} ms/req), default "
-                f"{default:5.0f} req/s (p95 {row[f'default|{endpoint}|{count}|p95']:6.1f} ms, "
-                f"CPU {row[f'default|{endpoint}|{count}|cpu']:5.1f} ms/req), "
-                f"ratio {default / one:.2f}"
+                f"[{backend}] {endpoint:11s} {count:2d} client(s): 1 process "
+                f"{row[one + '|rate']:6.1f} req/s (p50 {row[one + '|p50']:6.1f} ms, p95 "
+                f"{row[one + '|p95']:6.1f} ms, server CPU {row[one + '|cpu']:5.1f} ms/req); "
+                f"{n} processes {row[many + '|rate']:6.1f} req/s (p95 "
+                f"{row[many + '|p95']:6.1f} ms, server CPU {row[many + '|cpu']:5.1f} ms/req); "
+                f"ratio {n}:1 = "
+                f"{row[many + '|rate'] / row[one + '|rate']:.2f} (machine CPU busy "
+                f"{100 * row[one + '|busy']:.0f} % / {100 * row[many + '|busy']:.0f} %)"
             )
+    cpu = row[f"1|leaderboard|{clients[0]}|cpu"]
+    print(
+        f"[{backend}] leaderboard page: {1000 / cpu:.0f} req/s per core of server CPU "
+        f"({cpu:.1f} ms/req), p50 {row[f'1|leaderboard|{clients[0]}|p50']:.1f} ms, p95 "
+        f"{row[f'1|leaderboard|{clients[0]}|p95']:.1f} ms at {clients[0]} client(s), 1 process"
+    )
+    print(
+        f"[{backend}] leaderboard page, first pass on a fresh process (cold memos): "
+        f"{1000 / row['1|cold|cpu']:.0f} req/s per core ({row['1|cold|cpu']:.1f} ms/req), "
+        f"p95 {row['1|cold|p95']:.1f} ms at 1 client"
+    )
+    if "1|wrk|rate" in row:
+        print(
+            f"[{backend}] leaderboard via wrk ({args.wrk_connections} connections, "
+            f"{args.wrk_seconds} s): 1 process {row['1|wrk|rate']:.0f} req/s (server CPU "
+            f"{row['1|wrk|cpu']:.1f} ms/req), {n} processes {row['n|wrk|rate']:.0f} req/s "
+            f"({row['n|wrk|cpu']:.1f} ms/req); ratio {n}:1 = "
+            f"{row['n|wrk|rate'] / row['1|wrk|rate']:.2f}"
+        )
+    else:
+        print(f"[{backend}] leaderboard via wrk: not measured (no `wrk` on PATH, or "
+              "--wrk-seconds 0)")  # fmt: skip
     print(
         f"[{backend}] reference (leaderboard service function, no HTTP): p50 "
-        f"{row['direct_p50']:.1f} ms, p95 {row['direct_p95']:.1f} ms\n"
-        f"[{backend}] intake: {row['intake_rate']:.1f} uploads/s ({weights_size / 1e6:.2f} MB "
-        f"each), p95 {row['intake_p95']:.0f} ms"
+        f"{row['direct_p50']:.1f} ms, p95 {row['direct_p95']:.1f} ms"
     )
-
-
-def api_processes_default() -> int:
-    from api.commands import api_processes
-
-    return api_processes(Settings(), None)
+    if "intake_rate" in row:
+        print(
+            f"[{backend}] intake: {row['intake_rate']:.1f} uploads/s ({size / 1e6:.2f} MB "
+            f"each), p95 {row['intake_p95']:.0f} ms"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes on SQLite (seconds): checks the script runs")  # fmt: skip
     parser.add_argument("--entries", type=int, default=10_000)
     parser.add_argument("--reads", type=int, default=300)
-    parser.add_argument("--uploads", type=int, default=40)
+    parser.add_argument("--uploads", type=int, default=0, help="intake uploads (0: none)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument("--clients", default="1,8,32", help="concurrent client counts")
+    parser.add_argument("--processes", type=int, default=2,
+                        help="API processes compared with one")  # fmt: skip
+    parser.add_argument("--postgres-url", default=POSTGRES_URL,
+                        help="a PostgreSQL server (its database is only used to create and drop "
+                        "a fresh one); default CERTBENCH_TEST_POSTGRES_URL")  # fmt: skip
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("CERTBENCH_TEST_REDIS_URL"),
+        help="broker for intake with PostgreSQL (default: the embedded one)",
+    )
+    parser.add_argument(
+        "--wrk-seconds",
+        type=int,
+        default=15,
+        help="also load the page with wrk for this long (0: not; needs wrk)",
+    )
+    parser.add_argument("--wrk-connections", type=int, default=16)
     args = parser.parse_args()
-    if not 0 < args.reads <= 5000 or not 0 < args.uploads <= 500:
-        raise SystemExit("keep --reads in 1..5000 and --uploads in 1..500 (bounded loops)")
+    if args.smoke:
+        args.entries, args.reads, args.uploads, args.clients = 60, 12, 0, "1,2"
+        args.wrk_seconds = min(args.wrk_seconds, 2)
+        if "--backends" not in sys.argv:
+            args.backends = "sqlite"
+    if not 0 < args.reads <= 5000 or not 0 <= args.uploads <= 500:
+        raise SystemExit("keep --reads in 1..5000 and --uploads in 0..500 (bounded loops)")
     if not all(0 < int(c) <= 64 for c in args.clients.split(",")):
         raise SystemExit("keep each --clients count in 1..64")
-    weights = resnet20_weights()
+    if not 0 <= args.wrk_seconds <= 600 or not 1 <= args.wrk_connections <= 256:
+        raise SystemExit("keep --wrk-seconds in 0..600 and --wrk-connections in 1..256")
+    if not 1 < args.processes <= 64 or args.entries < 1:
+        raise SystemExit("keep --processes in 2..64 and --entries positive")
+    weights = resnet20_weights() if args.uploads else b""
     for backend in args.backends.split(","):
         run_backend(backend, args, weights)
 

@@ -25,13 +25,21 @@ import numpy as np
 import torch
 from certify_throughput import CIFAR_MEAN, CIFAR_STD, reference_certify, timed
 
-from certbench.architectures import build_classifier
-from certbench.fourier_basis import basis_image, perturb, perturbation_signs
-from certbench.fourier_sensitivity import PROTOCOLS, sensitivity_records
+from certbench.fourier import (
+    PROTOCOLS,
+    basis_image,
+    perturb,
+    perturbation_signs,
+    sensitivity_records,
+)
+from certbench.nets import build_classifier
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: checks that it runs (seconds)"
+    )
     parser.add_argument("--arch", default="cifar_resnet20")
     parser.add_argument("--protocol", default="quick", choices=sorted(PROTOCOLS))
     parser.add_argument("--images", type=int, default=1, help="images timed per point")
@@ -48,6 +56,9 @@ def main() -> None:
     parser.add_argument("--skip-reference", action="store_true")
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
+    if args.smoke:
+        args.images, args.points, args.base_points, args.n = 1, 1, 1, 50
+        args.batch_size, args.rounds = 50, 1
 
     protocol = PROTOCOLS[args.protocol]
     # samples/s does not depend on n once a point spans many batches: a smaller n times faster

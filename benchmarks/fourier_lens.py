@@ -29,8 +29,8 @@ import time
 import numpy as np
 import torch
 
-from certbench.architectures import build_classifier
-from certbench.fourier_lens import LensProtocol, lens_plan, lens_records
+from certbench.lens import LensProtocol, lens_plan, lens_records
+from certbench.nets import build_classifier
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
@@ -77,6 +77,9 @@ def reference(model, images: np.ndarray, pairs: np.ndarray, part: str, device) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: checks that it runs (seconds)"
+    )
     parser.add_argument("--paths", type=int, default=6, help="Fourier pairs for ours")
     parser.add_argument("--ref-paths", type=int, default=2, help="Fourier pairs for the port")
     parser.add_argument("--batch-size", type=int, default=1000)
@@ -84,6 +87,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
+    if args.smoke:
+        args.paths, args.ref_paths, args.batch_size, args.rounds = 1, 1, 100, 1
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -95,7 +100,7 @@ def main() -> None:
     images = torch.rand((count, 3, 32, 32), generator=g)
     labels = torch.arange(count) % 10
     protocol = LensProtocol(paths=args.paths, kinds=("amplitude", "phase"))
-    kwargs = dict(mean=MEAN, std=STD, protocol=protocol, batch_size=args.batch_size)
+    kwargs = dict(protocol=protocol, batch_size=args.batch_size)
 
     with torch.inference_mode():  # warm-up: oneDNN kernels, CUDA context
         model(images[:100].to(device).contiguous(memory_format=torch.channels_last))

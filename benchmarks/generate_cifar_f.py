@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from certbench.image_set import ImageSet
+from certbench.data import ImageSet
 from generators import cifar_f as cf
 from generators import cifar_f_build as build
 
@@ -138,6 +138,9 @@ def time_released(images: ImageSet, specs: list[cf.CifarFSpec], n_ref: int) -> f
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: checks that it runs (seconds)"
+    )
     parser.add_argument("--images", type=int, default=2000, help="images per test set (ours)")
     parser.add_argument("--sets", type=int, default=4, help="test sets per run")
     parser.add_argument("--ref-images", type=int, default=300, help="images per set (released)")
@@ -147,6 +150,8 @@ def main() -> None:
         "--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1), help="torch threads"
     )
     args = parser.parse_args()
+    if args.smoke:
+        args.images, args.sets, args.ref_images, args.rounds, args.threads = 20, 1, 5, 1, 1
     images = (
         build.load_source("cifar10", args.source, revision=None, limit=args.images)
         if args.source

@@ -273,11 +273,16 @@ def best_rates(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: checks that it runs (seconds)"
+    )
     parser.add_argument("--ours", type=int, default=1000, help="images per corruption (ours)")
     parser.add_argument("--ref", type=int, default=100, help="images per corruption (reference)")
     parser.add_argument("--severity", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3, help="best-of runs per measurement")
     args = parser.parse_args()
+    if args.smoke:
+        args.ours, args.ref, args.repeats = 4, 2, 1
     images = natural_images(args.ours)
     # the original converts every uint8 test image with ToTensor -> ToPILImage inside its loop
     convert_img = transforms.Compose([transforms.ToTensor(), transforms.ToPILImage()])

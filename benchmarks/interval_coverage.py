@@ -1,4 +1,4 @@
-"""Coverage of certbench.intervals on simulated leaderboards, and the cost of the bootstrap.
+"""Coverage of certbench.stats.intervals on simulated leaderboards, and the cost of the bootstrap.
 
 Prints, for 1,000 simulated leaderboards of the protocol's size (500 images per test set),
 the observed coverage of each 95 % interval, with the stratified-by-test-set bootstrap beside
@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "certbench"))
 from leaderboard_sim import binomial_slack, draw, population
 
-from certbench.intervals import (
+from certbench.stats import (
     benchmark_replicates,
     bootstrap_means,
     clopper_pearson,
@@ -35,10 +35,15 @@ def coverage(low: np.ndarray, high: np.ndarray, truth: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: checks that it runs (seconds)"
+    )
     parser.add_argument("--boards", type=int, default=1000)
     parser.add_argument("--images", type=int, default=500)
     parser.add_argument("--sets", type=int, default=8)
     args = parser.parse_args()
+    if args.smoke:
+        args.boards, args.images, args.sets = 20, 50, 4
     print(
         f"{args.boards} leaderboards × {args.sets} sets × {args.images} images; "
         f"3 binomial s.e. = {binomial_slack(0.95, args.boards):.3f}"

@@ -22,9 +22,8 @@ from pathlib import Path
 
 import torch
 
-from certbench.apgd import LinfPDProjection
-from certbench.pd_anchors import AnchorBank
-from certbench.pd_threat import PDThreat
+from certbench.nets import RowSlots
+from certbench.pd import AnchorBank, LinfPDProjection, PDThreat
 
 
 def random_bank(classes: int, k: int, seed: int) -> AnchorBank:
@@ -142,7 +141,9 @@ def projections(classes: int, args: argparse.Namespace, device: torch.device) ->
     z = (torch.rand_like(x) * 2 - 1) * eps  # an ℓ∞ sign-step-like point, mostly PD-infeasible
     rates = {}
     for name, exact in (("lazy", False), ("exact", True)):
-        bound = LinfPDProjection(threat, eps_inf=eps, eps_pd=eps, exact=exact).bind(x, labels)
+        bound = LinfPDProjection(threat, eps_inf=eps, eps_pd=eps, exact=exact).bind(
+            x, labels, RowSlots.positional(len(x))
+        )
         bound(z)  # the exact one: first call from cold multipliers, later ones warm
         seconds, _ = timed(lambda bound=bound: bound(z * 1.01), args.rounds, device)
         rates[name] = args.images / seconds
@@ -155,6 +156,9 @@ def projections(classes: int, args: argparse.Namespace, device: torch.device) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: checks that it runs (seconds)"
+    )
     parser.add_argument("--images", type=int, default=256)
     parser.add_argument("--ref-images", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=256)
@@ -162,6 +166,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
+    if args.smoke:
+        args.images, args.ref_images, args.batch_size, args.k, args.rounds = 4, 2, 4, 5, 1
     device = torch.device(args.device)
     print(
         f"device {device}, torch threads {torch.get_num_threads()}, "

@@ -20,28 +20,33 @@ import time
 
 import torch
 
-from certbench.architectures import build_classifier
-from certbench.attacks import robust_accuracy
-from certbench.pd_anchors import build_anchor_bank
-from certbench.pd_threat import PDThreat
+from certbench.nets import build_classifier
+from certbench.pd import PDThreat, build_anchor_bank, robust_accuracy
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: checks that it runs (seconds)"
+    )
     parser.add_argument("--arch", default="cifar_resnet20")
     parser.add_argument("--images", type=int, default=16)
     parser.add_argument("--n-iter", type=int, default=10)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
+    if args.smoke:
+        args.images, args.n_iter = 2, 1
     device = torch.device(args.device)
     torch.manual_seed(0)
     model = build_classifier(args.arch, num_classes=10, mean=MEAN, std=STD).eval().to(device)
     g = torch.Generator().manual_seed(0)
-    train = torch.randint(0, 256, (5000, 3, 32, 32), dtype=torch.uint8, generator=g)
+    bank_images = 200 if args.smoke else 5000
+    train = torch.randint(0, 256, (bank_images, 3, 32, 32), dtype=torch.uint8, generator=g)
     names = [f"c{i}" for i in range(10)]
-    bank = build_anchor_bank(train, torch.arange(5000) % 10, class_names=names, dataset="random")
+    labels = torch.arange(bank_images) % 10
+    bank = build_anchor_bank(train, labels, class_names=names, dataset="random")
     threat = PDThreat(bank, device=device)
     x = torch.randint(0, 256, (args.images, 3, 32, 32), dtype=torch.uint8, generator=g)
     with torch.no_grad():

@@ -17,8 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from certbench.figure_intervals import ImageTerms, compare_terms, figure_intervals, image_terms
-from certbench.intervals import compare_acr
+from certbench.stats import ImageTerms, compare_acr, compare_terms, figure_intervals, image_terms
 
 
 def entry(rng: np.random.Generator, shift: float, sets: int, images: int) -> dict[str, pa.Table]:
@@ -40,9 +39,14 @@ def entry(rng: np.random.Generator, shift: float, sets: int, images: int) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: checks that it runs (seconds)"
+    )
     parser.add_argument("--sets", type=int, default=192)
     parser.add_argument("--images", type=int, default=500)
     args = parser.parse_args()
+    if args.smoke:
+        args.sets, args.images = 6, 50
     rng = np.random.default_rng(0)
     a, b = (entry(rng, shift, args.sets, args.images) for shift in (0.5, 0.45))
 

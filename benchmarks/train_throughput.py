@@ -10,6 +10,7 @@ Augmentation ("aug") and model work ("model") are timed separately: with DataLoa
 in one process (CPU default, ``--workers 0``) they add up ("serial").
 
     uv run python benchmarks/train_throughput.py --steps 4 --batch-size 64
+    uv run python benchmarks/train_throughput.py --smoke   # seconds: every code path, no figure
     uv run python benchmarks/train_throughput.py --device cuda --amp bf16 --channels-last \
         --arch cifar_resnet110 --batch-size 256 --steps 30 --rounds 2
 """
@@ -23,12 +24,17 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from certbench.architectures import build_classifier
-from certbench.augment.crop_flip import crop_flip
-from certbench.augment.seeds import RandomStream
-from certbench.training.data import TrainBatches, make_views
-from certbench.training.recipes import RECIPES, Recipe, recipe_loss
-from certbench.training.schedule import Schedule, build_optimizer
+from certbench.augment import RandomStream, crop_flip
+from certbench.nets import build_classifier
+from certbench.training import (
+    RECIPES,
+    Recipe,
+    Schedule,
+    TrainBatches,
+    build_optimizer,
+    make_views,
+    recipe_loss,
+)
 
 CIFAR_IMAGES, PAPER_EPOCHS = 50_000, 200
 
@@ -155,7 +161,12 @@ def main() -> None:
     parser.add_argument("--amp", default=None, choices=[None, "bf16", "fp16"])
     parser.add_argument("--channels-last", action="store_true")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument(
+        "--smoke", action="store_true", help="one tiny step of everything (seconds, no figure)"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.arch, args.batch_size, args.steps, args.rounds = "lenet5", 4, 1, 1
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     count = args.batch_size * args.steps

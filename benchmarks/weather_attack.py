@@ -25,15 +25,16 @@ import time
 
 import torch
 
-from certbench.architectures import build_classifier
-from certbench.weather_objectives import (
+from certbench.nets import build_classifier
+from certbench.weather import (
+    AttackConfig,
+    WeatherSet,
     base_objective,
     forward,
+    search,
     smoothed_objective,
     smoothing_noise,
 )
-from certbench.weather_search import AttackConfig, search
-from certbench.weather_threat import WeatherSet
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
@@ -67,6 +68,9 @@ def _attack(model, x, y, wset, config, batch, noise) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: checks that it runs (seconds)"
+    )
     parser.add_argument("--arch", default="cifar_resnet20")
     parser.add_argument("--images", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -77,6 +81,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
+    if args.smoke:
+        args.images, args.batch_size, args.steps, args.repeats = 4, 4, 1, 1
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)

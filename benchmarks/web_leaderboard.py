@@ -28,7 +28,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import httpx
-from api_load import robustness_columns  # same seeded figures as the REST benchmark
+from api_load import store_figures  # the same figures and read model as the REST benchmark
 from sqlalchemy import insert
 
 import migrations
@@ -60,7 +60,8 @@ SORTS = (
 
 
 def seed(settings: Settings, entries: int, rng: random.Random) -> None:
-    """Bulk rows: one user, ``entries`` artifacts, finished submissions and leaderboard rows."""
+    """Bulk rows: one user, ``entries`` artifacts, finished submissions, leaderboard entries,
+    their figures (``metric_values``) and the read model's rows."""
     with session_scope(settings) as session:
         definition = next(d for d in packaged_definitions() if d.name == BENCHMARK)
         bench = upsert_benchmark(session, definition)
@@ -120,35 +121,21 @@ def seed(settings: Settings, entries: int, rng: random.Random) -> None:
                     "finished_at": now,
                 }
             )
-            acr = rng.uniform(0.05, 0.9)
-            curve = sorted((rng.uniform(0.1, 0.9) for _ in range(5)), reverse=True)
             rows.append(
                 {
                     "submission_id": i,
                     "benchmark_id": bench.id,
                     "protocol_version": bench.protocol_version,
-                    "macr": acr,
-                    "cert_acc_000": curve[0],
-                    "cert_acc_025": curve[1],
-                    "cert_acc_050": curve[2],
-                    "cert_acc_075": curve[3],
-                    "cert_acc_100": curve[4],
-                    "clean_accuracy": curve[0],
-                    "abstain_rate": rng.uniform(0, 0.3),
-                    "pa_median": rng.uniform(0.5, 1.0),
-                    "band_low": acr * rng.uniform(0.6, 1),
-                    "band_mid": acr * rng.uniform(0.7, 1),
-                    "band_high": acr * rng.uniform(0.8, 1.1),
                     "test_sets": 75,
                     "count": 37500,
                     "seconds": 3600.0,
                     "finished_at": now,
-                    **robustness_columns(rng, measured=i % 10 != 0),
                 }
             )
         session.execute(insert(Artifact), artifacts)
         session.execute(insert(Submission), submissions)
         session.execute(insert(LeaderboardEntry), rows)
+        store_figures(session, bench, [row["id"] for row in submissions], rng)
         session.commit()
 
 
@@ -196,7 +183,7 @@ def serve(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
 def queries(rng: random.Random, entries: int, count: int) -> list[tuple[str, dict[str, str]]]:
     """(kind, web query) pairs: first pages, deep pages, sorts, filters, search."""
     out = []
-    last_page = max(1, entries // 50)
+    last_page = max(2, entries // 50)
     for _ in range(count):
         kind = rng.choice(("first page", "deep page", "sorted", "filtered", "search"))
         params: dict[str, str] = {}
@@ -243,10 +230,15 @@ def p95(values: list[float]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: checks that it runs (seconds)"
+    )
     parser.add_argument("--entries", type=int, default=10_000)
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.smoke:
+        args.entries, args.requests = 60, 10
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="certbench-web-bench-") as folder:
         data_dir = Path(folder) / "data"
@@ -259,7 +251,7 @@ def main() -> None:
         process, base = serve(data_dir)
         try:
             with httpx.Client(base_url=base, timeout=30) as client:
-                for _ in range(10):  # warm-up: imports, template compilation, SQLite cache
+                for _ in range(2 if args.smoke else 10):  # warm-up: imports, templates, cache
                     timed(client, f"/leaderboards/{BENCHMARK}", {})
                     timed(client, f"/api/v1/leaderboards/{BENCHMARK}", {})
                 web: dict[str, list[float]] = {}

@@ -10,7 +10,7 @@ any corruption set:
 2. The band statistic is the energy-weighted mean radial frequency of that spectrum,
    ``centroid = sum(f * A^2) / sum(A^2)`` with ``f = sqrt(u^2 + v^2)`` in cycles per image.
 3. The centroid is compared with thirds of the Nyquist radius (16 cycles per image), the edges
-   ``certbench.spectral.BAND_EDGES`` shared with the Fourier-sensitivity heatmaps:
+   ``certbench.fourier.spectral.BAND_EDGES`` shared with the Fourier-sensitivity heatmaps:
    ``low`` if centroid < 16/3, ``mid`` if centroid < 32/3, else ``high``. Spatially white noise
    has a centroid of about 12.3 (high); a global brightness shift has 0 (low).
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from certbench.errors import GeneratorError
-from certbench.spectral import BANDS, frequency_band
+from certbench.fourier import BANDS, frequency_band
 
 # seed 000, Sec. 2: the hand grouping of the CIFAR-10-C corruptions
 PAPER_GROUPS: dict[str, str] = {

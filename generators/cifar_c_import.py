@@ -17,13 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
+from certbench.data import ImageSet
 from certbench.errors import DataSourceError
-from certbench.image_set import ImageSet
 from generators import bands, hub
+from generators.corruption_benchmark import CorruptionBenchmark
 from generators.corruption_card import write_card
 from generators.corruption_sets import (
     CIFAR_C_CITATION,
-    CorruptionBenchmark,
     _save_spectrum,
     config_name,
     select,

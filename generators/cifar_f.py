@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from certbench import spectral
 from certbench.errors import GeneratorError
+from certbench.fourier import hermitian_rfft_columns, radial_frequency, rfft_frequency
 from generators import streams
 
 ALPHAS: tuple[float, ...] = (0.5, 1.0, 2.0, 3.0)
@@ -127,13 +127,13 @@ def grid(
 
 def paper_mask(f_c: float, alpha: float, size: int = SIZE) -> torch.Tensor:
     """``1 / (|f - f_c| + 1)^α`` on a centred (size, size) grid (DC at size // 2)."""
-    f = spectral.radial_frequency(size)
+    f = radial_frequency(size)
     return (f - f_c).abs().add(1.0).pow(-alpha)
 
 
 def paper_mask_rfft(f_c: float, alpha: float, size: int = SIZE) -> torch.Tensor:
     """:func:`paper_mask` at the bins of an unshifted ``rfft2`` spectrum, (size, size//2+1)."""
-    f = spectral.rfft_frequency(size)
+    f = rfft_frequency(size)
     return (f - f_c).abs().add(1.0).pow(-alpha)
 
 
@@ -209,7 +209,7 @@ def _norms(x: torch.Tensor) -> torch.Tensor:
 
 def paper_noise(images: torch.Tensor, mask_rfft: torch.Tensor, draws: PaperDraws) -> torch.Tensor:
     """``IFFT(δ)`` (real, float64) for uint8 (B, 3, H, W): δ built on the rfft half and made
-    Hermitian, which is :func:`certbench.spectral.hermitian_symmetrise` in rfft layout."""
+    Hermitian, which is :func:`certbench.fourier.spectral.hermitian_symmetrise` in rfft layout."""
     x = images.to(torch.float64).div_(255.0)
     size = x.shape[-1]
     lo, hi = AMPLITUDE_CLIP
@@ -217,7 +217,7 @@ def paper_noise(images: torch.Tensor, mask_rfft: torch.Tensor, draws: PaperDraws
     amplitude = torch.fft.rfft2(x).abs().clamp_(lo, hi).mul_(mask_rfft)
     amplitude.mul_(draws.amplitude * (jhi - jlo) + jlo)
     half = _polar(amplitude, draws.phase * (2 * math.pi))
-    half = spectral.hermitian_rfft_columns(half, size)
+    half = hermitian_rfft_columns(half, size)
     return torch.fft.irfft2(half, s=(size, size))
 
 

@@ -16,9 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from certbench.data import load_images
+from certbench.data import ImageSet, Subset, load_images
 from certbench.errors import GeneratorError
-from certbench.image_set import ImageSet, Subset
 from generators import hub
 from generators.cifar_f import (
     GENERATOR_VERSION,

@@ -15,8 +15,8 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from certbench import spectral
-from certbench.image_set import ImageSet
+from certbench.data import ImageSet
+from certbench.fourier import radial_spectrum
 from generators import hub, streams
 from generators.cifar_f import (
     AMPLITUDE_CLIP,
@@ -135,7 +135,7 @@ def mean_radial_spectra(
             images, reference_mask(spec.f_c, spec.alpha), draw_reference(keys), spec.eps
         )
         x = (images.to(torch.float32) / 255.0).to(torch.float64)
-    return spectral.radial_spectrum(x_f - x).mean(dim=(0, 1))
+    return radial_spectrum(x_f - x).mean(dim=(0, 1))
 
 
 def spectrum_figure(

@@ -25,7 +25,7 @@ console = Console(soft_wrap=True)
 
 REVISION_HELP = (
     "Hub revision of the source (default for cifar10/cifar100 on the Hub: the commit "
-    "certbench pins, certbench.pinned_sources)."
+    "certbench pins, certbench.data.pins)."
 )
 
 generate_app = typer.Typer(
@@ -76,8 +76,7 @@ def cifar_f_command(
     ] = None,
 ) -> None:
     """Generate CIFAR-10-F / CIFAR-100-F: 192 power-law Fourier test sets (Sun et al. 2022)."""
-    from certbench.pinned_sources import default_revision
-    from certbench.provenance import public_source
+    from certbench.data import default_revision, public_source
     from generators import cifar_f, cifar_f_build
 
     try:

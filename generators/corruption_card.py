@@ -18,7 +18,8 @@ from PIL import Image
 
 from certbench.errors import GeneratorError
 from generators import bands, hub
-from generators.corruption_sets import FROST_NOTE, CorruptionBenchmark, config_name, spectrum_path
+from generators.corruption_benchmark import CorruptionBenchmark
+from generators.corruption_sets import FROST_NOTE, config_name, spectrum_path
 
 GRID_FIGURE = "sample_grid.png"
 SPECTRA_FIGURE = "spectra_grid.png"

@@ -54,8 +54,7 @@ def _generate(
     card: bool,
     frost_dir: Path | None = None,
 ) -> None:
-    from certbench.pinned_sources import default_revision
-    from certbench.provenance import public_source
+    from certbench.data import default_revision, public_source
     from generators import corruption_card
     from generators import corruption_sets as cs
 

@@ -17,37 +17,20 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from certbench.data import load_images
+from certbench.data import ImageSet, Subset, load_images
 from certbench.errors import GeneratorError
-from certbench.image_set import ImageSet, Subset
 from generators import bands, hub
+from generators.corruption_benchmark import CorruptionBenchmark
 
 GENERATOR_VERSION = 1
 NUM_CLASSES = {"cifar10": 10, "cifar100": 100}
 SPECTRA_DIR = "spectra"
-ApplyFn = Callable[[np.ndarray, str, int, int, np.ndarray], np.ndarray]
 ProgressHook = Callable[[str, int, int], None]
-
-
-@dataclass(frozen=True)
-class CorruptionBenchmark:
-    """What a corruption benchmark is: its corruptions, how to apply one, and its card text."""
-
-    key: str
-    suffix: str  # CIFAR-10 + suffix, e.g. "-C"
-    names: tuple[str, ...]
-    apply: ApplyFn  # (uint8 NHWC images, corruption, level, seed, source indices) -> uint8
-    severity_value: Callable[[str, int], float]
-    protocol: str  # markdown: the definitions, constants and equivalents
-    citation: str
-    tags: tuple[str, ...] = ()
-    config_metadata: Callable[[str], dict[str, str]] = lambda name: {}
-    """Extra checksum metadata of one corruption's configs (e.g. which frost textures)."""
 
 
 def config_name(corruption: str, level: int) -> str:

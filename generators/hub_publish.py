@@ -19,8 +19,8 @@ from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError, OfflineModeIsEnabled
 from huggingface_hub.hf_api import RepoFile
 
+from certbench.data import find_local_paths
 from certbench.errors import PublishError
-from certbench.provenance import find_local_paths
 from generators.hub import config_complete, sha256_file
 
 

@@ -2,7 +2,8 @@
 adversarial weather perturbations robustness").
 
 The simulator itself (sprite bank, differentiable aggregation, random particle draws) lives in
-``certbench.weather``, shared with the simulation attack (``certbench.weather_attack``); this module
+``certbench.weather.simulator``, shared with the simulation attack (``certbench.weather.attack``);
+this module
 turns it into uint8 test sets: 5 severity levels per weather, per-image draws from streams keyed
 by (seed, weather, level, source image index).
 """
@@ -35,6 +36,7 @@ from certbench.weather import (  # noqa: F401  (re-exported: the generator's pub
     sprite_bank,
     weather_level,
 )
+from generators.corruption_benchmark import CorruptionBenchmark
 from generators.corruption_runs import check_images
 
 
@@ -97,9 +99,8 @@ CITATION = """@misc{weather_simulator_eval,
 }"""
 
 
-def benchmark_spec():  # type: ignore[no-untyped-def]
+def benchmark_spec() -> CorruptionBenchmark:
     """The weather benchmark for ``generators.corruption_sets``."""
-    from generators.corruption_sets import CorruptionBenchmark
 
     def apply(images, name, level, seed, indices):  # type: ignore[no-untyped-def]
         return simulate(images, name, level, seed=seed, indices=indices)

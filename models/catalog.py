@@ -12,141 +12,32 @@ any other file. Loading is an upsert keyed by name: a newer ``version`` replaces
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from importlib.resources import files
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ValidationError, model_validator
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from models.data_pins import DataPin, merged_pin, pinned_revision
+from models.data_pins import merged_pin
+from models.definitions import BenchmarkSchema
 from models.entities import Benchmark, StageResult, Submission, TestSet
 from models.errors import BenchmarkDefinitionError, NotFoundError
-
-Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")]
-Band = Literal["low", "mid", "high"]
+from models.stages import registry
 
 
-class Protocol(BaseModel):
-    """Certification protocol (Cohen et al. CERTIFY) and the image subset of every test set."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    version: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")]
-    n0: int = Field(default=100, gt=0)
-    n: int = Field(default=100_000, gt=0)
-    alpha: float = Field(default=0.001, gt=0, lt=0.5)
-    seed: int = Field(default=0, ge=0)
-    skip: int = Field(default=20, gt=0)
-    limit: int | None = Field(default=None, gt=0)
-
-
-class ImageSource(BaseModel):
-    """Where a set of images comes from and which of them count: every ``skip``-th of
-    ``source_size`` (the protocol's skip by default), then the first ``limit``. ``folder`` (a
-    local Hub-layout folder) wins over ``repo`` when set. ``provenance`` pins the bytes
-    (``models.data_pins``): a test set's adds to the definition's defaults; a stage block's
-    (the images a stage reads) stands alone."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    repo: str = Field(min_length=1, max_length=128)
-    folder: str | None = None
-    config: str | None = None
-    revision: str | None = None
-    split: str = "test"
-    source_size: int = Field(default=10_000, gt=0)
-    skip: int | None = Field(default=None, gt=0)
-    limit: int | None = Field(default=None, gt=0)
-    provenance: DataPin | None = Field(
-        default=None,
-        description="how these images were made and their content hash / Hub commit "
-        "(see models.data_pins)",
-    )
-
-    @model_validator(mode="after")
-    def _revision_agrees_with_pin(self) -> ImageSource:
-        """A pinned Hub commit and an explicit revision must agree."""
-        if self.provenance is not None:
-            pinned_revision(
-                self.revision, self.provenance.model_dump(exclude_none=True), name=self.repo
-            )
-        return self
-
-    def subset(self, protocol: Protocol) -> tuple[int, int | None, int]:
-        """(skip, limit, number of images) with the protocol's defaults filled in."""
-        skip = self.skip or protocol.skip
-        limit = self.limit if self.limit is not None else protocol.limit
-        count = -(-self.source_size // skip)
-        return skip, limit, min(count, limit) if limit is not None else count
-
-
-class TestSetDefinition(ImageSource):
-    """One test set of a benchmark."""
-
-    __test__ = False
-
-    name: Name
-    band: Band | None = None
-    attributes: dict[str, Any] = Field(default_factory=dict)
-
-    def num_images(self, protocol: Protocol) -> int:
-        """Images certified."""
-        return self.subset(protocol)[2]
-
-
-class BenchmarkDefinition(BaseModel):
-    """A benchmark definition file (``format: certbench-benchmark/1``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    format: Literal["certbench-benchmark/1"]
-    name: Name
-    version: int = Field(ge=1)
-    title: str = Field(min_length=1, max_length=128)
-    description: str = ""
-    base_dataset: str = Field(min_length=1, max_length=64)
-    num_classes: int = Field(gt=1)
-    sigmas: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
-    protocol: Protocol
-    bands: dict[Band, list[str]] = Field(default_factory=dict)
-    test_sets: list[TestSetDefinition] = Field(min_length=1)
-    stages: dict[str, dict[str, Any]] = Field(
-        default_factory=dict,
-        description="evaluation stages beyond certification: stage name → its protocol block",
-    )
-    provenance: DataPin | None = Field(
-        default=None,
-        description="provenance shared by every test set (generator, protocol, seed, source); "
-        "each test set's own `provenance` adds to it (its content hash)",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _legacy_robustness(cls, data: Any) -> Any:
-        """Definitions written before the stage registry name the PD stage ``robustness``."""
-        if isinstance(data, dict) and "robustness" in data:
-            data = dict(data)
-            block = data.pop("robustness")
-            if block is not None:
-                stages = dict(data.get("stages") or {})
-                if "pd_robustness" in stages:
-                    raise ValueError(
-                        "give the PD stage once: `stages.pd_robustness` or `robustness`"
-                    )
-                stages["pd_robustness"] = block
-                data["stages"] = stages
-        return data
+class BenchmarkDefinition(BenchmarkSchema):
+    """A benchmark definition file whose stage blocks are each validated (and stored
+    normalised) by their registered stage's protocol model."""
 
     @model_validator(mode="after")
     def _known_stages(self) -> BenchmarkDefinition:
         """Each block is validated by its registered stage's protocol model (stored normalised)."""
-        from models.stages import registry
-
         for name, block in self.stages.items():
             try:
                 stage = registry.get(name)
@@ -168,31 +59,10 @@ class BenchmarkDefinition(BaseModel):
 
     def stage_block(self, name: str) -> BaseModel | None:
         """The validated protocol block of stage ``name`` (None when the benchmark lacks it)."""
-        from models.stages import registry
-
         if name not in self.stages:
             return None
         model = registry.get(name).protocol_model
         return None if model is None else model.model_validate(self.stages[name])
-
-    @model_validator(mode="after")
-    def _consistent_pins(self) -> BenchmarkDefinition:
-        """A pinned Hub commit and an explicit revision must agree."""
-        for test_set in self.test_sets:
-            pinned_revision(
-                test_set.revision,
-                merged_pin(self.provenance, test_set.provenance),
-                name=test_set.name,
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _unique_names(self) -> BenchmarkDefinition:
-        names = [t.name for t in self.test_sets]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"test set names must be unique; repeated: {duplicates}")
-        return self
 
 
 def parse_definition(text: str, *, source: str = "<text>") -> BenchmarkDefinition:
@@ -306,8 +176,6 @@ def _apply(
 
 def _stage_rows(definition: BenchmarkDefinition) -> dict[str, Any]:
     """The stage protocols as stored: each stage's own row (definition fields + derived ones)."""
-    from models.stages import registry
-
     rows = {}
     for name in definition.stages:
         block = definition.stage_block(name)
@@ -337,7 +205,9 @@ def get_benchmark(session: Session, name: str) -> Benchmark:
     benchmark = session.scalar(select(Benchmark).where(Benchmark.name == name))
     if benchmark is None:
         known = list(session.scalars(select(Benchmark.name).order_by(Benchmark.name)))
-        raise NotFoundError(f"benchmark {name!r} does not exist; known benchmarks: {known}")
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        raise NotFoundError(f"benchmark {name!r} does not exist; {hint}known benchmarks: {known}")
     return benchmark
 
 

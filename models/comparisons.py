@@ -2,7 +2,8 @@
 ``GET /api/v1/leaderboards/{benchmark}/compare`` and the leaderboard's "tied with #k" marks.
 
 Two entries of one benchmark were certified on the same images, so they are compared image by
-image (``certbench.intervals``): a paired bootstrap over the shared source images for ACR/mACR,
+image (``certbench.stats.intervals``): a paired bootstrap over the shared source images for
+ACR/mACR,
 a band's mean ACR, and certified accuracy averaged over several test sets; exact McNemar for
 certified accuracy on a benchmark of one test set. The paired bootstraps read each entry's image
 terms (one small file, ``certification_intervals.TERMS_UNIT``), or, for an entry aggregated
@@ -11,39 +12,38 @@ before they existed, its records (slower; cached per process by file version).
 The other stages' figures (``Stage.paired_keys``: robustness, weather, Fourier sensitivity and
 lens figures) are compared from the per-image terms each stage stores beside its records
 (``models.stage_uncertainty``): exact McNemar for an accuracy of one set of images, the paired
-bootstrap for means (``certbench.figure_terms``). Their keys are the leaderboard's own.
+bootstrap for means (``certbench.stats.terms``). Their keys are the leaderboard's own.
 
 "Tied with #k": the entry ranked just above does not differ significantly (two-sided p ≥ 0.05)
 in the figure the page is sorted by; each adjacent pair is one test (no multiplicity
-correction), as ``certbench.intervals.tied_with_above`` defines it.
+correction), as ``certbench.stats.intervals.tied_with_above`` defines it.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import pairwise
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models import stage_uncertainty, storage
-from models.entities import StageResult, Submission
+from models.entities import Benchmark, StageResult, Submission
 from models.settings import Settings
 from models.stages import registry
 from models.stages.base import Stage
-from models.stages.certification import BANDS, RADIUS_KEYS
 from models.stages.certification_intervals import TERMS_UNIT, terms_sets
+from models.stages.certification_keys import BANDS, RADIUS_KEYS
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from certbench.figure_intervals import ImageTerms
-    from certbench.figure_terms import FigureTerms
-    from certbench.intervals import PairedTest
+    from certbench.stats import FigureTerms, ImageTerms, PairedTest
 
 ALPHA_TIE = 0.05
 #: Leaderboard sort keys whose ranks carry tie marks → the figure's image-terms key.
@@ -110,9 +110,32 @@ class Entry:
 def entries(
     session: Session, submissions: Sequence[Submission], *, settings: Settings
 ) -> dict[int, Entry]:
-    """The stored per-image data of the submissions' certification, by submission id (one
-    query for all of them: a leaderboard page asks for 50 at once)."""
-    ids = [s.id for s in submissions]
+    """The stored per-image data of the submissions' certification, by submission id."""
+    by_benchmark: dict[int, tuple[Benchmark, list[int]]] = {}
+    for submission in submissions:
+        by_benchmark.setdefault(submission.benchmark_id, (submission.benchmark, []))[1].append(
+            submission.id
+        )
+    out: dict[int, Entry] = {}
+    for benchmark, ids in by_benchmark.values():
+        out |= entries_on(session, benchmark, ids, settings=settings)
+    return out
+
+
+def entries_on(
+    session: Session,
+    benchmark: Benchmark,
+    ids: Sequence[int],
+    *,
+    settings: Settings,
+    stages: Iterable[str] | None = None,
+) -> dict[int, Entry]:
+    """The stored per-image data of entries of one benchmark, by submission id (one query for
+    all of them: a leaderboard page asks for 50 at once, by id, without loading submissions).
+
+    ``stages``: the stages whose terms files to look for (default every stage); a leaderboard
+    page's tie marks need only the sorted figure's, and each is a file lookup per entry.
+    """
     rows = session.execute(
         select(StageResult.submission_id, StageResult.unit, StageResult.records_path).where(
             StageResult.submission_id.in_(ids), StageResult.stage == "certification"
@@ -121,32 +144,34 @@ def entries(
     records: dict[int, dict[str, str]] = {i: {} for i in ids}
     for submission_id, unit, relpath in rows:
         records[submission_id][unit] = str(storage.resolve(settings.artifacts_dir, relpath))
+    band_of = {ts.name: ts.band for ts in benchmark.test_sets}
+    # Paths this module builds from ids (no stored path): under the resolved root, no realpath.
+    root = settings.artifacts_dir.resolve()
+    wanted = [
+        stage
+        for stage in registry.all_stages()
+        if stage.paired_keys() and (stages is None or stage.name in stages)
+    ]
     out = {}
-    for submission in submissions:
-        band_of = {ts.name: ts.band for ts in submission.benchmark.test_sets}
-        terms = storage.resolve(
-            settings.artifacts_dir, storage.test_set_records_relpath(submission.id, TERMS_UNIT)
-        )
-        out[submission.id] = Entry(
-            submission_id=submission.id,
-            records=records[submission.id],
-            bands={name: band_of.get(name) for name in records[submission.id]},
+    for submission_id in ids:
+        terms = root / storage.test_set_records_relpath(submission_id, TERMS_UNIT)
+        out[submission_id] = Entry(
+            submission_id=submission_id,
+            records=records[submission_id],
+            bands={name: band_of.get(name) for name in records[submission_id]},
             terms_path=str(terms) if terms.is_file() else None,
-            stage_terms=_stage_terms(submission.id, settings),
+            stage_terms=_stage_terms(submission_id, root, wanted),
         )
     return out
 
 
-def _stage_terms(submission_id: int, settings: Settings) -> dict[str, str]:
+def _stage_terms(submission_id: int, root: Path, stages: Sequence[Stage]) -> dict[str, str]:
     """The terms files of an entry's stages beyond certification that are on this server."""
     out = {}
-    for stage in registry.all_stages():
-        if stage.paired_keys():
-            path = storage.resolve(
-                settings.artifacts_dir, stage_uncertainty.terms_relpath(stage, submission_id)
-            )
-            if path.is_file():
-                out[stage.name] = str(path)
+    for stage in stages:
+        path = root / stage_uncertainty.terms_relpath(stage, submission_id)
+        if path.is_file():
+            out[stage.name] = str(path)
     return out
 
 
@@ -162,13 +187,16 @@ def _version(path: str) -> tuple[str, int, int]:
 
 @lru_cache(maxsize=64)
 def _table(version: tuple[str, int, int]) -> pa.Table:
-    from certbench.records import read_table
+    from certbench.smoothing import read_table
 
     return read_table(version[0])
 
 
 def _tables(data: Entry) -> dict[str, pa.Table] | None:
-    """The entry's records tables, None when a file is missing on this server."""
+    """The entry's records tables, None when a file is missing on this server (or the entry
+    has no certification records at all: nothing to pair)."""
+    if not data.records:
+        return None
     try:
         return {name: _table(_version(path)) for name, path in data.records.items()}
     except FileNotFoundError:
@@ -177,7 +205,7 @@ def _tables(data: Entry) -> dict[str, pa.Table] | None:
 
 @lru_cache(maxsize=1024)
 def _terms_file(version: tuple[str, int, int]) -> ImageTerms:
-    from certbench.figure_intervals import ImageTerms
+    from certbench.stats import ImageTerms
 
     table = _table(version)
     return ImageTerms.from_table(table, terms_sets(table))
@@ -189,7 +217,7 @@ def _terms_from_records(
     names: tuple[str, ...],
     bands: tuple[str | None, ...],
 ) -> ImageTerms:
-    from certbench.figure_intervals import image_terms
+    from certbench.stats import image_terms
     from models.stages.certification_intervals import band_groups
 
     tables = {name: _table(v) for name, v in zip(names, versions, strict=True)}
@@ -214,7 +242,7 @@ def image_terms_of(data: Entry) -> ImageTerms | None:
 
 @lru_cache(maxsize=1024)
 def _figure_terms_file(version: tuple[str, int, int]) -> dict[str, FigureTerms]:
-    from certbench.figure_terms import terms_from_table
+    from certbench.stats import terms_from_table
 
     return terms_from_table(_table(version))
 
@@ -232,7 +260,7 @@ def figure_terms_of(data: Entry, stage: str) -> dict[str, FigureTerms]:
 
 def _stage_paired_test(a: Entry, b: Entry, key: str) -> PairedTest | None:
     """A − B on another stage's figure ``key`` from both entries' terms files."""
-    from certbench.figure_terms import compare_figure
+    from certbench.stats import compare_figure
 
     stage = stage_of(key)
     if stage is None:
@@ -246,11 +274,11 @@ def _stage_paired_test(a: Entry, b: Entry, key: str) -> PairedTest | None:
 def paired_test(a: Entry, b: Entry, key: str) -> PairedTest | None:
     """A − B on the figure ``key`` (an image-terms key); None when the per-image data is not on
     this server. Raises RecordsError when the entries were measured on different images."""
-    from certbench.figure_intervals import compare_terms
+    from certbench.stats import compare_terms
 
     if not _certification_key(key):
         return _stage_paired_test(a, b, key)
-    from certbench.intervals import compare_acr, compare_certified_accuracy
+    from certbench.stats import compare_acr, compare_certified_accuracy
 
     one_set = len(a.records) == 1 and len(b.records) == 1
     if not (one_set and (key.startswith("certified@") or key in PROPORTIONS)):
@@ -287,8 +315,7 @@ def _proportion_test(
     import numpy as np
 
     from certbench.errors import RecordsError
-    from certbench.figure_intervals import compare_terms, image_terms, set_arrays
-    from certbench.intervals import LEVEL, mcnemar
+    from certbench.stats import LEVEL, compare_terms, image_terms, mcnemar, set_arrays
 
     if len(ra) > 1 or len(rb) > 1:
         return compare_terms(image_terms(ra), image_terms(rb), key)

@@ -20,13 +20,12 @@ _lock = threading.Lock()
 
 
 def config_content_sha256(folder: str | Path, config: str | None, split: str) -> str:
-    """``certbench.provenance.config_sha256`` of one config's split, cached per file version.
+    """``certbench.data.provenance.config_sha256`` of one config's split, cached per file version.
 
     Raises:
         certbench.errors.DataSourceError: not a Hub-layout folder, unknown config or split.
     """
-    from certbench.data import config_files
-    from certbench.provenance import config_sha256
+    from certbench.data import config_files, config_sha256
 
     files = config_files(folder, config, split)
     versions = tuple(_version(path) for path in files)

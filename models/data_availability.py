@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from certbench.dataset_names import alias_of
+from certbench.data import alias_of
 from certbench.errors import DataSourceError
 from models.content_hashes import config_content_sha256
 from models.data_pins import pinned_revision
@@ -173,8 +173,8 @@ class DataAvailability:
 
 def worker_advice(problem: str, *, repo: str, folder: str | None) -> str:
     """The failure message of a run whose data a worker could not find (the check at intake is
-    off): what failed and the operator's fix. ``problem`` is ``certbench.data``'s account of a
-    Hub failure without its command-line advice; for a missing ``folder`` it names a path of
+    off): what failed and the operator's fix. ``problem`` is ``certbench.data.sources``'s account
+    of a Hub failure without its command-line advice; for a missing ``folder`` it names a path of
     this machine, so it is left out and the folder is named as the pages name it."""
     rerun = "then re-run the submission"
     if folder:

@@ -8,7 +8,8 @@ attack) pins them with its own ``provenance`` the same way (no defaults apply to
 - ``generator``, ``generator_version``, ``protocol`` (CIFAR-F: ``paper`` or ``reference``),
   ``generation_seed``, ``source`` and ``source_revision`` (the base dataset it was built from):
   descriptive, shown with the benchmark;
-- ``sha256``: the SHA-256 of the config's parquet shard (``certbench.provenance.config_sha256``),
+- ``sha256``: the SHA-256 of the config's parquet shard
+  (``certbench.data.provenance.config_sha256``),
   checked by the worker on the copy it reads (a local Hub-layout folder, or the local copy of a
   Hub repo that ``certbench datasets fetch`` writes);
 - ``hub_commit``: a Hub commit id; the worker loads the test set at that revision, and the Hub
@@ -42,12 +43,14 @@ class DataPin(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     generator: str | None = Field(default=None, max_length=64)
-    generator_version: int | str | None = None
+    # provenance is stored and compared, not run; its numbers are bounded like every other
+    # number of a definition (JSON readers and PostgreSQL's bigint stop at 2⁶³)
+    generator_version: Annotated[int, Field(ge=0, le=2**31 - 1)] | str | None = None
     protocol: Literal["paper", "reference"] | None = Field(
         default=None,
         description="CIFAR-F protocol: the paper's equations or the released generate_fft.py",
     )
-    generation_seed: int | None = Field(default=None, ge=0)
+    generation_seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
     source: str | None = Field(default=None, max_length=256)
     source_revision: str | None = Field(default=None, max_length=64)
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None

@@ -16,6 +16,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
+from models import board_version as _board_version  # noqa: F401  (its session events)
 from models.settings import Settings
 
 _ENGINES: dict[str, Engine] = {}

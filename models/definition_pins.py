@@ -3,7 +3,7 @@
 After ``certbench publish out/cifar10-f --repo ORG/cifar10-f`` (which prints the commit the Hub
 now holds), an operator pins the definition to exactly those bytes: each test set gets
 ``provenance.sha256``, the content hash of its config in the local folder that was published
-(``certbench.provenance.config_sha256``: for a single shard, the value its ``checksum.json``
+(``certbench.data.provenance.config_sha256``: for a single shard, the value its ``checksum.json``
 records and the Hub's LFS object id), and ``provenance.hub_commit`` when given; ``version`` goes
 up by one, so a service that stored the old version replaces it on the next load. Workers then
 check every byte they read against the pin (``models.stages.inputs.data_hashes``).
@@ -75,8 +75,7 @@ def content_hashes(test_sets: list[dict[str, Any]], data: Path) -> dict[str, str
     Raises BenchmarkDefinitionError listing every test set whose config is missing or whose
     bytes contradict the folder's ``checksum.json``.
     """
-    from certbench.data import config_files
-    from certbench.provenance import config_sha256
+    from certbench.data import config_files, config_sha256
 
     pins: dict[str, str] = {}
     problems: list[str] = []

@@ -9,9 +9,10 @@ leaderboard through one index). ``leaderboard_entries`` marks a finished submiss
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -81,6 +82,19 @@ class ApiToken(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     user: Mapped[User] = relationship(back_populates="tokens")
+
+
+class UploadRefusal(Base):
+    """One upload the API refused before storing anything (``models.upload_refusals``): such
+    uploads create no submission, so only these rows let a rate limit see them."""
+
+    __tablename__ = "upload_refusals"
+    __table_args__ = (Index("ix_upload_refusals_user_at", "user_id", "at"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    code: Mapped[str] = mapped_column(String(32))
 
 
 class Benchmark(Base):
@@ -233,7 +247,7 @@ class Submission(Base):
     extra_data: Mapped[bool] = mapped_column(Boolean, default=False)
     venue: Mapped[str | None] = mapped_column(String(64))
     # Model zoo: the submitter publishes the weights under an SPDX licence
-    # (``certbench.licenses``); served only for a finished, public, visible entry.
+    # (``certbench.data.licenses``); served only for a finished, public, visible entry.
     weights_public: Mapped[bool] = mapped_column(
         Boolean, default=False, server_default=text("false")
     )
@@ -420,6 +434,10 @@ class LeaderboardEntry(Base):
     __table_args__ = (
         Index("ix_leaderboard_entries_benchmark_finished_at", "benchmark_id", "finished_at"),
     )
+    known_figures: ClassVar[Callable[[], Iterable[str]]] = staticmethod(tuple)
+    """Every figure key a registered stage writes. ``models.stages.registry`` installs its
+    ``metric_keys`` here when it is imported, so the table tells "known, not measured" (None)
+    from a typo (AttributeError) without importing the stages."""
 
     submission_id: Mapped[int] = mapped_column(
         ForeignKey("submissions.id", ondelete="CASCADE"), primary_key=True
@@ -446,11 +464,34 @@ class LeaderboardEntry(Base):
     def __getattr__(self, name: str) -> float | None:
         """A stage's figure by its metric key (``entry.macr``); None when not measured."""
         if not name.startswith("_"):
-            from models.stages import registry
-
-            if name in registry.metric_keys():
-                return self.metrics.get(name)
+            metrics = self.metrics
+            if name in metrics:
+                return metrics[name]
+            if name in LeaderboardEntry.known_figures():
+                return None
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+class LeaderboardFigures(Base):
+    """The leaderboard's read model: one row per entry holding what a page shows of it that
+    does not change after it finished, so a 50-row page reads 50 rows, not ~1,650 figures.
+
+    ``figures`` is every stored figure of the entry by key (the ``metric_values`` rows, null for
+    "not measured"); ``card`` the manifest's display fields and the weights file's hash and size
+    (an artifact never changes). Written by ``models.leaderboard_rows.refresh`` in the same
+    transaction as the figures it copies; sorting still walks the ``metric_values`` index.
+    """
+
+    __tablename__ = "leaderboard_rows"
+
+    submission_id: Mapped[int] = mapped_column(
+        ForeignKey("submissions.id", ondelete="CASCADE"), primary_key=True
+    )
+    benchmark_id: Mapped[int] = mapped_column(
+        ForeignKey("benchmarks.id", ondelete="CASCADE"), index=True
+    )
+    figures: Mapped[dict[str, Any]] = mapped_column(JSON)
+    card: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
 class RunSeed(Base):

@@ -1,6 +1,6 @@
 """Data sets the service builds itself, deterministically, wherever it finds them missing.
 
-The demo benchmark's images (scikit-learn's handwritten digits, ``certbench.demo_data``) ship
+The demo benchmark's images (scikit-learn's handwritten digits, ``certbench.data.demo``) ship
 with the package as code, not files: ``certbench serve`` writes them into
 ``<datasets_dir>/demo-digits`` when it prepares the service, and a worker that finds the folder
 missing (a fleet worker on another machine, a wiped disk) writes it before it reads it, so no
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 
 def _write_demo_digits(out: Path) -> None:
-    from certbench.demo_data import write_demo_dataset
+    from certbench.data import write_demo_dataset
 
     write_demo_dataset(out)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from models import stage_uncertainty, storage
+from models import leaderboard_rows, stage_uncertainty, storage
 from models.catalog import get_benchmark
 from models.entities import LeaderboardEntry, MetricValue, StageResult, Submission
 from models.settings import Settings
@@ -95,7 +95,7 @@ def _stages_lacking_bounds(session: Session, ids: list[int]) -> set[int]:
 def backfill_entry(session: Session, submission_id: int, *, settings: Settings) -> str | None:
     """Compute and store one entry's intervals from its records. Returns None when done, else
     why it was skipped (nothing is changed then)."""
-    from certbench.records import read_table, write_table_atomic
+    from certbench.smoothing import read_table, write_table_atomic
 
     submission = session.get(Submission, submission_id)
     if submission is None:
@@ -142,6 +142,7 @@ def backfill_entry(session: Session, submission_id: int, *, settings: Settings) 
         write_table_atomic(terms, storage.resolve(settings.artifacts_dir, relpath))
     for stage, found in others:
         _store_stage(session, submission, stage, found, settings=settings)
+    leaderboard_rows.refresh(session, [submission_id])
     session.commit()
     return None
 

@@ -1,22 +1,22 @@
 """Ranked leaderboard queries and per-submission results: the one read path for REST and web.
 
-A page is one indexed query over ``leaderboard_entries`` joined with ``submissions`` (and, to sort
-by a stage's figure, that figure's ``metric_values`` row through the (benchmark, key, value)
-index), plus one count query and one query loading the page's rows with their figures.
+A page comes from the process's in-memory snapshot of its board (``models.board_index``), kept
+current by the board counter (``models.board_version``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Select, and_, func, select
-from sqlalchemy.orm import Session, aliased, contains_eager
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
+from models import board_index
 from models.entities import (
     Benchmark,
     LeaderboardEntry,
-    MetricValue,
     StageResult,
     Submission,
     User,
@@ -26,16 +26,9 @@ from models.stages import registry
 from models.stages.base import MetricSpec
 from models.stages.certification import TestSetResult
 from models.stages.pd_robustness import RobustnessResult
-from models.states import SubmissionState
-from models.submissions import visibility_filter
 
 #: Sort keys that are submission columns rather than stage metrics.
-SUBMISSION_SORTS: dict[str, Any] = {
-    "sigma": Submission.sigma,
-    "submitted": Submission.created_at,
-    "finished": LeaderboardEntry.finished_at,
-    "model_name": Submission.model_name,
-}
+SUBMISSION_SORTS: dict[str, str] = board_index.COLUMN_SORTS
 #: Their labels (the leaderboard's column headers).
 SUBMISSION_LABELS = {
     "sigma": "σ",
@@ -86,10 +79,10 @@ def benchmark_sort_keys(benchmark: Benchmark) -> dict[str, str]:
     return keys
 
 
-def check_sort(benchmark: Benchmark, sort: str) -> None:
+def check_sort(benchmark: Benchmark, sort: str, keys: dict[str, str] | None = None) -> None:
     """Refuse a sort key the benchmark does not have (an empty ordering would look like a
-    ranking). Raises IntakeError (422) naming the benchmark's keys."""
-    keys = benchmark_sort_keys(benchmark)
+    ranking). Raises IntakeError (422) naming the benchmark's keys (``keys``: already known)."""
+    keys = benchmark_sort_keys(benchmark) if keys is None else keys
     if sort not in keys:
         raise IntakeError(
             f"sort={sort!r} is not a sort key of benchmark {benchmark.name!r}; valid keys: "
@@ -118,16 +111,34 @@ class LeaderboardQuery:
 
 @dataclass(frozen=True)
 class LeaderboardRow:
-    """One ranked entry: its rank within the filtered, sorted list.
+    """One ranked entry as a page shows it: its rank within the filtered, sorted list, its
+    submission's columns and its figures and card from the read model (``leaderboard_rows``).
 
-    ``submission.artifact`` (the manifest: authors, paper and code links) is loaded by the same
-    query, so reading it costs no extra round trip.
+    Plain values read by one Core ``select``, not ORM objects: a page builds no per-figure
+    objects and triggers no lazy loads.
     """
 
     rank: int
-    entry: LeaderboardEntry
-    submission: Submission
+    submission_id: int
+    model_name: str
     owner: str
+    architecture: str
+    sigma: float
+    extra_data: bool
+    venue: str | None
+    is_baseline: bool
+    flagged: bool
+    flag_reason: str | None
+    submitted_at: datetime
+    finished_at: datetime
+    protocol_version: str
+    test_sets: int
+    count: int
+    seconds: float
+    figures: dict[str, float | None]
+    card: dict[str, Any]
+    weights_license: str | None
+    """The licence when anyone may download the weights (``models.zoo``), else None."""
 
 
 @dataclass(frozen=True)
@@ -136,93 +147,52 @@ class LeaderboardPage:
     query: LeaderboardQuery
     total: int
     rows: list[LeaderboardRow] = field(default_factory=list)
-
-
-def _filtered(
-    benchmark: Benchmark, query: LeaderboardQuery, viewer: User | None, *columns: Any
-) -> Select[Any]:
-    """The filtered entries, selecting only ``columns`` (narrow rows sort fast)."""
-    stmt = (
-        select(*columns)
-        .select_from(LeaderboardEntry)
-        .join(Submission, Submission.id == LeaderboardEntry.submission_id)
-        .where(
-            LeaderboardEntry.benchmark_id == benchmark.id,
-            Submission.state == SubmissionState.FINISHED,
-            LeaderboardEntry.protocol_version
-            == (query.protocol_version or benchmark.protocol_version),
-            visibility_filter(viewer),
-        )
-    )
-    if query.sigma is not None:
-        stmt = stmt.where(func.abs(Submission.sigma - query.sigma) < 1e-9)
-    if query.architecture:
-        stmt = stmt.where(Submission.architecture == query.architecture)
-    if query.extra_data is not None:
-        stmt = stmt.where(Submission.extra_data.is_(query.extra_data))
-    if query.venue:
-        stmt = stmt.where(Submission.venue == query.venue)
-    if query.flagged is not None:
-        stmt = stmt.where(Submission.flagged.is_(query.flagged))
-    if query.baseline is not None:
-        stmt = stmt.where(Submission.is_baseline.is_(query.baseline))
-    if query.search:
-        pattern = f"%{query.search.lower()}%"
-        stmt = stmt.join(User, User.id == Submission.user_id).where(
-            func.lower(Submission.model_name).like(pattern) | func.lower(User.name).like(pattern)
-        )
-    return stmt
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False)
+    """The board snapshot's memo (``models.board_index.Board.memo``): derived data valid while
+    the board is unchanged."""
+    version: tuple[int | None, int] | None = None
+    """The board counter (epoch, version) the page was read at."""
 
 
 def leaderboard(
-    session: Session, benchmark: Benchmark, query: LeaderboardQuery, *, viewer: User | None
+    session: Session,
+    benchmark: Benchmark,
+    query: LeaderboardQuery,
+    *,
+    viewer: User | None,
+    version: tuple[int | None, int] | None = None,
 ) -> LeaderboardPage:
     """A page of the benchmark's leaderboard as ``viewer`` may see it (hidden and private entries
     only for their owner and admins). Raises IntakeError for a sort key the benchmark lacks.
 
-    Three small queries: the filtered count, the ids of the page (walking a (benchmark, metric)
-    index, so the first pages touch only ~``limit`` rows), then the full rows of those ids with
-    their owner and artifact (manifest) in one join.
+    Served from this process's snapshot of the board (``models.board_index``): one primary-key
+    read of the board counter, then a mask, an index and a slice in memory; the snapshot is
+    rebuilt (one ``select``) when a committed change moved the counter.
     """
-    check_sort(benchmark, query.sort)
-    total = session.scalar(_filtered(benchmark, query, viewer, func.count())) or 0
-    ids_query = _filtered(benchmark, query, viewer, LeaderboardEntry.submission_id)
-    column = SUBMISSION_SORTS.get(query.sort)
-    if column is None:
-        value = aliased(MetricValue)
-        ids_query = ids_query.outerjoin(
-            value,
-            and_(
-                value.submission_id == LeaderboardEntry.submission_id,
-                value.benchmark_id == benchmark.id,
-                value.key == query.sort,
-            ),
-        )
-        column = value.value
-    ordering = column.desc() if query.order == "desc" else column.asc()
-    ids = list(
-        session.scalars(
-            ids_query.order_by(ordering.nulls_last(), LeaderboardEntry.submission_id.asc())
-            .offset(query.offset)
-            .limit(query.limit)
-        )
+    board = board_index.board(session, benchmark, version)
+    keys = board.memo.get("sort_keys")
+    if keys is None:  # a definition change moves the board counter: a new snapshot
+        keys = board.memo["sort_keys"] = benchmark_sort_keys(benchmark)
+    check_sort(benchmark, query.sort, keys)
+    filters = board_index.Filters(
+        protocol_version=query.protocol_version or benchmark.protocol_version,
+        sigma=query.sigma,
+        architecture=query.architecture,
+        extra_data=query.extra_data,
+        venue=query.venue,
+        search=query.search,
+        flagged=query.flagged,
+        baseline=query.baseline,
     )
-    loaded = {
-        entry.submission_id: (entry, submission, owner)
-        for entry, submission, owner in session.execute(
-            select(LeaderboardEntry, Submission, User.name)
-            .join(Submission, Submission.id == LeaderboardEntry.submission_id)
-            .join(User, User.id == Submission.user_id)
-            .join(Submission.artifact)
-            .options(contains_eager(Submission.artifact))
-            .where(LeaderboardEntry.submission_id.in_(ids))
-        ).all()
-    }
-    rows = [
-        LeaderboardRow(rank=query.offset + i + 1, entry=e, submission=s, owner=owner)
-        for i, (e, s, owner) in enumerate(loaded[sid] for sid in ids)
-    ]
-    return LeaderboardPage(benchmark=benchmark, query=query, total=total, rows=rows)
+    found = board.page(
+        filters, viewer, sort=query.sort, order=query.order, offset=query.offset,
+        limit=query.limit,
+    )  # fmt: skip
+    rows = [LeaderboardRow(rank=query.offset + i + 1, **row) for i, row in enumerate(found.rows)]
+    return LeaderboardPage(
+        benchmark=benchmark, query=query, total=found.total, rows=rows, memo=found.memo,
+        version=found.version,
+    )  # fmt: skip
 
 
 def stage_results(

@@ -22,6 +22,7 @@ from models import artifacts, run_seeds, storage, work
 from models.base import utcnow
 from models.entities import (
     LeaderboardEntry,
+    LeaderboardFigures,
     MetricValue,
     ShardDispatch,
     StageResult,
@@ -236,7 +237,7 @@ def reset_for_rerun(
     )
     if not moved:
         return False
-    for table in (LeaderboardEntry, MetricValue, StageResult, ShardDispatch):
+    for table in (LeaderboardEntry, LeaderboardFigures, MetricValue, StageResult, ShardDispatch):
         session.execute(delete(table).where(table.submission_id == submission_id))
     if fresh:
         session.execute(delete(StageShard).where(StageShard.submission_id == submission_id))

@@ -9,12 +9,18 @@ by that task. What it looks for:
 - a shard whose worker stopped heartbeating (its claim expired): sent again at once; after
   ``max_shard_attempts`` lost workers the submission fails with the history of those attempts;
 - a planned shard neither recorded, claimed, nor sent within ``reconcile_after_seconds`` (its
-  message was lost, or never sent): sent again;
+  message was lost, or never sent): sent again; if still unclaimed, again after a lease period,
+  then after twice, four and eight times that (``resend_wait``): a message merely waiting behind
+  a backlog is not multiplied into the queue at every sweep;
 - a running submission with every shard recorded but no ``aggregate`` for that long: aggregate;
 - a ``submitted`` or ``queued`` submission untouched for that long (its validate message was lost,
   or dispatch died half-way): validate again (idempotent per state);
 - a ``validating`` submission whose lease expired: validate again, at most
   ``max_shard_attempts`` times, then failed.
+
+A worker that starts releases the claims held under its own node name (``release_node``): the
+process that held them is gone (Celery refuses two live nodes of one name), so its shards are
+sent again by the next sweep instead of waiting out the lease (900 s by default).
 """
 
 from __future__ import annotations
@@ -70,6 +76,36 @@ def reconcile(session: Session, *, settings: Settings, now: datetime | None = No
             _shards(session, submission_id, state, updated_at, actions, settings=settings,
                     now=now, stale=stale)  # fmt: skip
     return actions
+
+
+def release_node(session: Session, node: str, *, now: datetime | None = None) -> int:
+    """End the leases held under Celery node ``node`` (claims are ``<node>/<pid>``): its shard
+    claims and validation leases now count as expired, so the next sweep re-sends that work
+    with the lost attempt in the shard's history. Call it when a worker of that node starts,
+    before it takes work. Returns the number of leases ended."""
+    now = now or utcnow()
+    mine = f"{node}/"
+    claims = session.execute(
+        update(ShardDispatch)
+        .where(
+            ShardDispatch.claimed_by.startswith(mine, autoescape=True),
+            ShardDispatch.claimed_until > now,
+        )
+        .values(claimed_until=now)
+        .execution_options(synchronize_session=False)
+    )
+    validations = session.execute(
+        update(Submission)
+        .where(
+            Submission.state == S.VALIDATING,
+            Submission.worker.startswith(mine, autoescape=True),
+            Submission.lease_expires_at > now,
+        )
+        .values(lease_expires_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    session.commit()
+    return claims.rowcount + validations.rowcount
 
 
 def _expired_claims(session: Session, actions: Actions, *, settings: Settings, now: datetime
@@ -180,7 +216,7 @@ def _shards(
         row = sent.get(spec.key)
         if row is None:  # never sent (dispatch died half-way, or a run from before 0006)
             return updated_at < stale
-        return row.claimed_by is None and row.dispatched_at < stale
+        return row.claimed_by is None and row.dispatched_at < now - resend_wait(row, settings)
 
     lost_specs = [spec for spec in missing if lost(spec)]
     if lost_specs:
@@ -197,6 +233,25 @@ def _shards(
         if last < stale:
             _touch(session, submission_id, now)
             actions.aggregate.append(submission_id)
+
+
+def resend_wait(row: ShardDispatch, settings: Settings) -> timedelta:
+    """How long an unclaimed shard's last message may wait before it counts as lost.
+
+    The first message gets ``reconcile_after_seconds`` (a broker that lost it is noticed
+    soon). Each re-send of a message no worker took is the same shard queued once more, so the
+    next waits a lease period (at least ``reconcile_after``), then 2, 4, 8 times that: under a
+    backlog the queue holds at most about one extra message per shard and lease period, instead
+    of one per shard and ``reconcile_after`` (issue 27 §5: 22 shards drew 137 re-sends in 60 s).
+    Re-sends after a worker's claim expired are not counted (``expired_claims``): that message
+    was taken.
+    """
+    resends = row.dispatches - 1 - row.expired_claims
+    base = settings.reconcile_after_seconds
+    if resends <= 0:
+        return timedelta(seconds=base)
+    period = max(settings.lease_seconds, base)
+    return timedelta(seconds=period * 2 ** min(resends - 1, 3))
 
 
 def _touch(session: Session, submission_id: int, now: datetime) -> None:

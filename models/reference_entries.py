@@ -11,6 +11,11 @@ version) among that account's submissions on the benchmark, under the account's 
 (``models.submission_intake.lock_user``), so restarts and several API processes starting at once
 make each reference exactly once; a new protocol version of the benchmark gets its references
 again.
+
+Their weights are published in the model zoo (``certbench download ID``) under the project's
+licence, :data:`REFERENCE_LICENSE`: they were trained by ``scripts/train_demo_references`` and
+ship in this repository under that licence. References submitted before they were published (an
+older installation) are published on the next start.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from models.errors import ConflictError, NotFoundError
 
 REFERENCE_USER = "certbench-references"
 """The system account owning the packaged reference entries (it has no token)."""
+REFERENCE_LICENSE = "Apache-2.0"
+"""SPDX licence of the packaged reference weights: the project's (``pyproject.toml``)."""
 WEIGHTS_FILE = "model.safetensors"
 MANIFEST_FILE = "manifest.json"
 
@@ -79,15 +86,32 @@ def reference_user(session: Session) -> User:
 
 def submitted(session: Session, user: User, benchmark_id: int, dedup_key: str) -> bool:
     """Whether ``user`` already submitted this job (any state) on the benchmark."""
-    return (
-        session.scalar(
-            select(Submission.id)
-            .where(
+    return bool(_submissions(session, user, benchmark_id, dedup_key))
+
+
+def publish_submitted(session: Session, user: User, benchmark_id: int, dedup_key: str) -> int:
+    """Publish under REFERENCE_LICENSE the weights of the reference's earlier submissions that
+    are not published yet (an installation older than the zoo's references). Returns how many
+    changed; the caller commits. A withdrawn reference (an admin's takedown keeps the licence)
+    stays withdrawn."""
+    changed = 0
+    for submission in _submissions(session, user, benchmark_id, dedup_key):
+        if submission.weights_license is None:
+            submission.weights_public = True
+            submission.weights_license = REFERENCE_LICENSE
+            changed += 1
+    return changed
+
+
+def _submissions(
+    session: Session, user: User, benchmark_id: int, dedup_key: str
+) -> list[Submission]:
+    return list(
+        session.scalars(
+            select(Submission).where(
                 Submission.user_id == user.id,
                 Submission.benchmark_id == benchmark_id,
                 Submission.dedup_key == dedup_key,
             )
-            .limit(1)
         )
-        is not None
     )

@@ -15,8 +15,8 @@ from pathlib import Path
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
-from models import shards, storage
-from models.entities import LeaderboardEntry, MetricValue, StageResult
+from models import leaderboard_rows, shards, storage
+from models.entities import LeaderboardEntry, LeaderboardFigures, MetricValue, StageResult
 from models.errors import InvalidTransitionError, StorageError
 from models.pipeline import get_submission, transition
 from models.settings import Settings
@@ -113,7 +113,8 @@ def complete_submission(session: Session, submission_id: int, *, settings: Setti
 
 
 def _store(session: Session, submission_id: int, outcomes: dict[str, StageOutcome]) -> None:
-    """Write every stage's results, the metric values and the entry in one transaction."""
+    """Write every stage's results, the metric values, the entry and its read-model row
+    (``models.leaderboard_rows``) in one transaction."""
     submission = get_submission(session, submission_id)
     if "certification" not in outcomes or not outcomes["certification"].results:
         raise InvalidTransitionError(f"submission {submission_id} has no results to rank")
@@ -159,10 +160,11 @@ def _store(session: Session, submission_id: int, outcomes: dict[str, StageOutcom
             seconds=float(entry_figures.get("seconds", 0.0)),
         )
     )
+    leaderboard_rows.refresh(session, [submission_id])
     session.commit()
 
 
 def _drop_entry(session: Session, submission_id: int) -> None:
-    for table in (LeaderboardEntry, MetricValue):
+    for table in (LeaderboardEntry, MetricValue, LeaderboardFigures):
         session.execute(delete(table).where(table.submission_id == submission_id))
     session.commit()

@@ -1,7 +1,7 @@
 """``certbench results backfill-intervals``: intervals for entries aggregated before them.
 
 Registered through the ``certbench.commands`` entry point (``models.results_commands:register``)
-as a sub-command of the ``certbench results`` group, which ``certbench.client_commands`` owns
+as a sub-command of the ``certbench results`` group, which ``certbench.cli.client`` owns
 (``certbench results ID`` shows a submission's results); imports nothing heavy until the command
 runs, so ``certbench --help`` stays fast.
 """
@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from certbench.client_commands import mount_results, results_app
+from certbench.cli import mount_results, results_app
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,7 @@ is run). Where they go, as for certification (``models.stages.certification_inte
 - bounds: metric values ``<key>_ci_low``/``<key>_ci_high`` beside the figure, written in the
   same transaction and dropped with it on a rerun; every REST reader of metrics gets them;
 - terms: one small parquet file per entry and stage, ``records/<submission>/<folder>/_terms``
-  (``certbench.figure_terms.terms_table``), read when a leaderboard page marks ties or two
+  (``certbench.stats.terms.terms_table``), read when a leaderboard page marks ties or two
   entries are compared, instead of every records file.
 """
 
@@ -40,7 +40,7 @@ def write_terms(
     stage: Stage, submission_id: int, found: Uncertainty, *, settings: Settings
 ) -> None:
     """Write (atomically) or remove the entry's terms file of the stage."""
-    from certbench.records import write_table_atomic
+    from certbench.smoothing import write_table_atomic
 
     path = storage.resolve(settings.artifacts_dir, terms_relpath(stage, submission_id))
     if found.terms is None:

@@ -24,7 +24,7 @@ from models.states import SubmissionState
 
 @dataclass(frozen=True)
 class TestSetSpec:
-    """How to load one set of images (arguments of ``certbench.data.load_images``)."""
+    """How to load one set of images (arguments of ``certbench.data.sources.load_images``)."""
 
     __test__ = False
 
@@ -94,7 +94,8 @@ def get_submission(session: Session, submission_id: int) -> Submission:
 @dataclass(frozen=True)
 class LocatedSource:
     """Where a set of images is read from on this deployment: ``source`` and ``revision`` are
-    the arguments of ``certbench.data.load_images``; ``local_copy_of`` names the Hub repo when
+    the arguments of ``certbench.data.sources.load_images``; ``local_copy_of`` names the Hub repo
+    when
     ``source`` is its local copy (read without a revision: the copy is what it is, and a
     ``sha256`` pin says whether it holds the pinned bytes)."""
 
@@ -147,8 +148,8 @@ def hub_mirror(repo: str, settings: Settings) -> Path | None:
     """``<datasets_dir>/<org>/<name>``: where a local copy of Hub dataset ``repo`` lives, the
     folder ``certbench datasets fetch`` writes (None for a repo that is neither ``org/name`` nor
     an alias such as ``cifar10``)."""
+    from certbench.data import mirror_path
     from certbench.errors import DataSourceError
-    from certbench.hub_fetch import mirror_path
 
     if settings.datasets_dir is None:
         return None

@@ -1,6 +1,6 @@
 """The model zoo: which entries' weights may be downloaded, by whom, and publishing them.
 
-A submitter may publish an entry's weights under an SPDX licence (``certbench.licenses``), at
+A submitter may publish an entry's weights under an SPDX licence (``certbench.data.licenses``), at
 submission or later. Anyone may then download them once the entry is a finished, public and
 visible leaderboard entry. Nobody else ever gets the weights of an entry whose submitter did not
 publish them: a private or hidden entry of another user answers 404 exactly like a missing one
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from certbench.licenses import UnknownLicenseError, canonical_license
+from certbench.data import UnknownLicenseError, canonical_license
 from models import storage
 from models.entities import Role, Submission, User
 from models.errors import IntakeError, NotFoundError, PermissionDeniedError

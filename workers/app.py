@@ -4,22 +4,27 @@ Configuration is read lazily (``on_configure`` fires on first use of ``app.conf`
 this module has no side effects beyond registering signal handlers; ``certbench worker`` and
 ``celery -A workers.app worker`` both end up with the settings of the environment they run in.
 
-Each pool process (one per GPU worker) starts a watchdog thread when it starts, so the database
-is only ever touched from pool processes, never from the forking parent.
+Each pool process (one per GPU worker) starts a watchdog thread when it starts. The forking
+parent touches the database once, at start, to release the leases of its node's previous run,
+and closes its connections before the pool forks.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init, worker_process_shutdown
+from celery.signals import celeryd_init, worker_process_init, worker_process_shutdown
 
+from models.db import dispose_engines, session_scope
+from models.reconcile import release_node
 from models.settings import get_settings
 from workers.config import celery_config
 from workers.watchdog import WatchdogThread
 
 app = Celery("certbench", include=["workers.tasks"])
+log = logging.getLogger(__name__)
 
 _watchdog: list[WatchdogThread] = []
 
@@ -29,10 +34,28 @@ def _configure(sender: Celery, **_: Any) -> None:
     sender.conf.update(celery_config(get_settings()))
 
 
+@celeryd_init.connect
+def _release_own_leases(sender: str | None = None, **_: Any) -> None:
+    """A starting worker ends the leases held under its node name (``release_node``): they
+    belong to a process of this node that died (a crash, a kill -9, a power cut), so its pool's
+    first watchdog sweep re-sends their shards at once rather than after the lease. Runs in the
+    parent before the pool forks; its connections are closed so no child inherits them."""
+    if not sender:
+        return
+    settings = get_settings()
+    try:
+        with session_scope(settings) as session:
+            released = release_node(session, sender)
+    finally:
+        dispose_engines()
+    if released:
+        log.warning("released %s lease(s) of a previous run of worker %s", released, sender)
+
+
 @worker_process_init.connect
 def _start_watchdog(**_: Any) -> None:
     settings = get_settings()
-    thread = WatchdogThread(settings, settings.watchdog_interval_seconds)
+    thread = WatchdogThread(app, settings, settings.watchdog_interval_seconds)
     thread.start()
     _watchdog.append(thread)
 

@@ -96,6 +96,7 @@ def worker(
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         ensure_embedded_queue(settings)
         _exit_with_parent(os.getppid())
+        quiet_root_warning()
     from workers.app import app as celery_app
 
     node = host_format(
@@ -117,6 +118,27 @@ def worker(
     )
     celery_worker.start()
     raise typer.Exit(celery_worker.exitcode or 0)
+
+
+#: The start of Celery's warning for a worker run as root (``celery.platforms.ROOT_DISCOURAGED``).
+ROOT_WARNING = r"You're running the worker with superuser privileges"
+
+
+def quiet_root_warning() -> None:
+    """Silence Celery's "running as root" SecurityWarning in the embedded worker only.
+
+    ``certbench serve`` is the zero-configuration demo, often run as root in a container, and
+    the warning (a page of text) is the first thing a newcomer sees. What it guards against does
+    not apply here: the worker accepts JSON messages only (``workers.config``), so no pickle from
+    the broker can run as root (Celery still refuses to start as root if pickle is ever
+    accepted: that is an error, not this warning), and the embedded broker is a local SQLite file.
+    A standalone ``certbench worker`` keeps the warning: on a deployment it is worth reading.
+    """
+    import warnings
+
+    from celery.exceptions import SecurityWarning
+
+    warnings.filterwarnings("ignore", message=ROOT_WARNING, category=SecurityWarning)
 
 
 def _queues(option: str) -> list[str]:

@@ -331,20 +331,42 @@ def _run_leased(
     except ShardCancelled as stop:
         return _stopped(settings, item, shard, label=label, worker=worker, done=lease.done,
                         stop=stop)  # fmt: skip
-    except SoftTimeLimitExceeded:
-        return _fail(
-            settings,
-            submission_id,
-            Reason.TIME_LIMIT,
-            f"{label} ({shard.size} images) exceeded the soft time limit of "
-            f"{settings.shard_soft_time_limit_seconds} s; lower {size_setting} or raise "
-            "CERTBENCH_SHARD_SOFT_TIME_LIMIT_SECONDS, then re-run",
-        )
     except Exception as err:
+        if _soft_time_limit(err):
+            return _fail(
+                settings,
+                submission_id,
+                Reason.TIME_LIMIT,
+                f"{label} ({shard.size} images) exceeded the soft time limit of "
+                f"{settings.shard_soft_time_limit_seconds} s; lower {size_setting} or raise "
+                "CERTBENCH_SHARD_SOFT_TIME_LIMIT_SECONDS, then re-run",
+            )
         reason = registry.get(shard.stage).failure_reason(err)
         if reason is None:
             raise
         return _fail(settings, submission_id, Reason(reason), str(err))
+
+
+def _soft_time_limit(err: BaseException) -> bool:
+    """Whether `err` is Celery's SoftTimeLimitExceeded or wraps it: the signal can land inside
+    torch.compile (a long run compiles its model on its first shard), and Dynamo/Inductor
+    re-raise it as InternalTorchDynamoError, BackendCompilerFailed or InductorError with the
+    original as ``__context__`` (or ``inner_exception``)."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [err]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        if isinstance(current, SoftTimeLimitExceeded):
+            return True
+        seen.add(id(current))
+        pending += [
+            current.__cause__,
+            current.__context__,
+            getattr(current, "inner_exception", None),
+        ]
+    return False
 
 
 def _stopped(
@@ -426,4 +448,4 @@ def aggregate(self: PipelineTask, submission_id: int) -> str:
 def watchdog_task(self: Task) -> list[int]:
     """One watchdog sweep (reconciliation, for ``celery beat``); every worker also sweeps from a
     thread."""
-    return watchdog.sweep(get_settings())
+    return watchdog.sweep(get_settings(), app)

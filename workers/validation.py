@@ -1,6 +1,6 @@
 """The validate step: is a stored upload a model we can certify?
 
-Safe-loads the weights with ``certbench.loading.load_model`` (safetensors only, registry
+Safe-loads the weights with ``certbench.nets.loading.load_model`` (safetensors only, registry
 architecture, strict state dict, one dummy forward), then forwards a dummy batch the way CERTIFY
 will: noisy inputs at the submission's sigma, unclamped. A model that is finite on clean images but
 NaN under noise would otherwise fail hours later, in the middle of a shard. Every problem becomes
@@ -24,8 +24,8 @@ from certbench.errors import (
     UnknownArchitectureError,
     WeightsFormatError,
 )
-from certbench.loading import Manifest, load_manifest, load_model
-from certbench.random_streams import derive_seed, seeded_generator
+from certbench.nets import Manifest, load_manifest, load_model
+from certbench.smoothing import derive_seed, seeded_generator
 from models.states import Reason
 from models.work import WorkItem
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from pydantic import Field
 
 from api.comparison_schemas import ComparisonPublic
-from api.deps import OptionalUser, SessionDep, SettingsDep
+from api.deps import OptionalUser, SessionDep, SettingsDep, parse_id
 from api.errors import ERROR_RESPONSES
 from api.leaderboard_schemas import FacetsPublic, LeaderboardPublic
+from api.services import leaderboard_page as page_service
 from api.services import leaderboards as service
-from certbench.metrics import RADII
+from certbench.smoothing import RADII
 from models.errors import IntakeError
 from models.leaderboard import SORT_COLUMNS, LeaderboardQuery
 
@@ -66,12 +67,12 @@ def compare_entries(
 def _ids(values: list[str]) -> list[int]:
     out = []
     for value in (part.strip() for v in values for part in v.split(",")):
-        if not value.isdigit() or int(value) < 1:
+        try:
+            out.append(parse_id(value, name="ids"))
+        except ValueError as err:
             raise IntakeError(
-                f"ids: {value!r} is not a submission id; pass ids=3&ids=7 or ids=3,7",
-                code="invalid_request",
-            )
-        out.append(int(value))
+                f"{err}; pass ids=3&ids=7 or ids=3,7", code="invalid_request"
+            ) from err
     if not 2 <= len(out) <= MAX_COMPARED:
         raise IntakeError(
             f"ids: compare 2 to {MAX_COMPARED} entries, got {len(out)}", code="invalid_request"
@@ -104,7 +105,7 @@ def get_leaderboard(
     flagged: bool | None = None,
     baseline: bool | None = None,
     protocol_version: Annotated[str | None, Query(max_length=32)] = None,
-) -> LeaderboardPublic:
+) -> Response:
     """Finished, visible entries ranked by ``sort``; ``rank`` counts within the filtered list.
     Hidden and private entries appear only for their owner and admins. Every certification
     figure carries its 95 % interval (``metrics.intervals``, ``<key>_ci_low``/``_ci_high``);
@@ -127,5 +128,10 @@ def get_leaderboard(
         baseline=baseline,
         protocol_version=protocol_version,
     )
-    page = service.leaderboard(session, benchmark, query, viewer=viewer, settings=settings)
-    return service.with_effective_robustness(session, page, viewer=viewer)
+    # Bytes spliced from rows serialised once per board snapshot (``leaderboard_page``):
+    # returning the model would have FastAPI dump it, validate the dump and serialise it again;
+    # ``response_model`` still documents the shape.
+    body = page_service.leaderboard_json(
+        session, benchmark, query, viewer=viewer, settings=settings
+    )
+    return Response(body, media_type="application/json")

@@ -34,7 +34,7 @@ def download_records(
     submission_id: RowId,
     test_set: str,
 ) -> FileResponse:
-    """The per-image records of one test set (parquet; see certbench.records)."""
+    """The per-image records of one test set (parquet; see certbench.smoothing.records)."""
     path = service.records_file(session, submission_id, test_set, viewer=viewer, settings=settings)
     return FileResponse(
         path,

@@ -37,7 +37,8 @@ def get_entry_weights(
     session: SessionDep, viewer: OptionalUser, submission_id: RowId
 ) -> EntryWeightsPublic:
     """What to know before downloading an entry's weights: benchmark, licence, SHA-256, size,
-    and the manifest that builds the model (``certbench.zoo.load_model`` reads this first)."""
+    and the manifest that builds the model (``certbench.client.zoo.load_model`` reads this
+    first)."""
     return EntryWeightsPublic.of(zoo.downloadable(session, submission_id, viewer=viewer))
 
 
@@ -58,7 +59,7 @@ def download_weights(
     session: SessionDep, settings: SettingsDep, viewer: OptionalUser, submission_id: RowId
 ) -> FileResponse:
     """The entry's weights as a safetensors file (streamed). Check ``X-Weights-SHA256``; load
-    them with safetensors only (``certbench.loading.load_model``), never with pickle."""
+    them with safetensors only (``certbench.nets.loading.load_model``), never with pickle."""
     submission = zoo.downloadable(session, submission_id, viewer=viewer)
     path = zoo.weights_path(submission, settings=settings)
     headers = {SHA_HEADER: submission.artifact.sha256, "X-Content-Type-Options": "nosniff"}

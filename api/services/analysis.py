@@ -4,9 +4,11 @@ Computed on read from the stored results (``api.services.analysis_data``), never
 entry moves every fit, and each viewer's fit covers exactly the entries they may see. Per σ (fits
 never mix noise levels) and per OOD set, the probit-domain line Φ⁻¹(OOD) = a + b·Φ⁻¹(ID) is fitted
 across the matched entries and each entry's effective robustness is its distance above the line
-(``certbench.effective_robustness``; Fridovich-Keil et al. 2022 §4, after Miller et al. 2021 and
-Andreassen et al. 2021). Each metric's slope and R² as a predictor of probit OOD accuracy form
-the paper's Tables 1–3.
+(``certbench.lens.effective``; Fridovich-Keil et al. 2022 §4, after Miller et al. 2021
+and Andreassen et al. 2021). Each metric's slope and R² as a predictor of probit OOD accuracy form
+the paper's Tables 1–3: fitted per architecture and averaged over architectures as the paper does
+(``certbench.lens.predictors``), with the pooled fit over every entry of the σ kept as a second,
+labelled view (``SigmaGroup.pooled``).
 
 - **ID accuracy** (``id_source``): ``smoothed`` — certified accuracy at r = 0 of the smoothed
   classifier on the clean benchmark (``cert_acc_000``); ``base`` — the base classifier's clean
@@ -30,7 +32,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.services.analysis_data import (
@@ -42,18 +43,22 @@ from api.services.analysis_data import (
     match,
     resolve_family,
 )
-from certbench.effective_robustness import (
+from certbench.errors import EffectiveRobustnessError
+from certbench.lens import (
     ID_ACCURACY,
     Accuracy,
-    EffectiveRobustnessError,
+    ArchitectureFit,
     Entry,
     ERValue,
     LinearFit,
     PredictorFit,
+    architectures,
     effective_robustness,
     metric_predictors,
+    per_architecture_predictors,
 )
-from models.entities import Benchmark, LeaderboardEntry, Role, Submission, User
+from models import board_version
+from models.entities import Benchmark, Role, User
 from models.errors import NotFoundError
 
 IdSource = Literal["smoothed", "base"]
@@ -137,9 +142,18 @@ class SigmaGroup:
     matched: dict[str, Matched]
     unmatched: int
     trends: list[TrendResult] = field(default_factory=list)
-    predictors: dict[str, list[PredictorFit]] = field(default_factory=dict)
+    predictors: dict[str, list[ArchitectureFit]] = field(default_factory=dict)
+    """The paper's view: per OOD set key, each metric fitted per architecture, m and R²
+    averaged over architectures."""
+    pooled: dict[str, list[PredictorFit]] = field(default_factory=dict)
+    """Second view: one fit through every entry of the σ, whatever its architecture."""
     metrics: list[str] = field(default_factory=list)
     lens_excluded: int = 0
+
+    @property
+    def architectures(self) -> dict[str, int]:
+        """Entries per architecture (the paper's groups)."""
+        return architectures(self.entries)
 
 
 @dataclass(frozen=True)
@@ -227,7 +241,8 @@ def _group(
         current = lens_protocol is not None and m.clean.lens_fingerprint == lens_protocol
         excluded += bool(m.clean.lens) and not current
         name = str(m.clean.submission_id)
-        entries.append(Entry(name, sigma, id_accuracy, ood, dict(m.clean.lens) if current else {}))
+        lens = dict(m.clean.lens) if current else {}
+        entries.append(Entry(name, sigma, id_accuracy, ood, lens, m.clean.architecture))
         by_name[name] = m
     present = {k for e in entries for k in e.metrics}
     metrics = [ID_ACCURACY, *(k for k in LENS_KEYS if k in present)]
@@ -247,7 +262,8 @@ def _fit(group: SigmaGroup, sets: Sequence[OODSet], level: float, predictors: bo
         points.sort(key=lambda p: -p.er.value if p.er else -p.id_accuracy.value)
         group.trends.append(TrendResult(s, fit, reason, points))
         if predictors and rows:
-            group.predictors[s.key] = metric_predictors(rows, s.key, group.metrics)
+            group.predictors[s.key] = per_architecture_predictors(rows, s.key, group.metrics)
+            group.pooled[s.key] = metric_predictors(rows, s.key, group.metrics)
 
 
 def _point(m: Matched, s: OODSet, entry: Entry, er: ERValue | None) -> Point:
@@ -274,27 +290,32 @@ class ERCell:
     n: int
 
 
-def aggregate_er(session: Session, name: str, *, viewer: User | None) -> dict[int, ERCell]:
+def aggregate_er(
+    session: Session,
+    name: str,
+    *,
+    viewer: User | None,
+    version: tuple[int | None, int] | None = None,
+) -> dict[int, ERCell]:
     """OOD submission id → ER on benchmark ``name``'s aggregate, fitted per σ over the entries
     ``viewer`` sees; empty for a clean benchmark or a family without one (no ER is defined).
 
     Every leaderboard page shows this column, and refitting a 10,000-entry board costs seconds,
-    so results are memoised per process under a version of the two boards (entry count, latest
-    finish and latest submission change, definitions) and of what the viewer may see: any new,
-    re-run or moderated entry changes the version and the next read refits.
+    so results are memoised per process under the board counter (``models.board_version``) and
+    what the viewer may see: any new, re-run or moderated entry moves the counter and the next
+    read refits.
     """
-    try:
-        family = resolve_family(session, name)
-    except NotFoundError:
-        return {}
-    if family.clean.name == name:
-        return {}
-    key = (name, _viewer_key(viewer), board_version(session, family.clean, family.oods[0]))
+    key = (name, _viewer_key(viewer), _board_key(session, version))
     with _CACHE_LOCK:
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return dict(_CACHE[key])
-    cells = _aggregate_cells(session, name, viewer)
+    try:
+        family = resolve_family(session, name)
+    except NotFoundError:
+        family = None
+    no_er = family is None or family.clean.name == name  # a clean benchmark: memoised empty
+    cells = {} if no_er else _aggregate_cells(session, name, viewer)
     with _CACHE_LOCK:
         _CACHE[key] = cells
         while len(_CACHE) > CACHE_SIZE:
@@ -334,17 +355,11 @@ def _viewer_key(viewer: User | None) -> tuple[object, ...]:
     return ("admin",) if viewer.role == Role.ADMIN else ("user", viewer.id)
 
 
-def board_version(session: Session, *benchmarks: Benchmark) -> tuple[object, ...]:
-    """Changes whenever an entry of these benchmarks appears, disappears, is re-run or moderated
-    (one aggregate query), or a definition is reloaded."""
-    ids = [b.id for b in benchmarks]
-    count, finished, changed = session.execute(
-        select(
-            func.count(LeaderboardEntry.submission_id),
-            func.max(LeaderboardEntry.finished_at),
-            func.max(Submission.updated_at),
-        )
-        .join(Submission, Submission.id == LeaderboardEntry.submission_id)
-        .where(LeaderboardEntry.benchmark_id.in_(ids))
-    ).one()
-    return (count, finished, changed, *(b.definition_sha256 for b in benchmarks))
+def _board_key(
+    session: Session, version: tuple[int | None, int] | None = None
+) -> tuple[object, ...]:
+    """The database and its board counter (``models.board_version``; ``version`` when the
+    caller read it already), which moves with every committed change of an entry, its figures
+    or moderation, or of a definition."""
+    version = board_version.current(session) if version is None else version
+    return (str(session.get_bind().engine.url), *version)

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from certbench.effective_robustness import Accuracy
+from certbench.lens import Accuracy
 from models.catalog import get_benchmark, list_benchmarks
 from models.entities import (
     Artifact,
@@ -115,6 +115,19 @@ class StoredEntry:
     sets: dict[str, Accuracy] = field(default_factory=dict)
     lens: dict[str, float] = field(default_factory=dict)
     lens_fingerprint: str | None = None
+    architecture: str = ""
+
+
+def architecture_name(manifest: dict[str, Any]) -> str:
+    """The architecture an entry's predictor fits group it under: the manifest's registered
+    name with its keyword arguments (``wrn(depth=28, width=10)``), as the paper groups models
+    by network (Conv8, ResNet-18, VGG-16)."""
+    architecture = manifest.get("architecture") or {}
+    kwargs = architecture.get("kwargs") or {}
+    name = str(architecture.get("name") or "")
+    if not kwargs:
+        return name
+    return f"{name}({', '.join(f'{k}={v}' for k, v in sorted(kwargs.items()))})"
 
 
 def model_identity(weights_sha256: str, manifest: dict[str, Any]) -> str:
@@ -193,6 +206,7 @@ def load_entries(
                 sets=_per_set(results),
                 lens={k: v for k in LENS_KEYS if (v := mine.get(k)) is not None} if detail else {},
                 lens_fingerprint=_fingerprint(results.get(("fourier_lens", "base"))),
+                architecture=architecture_name(manifest),
             )
         )
     return out

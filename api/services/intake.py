@@ -1,12 +1,15 @@
 """Cheap checks on an upload, done before anything is stored.
 
 Size caps (while the body streams, ``api.services.upload_stream``), manifest schema + registry
-architecture (``certbench.loading.load_manifest``), the benchmark, its class count, allowed σ and
-image shape, whether its data is on this machine (``models.data_availability``: a run that could
+architecture (``certbench.nets.loading.load_manifest``), the benchmark, its class count, allowed σ
+and image shape, whether its data is on this machine (``models.data_availability``: a run that could
 only fail for want of data is refused here, with the command that fixes it), and the safetensors
 header of the staged weights file
-(``certbench.safetensors_header.read_header``: bounded by the architecture's tensor count before
-it is parsed; refuses pickles, truncated files, non-float tensors) without loading the tensors.
+(``certbench.nets.header.read_header``: bounded by the architecture's tensor count before
+it is parsed; refuses pickles, truncated files, empty files, non-float tensors) and whether its
+tensor names and shapes are the architecture's (``certbench.nets.check_fit``, counted on the
+``meta`` device: no parameter is allocated, however large the declared network), all without
+loading the tensors.
 Loading the model and a dummy forward pass are the worker's ``validate`` task.
 """
 
@@ -16,15 +19,26 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from api.services.upload_stream import FILES_SWAPPED_CODE
 from certbench.errors import (
     ManifestError,
+    StateDictMismatchError,
     TruncatedWeightsError,
     UnknownArchitectureError,
     WeightsFormatError,
     WeightsHeaderTooLargeError,
 )
-from certbench.loading import Manifest, load_manifest, max_tensors
-from certbench.safetensors_header import FLOAT_DTYPES, read_header
+from certbench.nets import (
+    FILES_SWAPPED,
+    FLOAT_DTYPES,
+    Manifest,
+    check_fit,
+    load_manifest,
+    looks_like_json,
+    looks_like_safetensors,
+    max_tensors,
+    read_header,
+)
 from models.catalog import get_benchmark
 from models.data_availability import benchmark_availability
 from models.entities import Benchmark
@@ -52,6 +66,8 @@ def parse_manifest(data: bytes) -> Manifest:
             "the manifest part is empty; send the JSON manifest (DESIGN.md §6)",
             code=Reason.BAD_MANIFEST.value,
         )
+    if looks_like_safetensors(data[:16]):
+        raise IntakeError(FILES_SWAPPED, code=FILES_SWAPPED_CODE)
     try:
         return load_manifest(data)
     except UnknownArchitectureError as err:
@@ -109,7 +125,9 @@ def check_weights(src: Path | bytes, manifest: Manifest) -> None:
     """Check the safetensors header of the weights (file or bytes) without loading a tensor.
 
     Raises IntakeError: truncated_weights, weights_header_too_large (more tensors, or a larger
-    header, than the manifest's architecture can have) or not_safetensors.
+    header, than the manifest's architecture can have), not_safetensors, or state_dict_mismatch
+    (no tensors at all, or tensor names/shapes that are not the architecture's: the worker would
+    refuse them a moment later, with a far longer report).
     """
     size = len(src) if isinstance(src, bytes) else src.stat().st_size
     if size < 8:
@@ -118,6 +136,8 @@ def check_weights(src: Path | bytes, manifest: Manifest) -> None:
             "whole file",
             code=Reason.TRUNCATED.value,
         )
+    if looks_like_json(_head(src)):
+        raise IntakeError(FILES_SWAPPED, code=FILES_SWAPPED_CODE)
     try:
         header = read_header(src, max_tensors=max_tensors(manifest))
     except TruncatedWeightsError as err:
@@ -126,6 +146,12 @@ def check_weights(src: Path | bytes, manifest: Manifest) -> None:
         raise IntakeError(str(err), code=Reason.HEADER_TOO_LARGE.value) from err
     except WeightsFormatError as err:
         raise IntakeError(str(err), code=Reason.NOT_SAFETENSORS.value) from err
+    if not header.tensors:
+        raise IntakeError(
+            "the weights file holds no tensors (its safetensors header is empty); save the "
+            "model's state dict: safetensors.torch.save_file(model.state_dict(), path)",
+            code=Reason.STATE_DICT_MISMATCH.value,
+        )
     for key, info in header.tensors.items():
         counter = key.endswith("num_batches_tracked") and info.dtype.startswith(("I", "U"))
         if info.dtype not in FLOAT_DTYPES and not counter:
@@ -133,6 +159,18 @@ def check_weights(src: Path | bytes, manifest: Manifest) -> None:
                 f"tensor {key!r} has dtype {info.dtype}; weights must be floating point",
                 code=Reason.NOT_SAFETENSORS.value,
             )
+    try:
+        check_fit({key: info.shape for key, info in header.tensors.items()}, manifest)
+    except StateDictMismatchError as err:
+        raise IntakeError(str(err), code=Reason.STATE_DICT_MISMATCH.value) from err
+
+
+def _head(src: Path | bytes, size: int = 64) -> bytes:
+    """The first ``size`` bytes of the weights (enough to tell JSON from safetensors)."""
+    if isinstance(src, bytes):
+        return src[:size]
+    with src.open("rb") as handle:
+        return handle.read(size)
 
 
 def build_upload(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -18,11 +17,8 @@ from api.comparison_schemas import (
 )
 from api.data_sources import DataSourcePublic
 from api.leaderboard_schemas import (
-    ERCellPublic,
     FacetsPublic,
-    LeaderboardPublic,
     Metrics,
-    TiePublic,
 )
 from api.progress_schemas import EstimatePublic
 from api.result_schemas import (
@@ -241,40 +237,6 @@ def facets(session: Session, name: str, *, viewer: User | None) -> FacetsPublic:
     )
 
 
-def leaderboard(
-    session: Session,
-    name: str,
-    query: lb.LeaderboardQuery,
-    *,
-    viewer: User | None,
-    settings: Settings | None = None,
-) -> LeaderboardPublic:
-    """A page of the leaderboard; with ``settings`` (where the records live), each row is marked
-    "tied with #k" when it does not differ significantly from the entry above in the sorted
-    figure (``models.comparisons``)."""
-    bench = get_benchmark(session, name)
-    page = lb.leaderboard(session, bench, query, viewer=viewer)
-    public = LeaderboardPublic.of(page)
-    if settings is None or comparisons.terms_key(query.sort) is None or not page.rows:
-        return public
-    rows = list(page.rows)
-    if query.offset > 0:  # the entry just above the page's first row
-        previous = replace(query, offset=query.offset - 1, limit=1)
-        rows = lb.leaderboard(session, bench, previous, viewer=viewer).rows[:1] + rows
-    data = comparisons.entries(session, [r.submission for r in rows], settings=settings)
-    ranked = [(r.rank, data[r.submission.id]) for r in rows]
-    above = ranked.pop(0) if query.offset > 0 and len(ranked) > len(page.rows) else None
-    marks = comparisons.tie_marks(ranked, above, query.sort)
-    key = comparisons.metric_name(comparisons.terms_key(query.sort) or "acr")
-    for row in public.rows:
-        mark = marks.get(row.submission_id)
-        if mark is not None:
-            test = PairedTestPublic.of(key, mark.test, alpha=comparisons.ALPHA_TIE)
-            row.tie = TiePublic(rank_above=mark.rank_above, tied=mark.tied, test=test)
-            row.tied_with = mark.rank_above if mark.tied else None
-    return public
-
-
 def compare(
     session: Session,
     name: str,
@@ -343,27 +305,6 @@ def compare(
     )
 
 
-def with_effective_robustness(
-    session: Session, page: LeaderboardPublic, *, viewer: User | None
-) -> LeaderboardPublic:
-    """The page with each row's effective robustness on the benchmark aggregate, fitted on read
-    across every entry ``viewer`` sees (an OOD benchmark only; rows stay null elsewhere).
-
-    Not a sort key: the value depends on the whole visible board (and on the viewer), so it
-    cannot be indexed; the analysis endpoint lists entries by it instead.
-    """
-    from api.services.analysis import aggregate_er
-
-    cells = aggregate_er(session, page.benchmark, viewer=viewer)
-    for row in page.rows:
-        cell = cells.get(row.submission_id)
-        if cell is not None:
-            row.effective_robustness = ERCellPublic(
-                value=cell.value, low=cell.low, high=cell.high, sigma=cell.sigma, n=cell.n
-            )
-    return page
-
-
 def results(session: Session, submission_id: int, *, viewer: User | None) -> ResultsPublic:
     """Per-test-set results (and the summary once finished) of a submission the viewer may see,
     with its base-classifier robustness where the benchmark measures it."""
@@ -413,8 +354,7 @@ def results(session: Session, submission_id: int, *, viewer: User | None) -> Res
 
 def pa_band(counts: list[int]) -> PaBandPublic | None:
     """The entry's p_A band from its test sets' image counts (``mean_pa_band``)."""
-    from certbench.figure_intervals import mean_pa_band
-    from certbench.intervals import LEVEL
+    from certbench.stats import LEVEL, mean_pa_band
 
     if not counts or min(counts) < 1:
         return None
@@ -487,3 +427,25 @@ def stage_file(
             )
         return path, media_type
     raise missing
+
+
+def stage_records_file(
+    session: Session,
+    submission_id: int,
+    stage: str,
+    unit: str,
+    *,
+    viewer: User | None,
+    settings: Settings,
+) -> Path | None:
+    """Path of a stage unit's merged per-image records (e.g. the Fourier sensitivity map's, for
+    the noise floor of a difference map), or None when it is absent on this server. Served only
+    for an ended run the viewer may see (the records carry the revealed seed)."""
+    submission = get_visible(session, submission_id, viewer=viewer)
+    if not run_seeds.is_revealed(submission.state):
+        return None
+    for row in lb.stage_results(session, submission, stage):
+        if row.unit == unit and row.records_path:
+            path = storage.resolve(settings.artifacts_dir, row.records_path)
+            return path if path.is_file() else None
+    return None

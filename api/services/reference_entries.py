@@ -3,10 +3,11 @@
 ``certbench serve`` calls this once before the API starts (``CERTBENCH_DEMO_REFERENCES`` /
 ``--no-demo-references`` turn it off): each reference of a loaded benchmark that its account has
 not submitted yet passes the same checks as an upload (``api.services.intake``), becomes a public
-baseline submission of ``REFERENCE_USER`` and is queued for validation, so the workers certify it
-like any other entry. A queue that is down leaves it ``submitted``: the watchdog's reconciler
-sends its validation later. A reference the benchmark no longer accepts (a changed definition)
-is skipped with a warning rather than stopping the service.
+baseline submission of ``REFERENCE_USER`` with its weights published in the model zoo under
+``REFERENCE_LICENSE`` (Apache-2.0, the project's licence), and is queued for validation, so the
+workers certify it like any other entry. A queue that is down leaves it ``submitted``: the
+watchdog's reconciler sends its validation later. A reference the benchmark no longer accepts (a
+changed definition) is skipped with a warning rather than stopping the service.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from models.db import session_scope
 from models.entities import Benchmark
 from models.errors import IntakeError, QuotaExceededError, ServiceUnavailableError
 from models.reference_entries import (
+    REFERENCE_LICENSE,
     ReferenceEntry,
     packaged_references,
+    publish_submitted,
     reference_user,
     submitted,
 )
@@ -87,12 +90,17 @@ def _submit_one(
         architecture=manifest.architecture.name,
         sigma=manifest.smoothing.sigma,
         is_baseline=True,
+        weights_public=True,
+        weights_license=REFERENCE_LICENSE,
     )
     user = reference_user(session)
     key = dedup_key(upload.weights_sha256, upload.manifest_sha256, benchmark.protocol_version)
     session.commit()  # the lock below opens a fresh transaction, so it sees every earlier commit
     lock_user(session, user.id)
     if submitted(session, user, benchmark.id, key):
+        if publish_submitted(session, user, benchmark.id, key):
+            session.commit()
+            return outcome("present", message=f"weights published under {REFERENCE_LICENSE}")
         session.rollback()
         return outcome("present")
     try:

@@ -12,7 +12,7 @@ from api.services.intake import build_upload
 from api.services.upload_stream import ReceivedUpload, receive_upload
 from api.submission_schemas import SubmissionList, SubmissionPublic
 from api.user_schemas import QuotaPublic
-from models import compute_quota, estimates, progress, run_seeds, zoo
+from models import compute_quota, estimates, progress, run_seeds, upload_refusals, zoo
 from models import submission_intake as intake
 from models import submission_quotas as quotas
 from models import submissions as crud
@@ -38,19 +38,26 @@ async def submit(
     The quotas are checked before the body is read (and again, authoritatively, in the
     transaction that creates the rows); the weights stream to a staged file. The work is
     estimated from the manifest (``models.estimates``) and checked against the daily compute
-    quota. Raises QuotaExceededError, IntakeError/PayloadTooLargeError (nothing stored; also for
+    quota. Every IntakeError is counted against the user's refused-upload rate limit
+    (``models.upload_refusals``), checked first. Raises QuotaExceededError (429, also for too
+    many refused uploads), IntakeError/PayloadTooLargeError (nothing stored; also for
     an estimate beyond the compute quota), and ServiceUnavailableError when the queue is down
     (the submission is then marked failed, and the error names it).
     """
+    await run_in_threadpool(upload_refusals.check, session, user, settings=settings)
     await run_in_threadpool(quotas.check_quotas, session, user, settings=settings)
     await run_in_threadpool(compute_quota.check_room, session, user, settings=settings)
-    received = await receive_upload(request, settings=settings)
     try:
-        return await run_in_threadpool(
-            _accept, session, queue, received, user=user, settings=settings
-        )
-    finally:
-        received.discard()
+        received = await receive_upload(request, settings=settings)
+        try:
+            return await run_in_threadpool(
+                _accept, session, queue, received, user=user, settings=settings
+            )
+        finally:
+            received.discard()
+    except IntakeError as err:  # refused before anything was stored: counted, then raised
+        await run_in_threadpool(upload_refusals.record, session, user, err.code, settings=settings)
+        raise
 
 
 def _accept(

@@ -26,11 +26,15 @@ from pydantic import TypeAdapter, ValidationError
 from python_multipart.multipart import parse_options_header
 from starlette.concurrency import run_in_threadpool
 
+from certbench.nets import FILES_SWAPPED, looks_like_safetensors
 from models.artifacts import INCOMING_DIR, PARTIAL_SUFFIX
 from models.errors import IntakeError, PayloadTooLargeError
 from models.settings import Settings
 from models.states import Reason
 from models.submission_intake import StagedWeights
+
+#: Code of the refusal of an upload whose weights and manifest parts were exchanged.
+FILES_SWAPPED_CODE = "files_swapped"
 
 #: Form fields besides the two files, and the cap on each (short flags, a venue, a licence).
 FIELDS = ("private", "extra_data", "venue", "weights_public", "weights_license")
@@ -129,6 +133,10 @@ class _Receiver:
             return
         limit = self.settings.max_manifest_bytes if self.part.name == "manifest" else FIELD_BYTES
         if len(self.part.data) + len(chunk) > limit:
+            if self.part.name == "manifest" and looks_like_safetensors(
+                bytes(self.part.data[:16]) + chunk[:16]
+            ):  # a weights file sent as the manifest: say so, not "too large"
+                raise IntakeError(FILES_SWAPPED, code=FILES_SWAPPED_CODE)
             raise PayloadTooLargeError(
                 f"{self.part.name} is larger than the limit of {limit} bytes",
                 code=Reason.TOO_LARGE.value,

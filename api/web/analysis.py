@@ -9,19 +9,29 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import HTMLResponse
-from markupsafe import Markup
+from fastapi.responses import HTMLResponse, Response
 
 from api.deps import SessionDep
 from api.services import analysis as service
 from api.services.analysis import Analysis, SigmaGroup, TrendResult
+from api.web import figure_files
 from api.web.auth import WebViewer
 from api.web.rendering import HTMLRoute, render
-from api.web.scatter import FitLine, ScatterPoint, linear_axis, probit, probit_axis, scatter_chart
-from certbench.effective_robustness import ID_ACCURACY, PredictorFit
-from models.errors import IntakeError
+from certbench.figures import (
+    Figure,
+    FitLine,
+    ScatterPoint,
+    linear_axis,
+    probit,
+    probit_axis,
+    scatter_chart,
+)
+from certbench.lens import ID_ACCURACY, ArchitectureFit, PredictorFit
+from models.catalog import list_benchmarks
+from models.errors import IntakeError, NotFoundError
 from models.stages.fourier_lens import PAPER
 
 router = APIRouter(route_class=HTMLRoute, include_in_schema=False)
@@ -58,7 +68,41 @@ def analysis_page(
     id: Annotated[str, Query(pattern="^(smoothed|base)$")] = "smoothed",
 ) -> HTMLResponse:
     """Trends, ER and metric predictors of the benchmark's family at one σ and OOD set."""
-    result = service.analyse(session, benchmark, viewer=viewer, id_source=id)  # type: ignore[arg-type]
+    context = _context(session, viewer, benchmark, sigma, ood, id)
+    context["figure_base"] = f"/analysis/{benchmark}/figures"
+    context["figure_query"] = "?" + urlencode(
+        {
+            "sigma": context["group"].sigma if context["group"] else "",
+            "id": id,
+            "ood": context["trend"].ood.key if context["trend"] else "",
+        }
+    )
+    return render(request, "analysis.html", context)
+
+
+@router.get("/analysis/{benchmark}/figures/{name}.{fmt}", name="web_analysis_figure")
+def analysis_figure(
+    session: SessionDep,
+    viewer: WebViewer,
+    benchmark: str,
+    name: figure_files.FigureName,
+    fmt: figure_files.FigureFormat,
+    sigma: Annotated[str, Query(max_length=16)] = "",
+    ood: Annotated[str, Query(max_length=200)] = "",
+    id: Annotated[str, Query(pattern="^(smoothed|base)$")] = "smoothed",
+) -> Response:
+    """One figure of the analysis page as SVG, PNG or PDF."""
+    context = _context(session, viewer, benchmark, sigma, ood, id)
+    return figure_files.figure_response(figure_files.collect(context["charts"]), name, fmt)
+
+
+def _context(
+    session: SessionDep, viewer: WebViewer, benchmark: str, sigma: str, ood: str, id: str
+) -> dict[str, Any]:
+    try:
+        result = service.analyse(session, benchmark, viewer=viewer, id_source=id)  # type: ignore[arg-type]
+    except NotFoundError as err:
+        raise NotFoundError(_no_analysis(session, benchmark, err)) from err
     group = _pick_group(result, sigma)
     trend = _pick_trend(group, ood) if group else None
     context: dict[str, Any] = {
@@ -72,12 +116,29 @@ def analysis_page(
         "metric_label": metric_label,
         "charts": {},
         "predictor_rows": [],
+        "pooled_rows": [],
     }
     if group is not None and trend is not None:
         context["charts"]["trend"] = trend_chart(trend, id)
         context["charts"]["metrics"] = metric_charts(group, trend)
         context["predictor_rows"] = predictor_rows(group)
-    return render(request, "analysis.html", context)
+        context["pooled_rows"] = predictor_rows(group, "pooled")
+    return context
+
+
+def _no_analysis(session: SessionDep, benchmark: str, err: NotFoundError) -> str:
+    """Why a benchmark has no effective-robustness page, worded for researchers (the service's
+    message speaks to API callers)."""
+    names = [b.name for b in list_benchmarks(session)]
+    if benchmark not in names:
+        return str(err)  # names the closest benchmarks
+    return (
+        f"No effective-robustness analysis for {benchmark}: the analysis plots accuracy on "
+        "corrupted (out-of-distribution) test sets against clean accuracy, so it needs a clean "
+        "benchmark and at least one corrupted benchmark of the same base dataset on this server, "
+        f"with entries of the same models on both. {benchmark} has no such partner here. "
+        "Its leaderboard is at /leaderboards/" + benchmark + "."
+    )
 
 
 def _pick_group(result: Analysis, sigma: str) -> SigmaGroup | None:
@@ -108,7 +169,7 @@ def _pick_trend(group: SigmaGroup, key: str) -> TrendResult | None:
     return group.trends[0] if group.trends else None
 
 
-def trend_chart(trend: TrendResult, id_source: str) -> Markup:
+def trend_chart(trend: TrendResult, id_source: str) -> Figure:
     """OOD vs ID accuracy on probit axes, 95 % Clopper–Pearson bars, the fit (opacity R²)."""
     points = []
     for p in trend.points:
@@ -139,19 +200,21 @@ def trend_chart(trend: TrendResult, id_source: str) -> Markup:
             f"n = {fit.n}",
         )
     what = "certified accuracy at r = 0" if id_source == "smoothed" else "base accuracy"
-    return scatter_chart(
+    description = (
+        f"{len(points)} entries; "
+        + (line.label if line else f"no line fitted: {trend.reason}")
+        + ". Entries whose effective-robustness interval lies above 0 are highlighted."
+    )
+    spec = scatter_chart(
         points,
-        chart_id="er-trend",
         title=f"{trend.ood.key}: OOD vs ID accuracy",
         x=probit_axis(f"ID accuracy ({what}, probit scale)", xs),
         y=probit_axis("OOD certified accuracy at r = 0 (probit scale)", ys),
         fit=line,
-        description=(
-            f"{len(points)} entries; "
-            + (line.label if line else f"no line fitted: {trend.reason}")
-            + ". Entries whose effective-robustness interval lies above 0 are highlighted."
-        ),
+        description=description,
+        width=460,
     )
+    return Figure("er-trend", spec, description)
 
 
 @dataclass(frozen=True)
@@ -159,13 +222,15 @@ class MetricChart:
     metric: str
     label: str
     fit: PredictorFit | None
-    svg: Markup
+    figure: Figure
 
 
 def metric_charts(group: SigmaGroup, trend: TrendResult) -> list[MetricChart]:
-    """One scatter per model metric: probit OOD accuracy against the metric, with its fit."""
+    """One scatter per model metric: probit OOD accuracy against the metric, with the pooled fit
+    (one line through every entry drawn: the table's averaged per-architecture fits have no
+    single intercept)."""
     key = trend.ood.key
-    fits = {f.metric: f for f in group.predictors.get(key, [])}
+    fits = {f.metric: f for f in group.pooled.get(key, [])}
     out = []
     for metric in group.metrics:
         if metric == ID_ACCURACY:
@@ -186,7 +251,12 @@ def metric_charts(group: SigmaGroup, trend: TrendResult) -> list[MetricChart]:
         fit = fits.get(metric)
         usable = fit is not None and math.isfinite(fit.r2)
         line = (
-            FitLine(fit.slope, fit.intercept, fit.r2, f"m = {fit.slope:.3g}, R² = {fit.r2:.3f}")
+            FitLine(
+                fit.slope,
+                fit.intercept,
+                fit.r2,
+                f"pooled over architectures: m = {fit.slope:.3g}, R² = {fit.r2:.3f}",
+            )
             if usable and fit is not None
             else None
         )
@@ -195,17 +265,20 @@ def metric_charts(group: SigmaGroup, trend: TrendResult) -> list[MetricChart]:
                 metric=metric,
                 label=metric_label(metric),
                 fit=fit if usable else None,
-                svg=scatter_chart(
-                    points,
-                    chart_id=f"metric-{metric}",
-                    title=f"{metric_label(metric)} vs OOD accuracy",
-                    x=linear_axis(metric_label(metric), [p.x for p in points]),
-                    y=probit_axis(
-                        "OOD accuracy (probit)", [v for p in points for v in (p.y_err or ())]
+                figure=Figure(
+                    f"metric-{metric}",
+                    scatter_chart(
+                        points,
+                        title=f"{metric_label(metric)} vs OOD accuracy",
+                        x=linear_axis(metric_label(metric), [p.x for p in points]),
+                        y=probit_axis(
+                            "OOD accuracy (probit)", [v for p in points for v in (p.y_err or ())]
+                        ),
+                        fit=line,
+                        description=f"{len(points)} entries; "
+                        + (line.label if line else "too few distinct values to fit"),
                     ),
-                    fit=line,
-                    description=f"{len(points)} entries; "
-                    + (line.label if line else "too few distinct values to fit"),
+                    f"{metric_label(metric)} against OOD accuracy",
                 ),
             )
         )
@@ -218,15 +291,17 @@ class PredictorRow:
 
     key: str
     scope: str
-    cells: list[tuple[str, PredictorFit | None, bool, bool]]
+    cells: list[tuple[str, ArchitectureFit | PredictorFit | None, bool, bool]]
 
 
-def predictor_rows(group: SigmaGroup) -> list[PredictorRow]:
-    """Seed 003 Tables 1–3: per OOD set, m and R² of every metric; the best and second-best R²
-    above 0.5 are marked."""
+def predictor_rows(group: SigmaGroup, view: str = "architecture") -> list[PredictorRow]:
+    """Seed 003 Tables 1–3: per OOD set, m and R² of every metric, fitted per architecture and
+    averaged (``view="architecture"``, the paper's) or pooled over every entry
+    (``view="pooled"``); the best and second-best R² above 0.5 are marked."""
+    source = group.predictors if view == "architecture" else group.pooled
     rows = []
     for trend in group.trends:
-        fits = {f.metric: f for f in group.predictors.get(trend.ood.key, [])}
+        fits: dict[str, Any] = {f.metric: f for f in source.get(trend.ood.key, [])}
         usable = {m: f for m, f in fits.items() if math.isfinite(f.r2)}
         ranked = sorted((f.r2 for f in usable.values() if f.r2 > GOOD_R2), reverse=True)
         best = ranked[0] if ranked else None

@@ -16,16 +16,11 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from markupsafe import Markup
 from PIL import Image
 from sqlalchemy.orm import Session
 
-from api.web.line_chart import Series, line_chart
-from api.web.plots import Axis
-from certbench.data import load_images
 from certbench.errors import DataSourceError
-from certbench.image_set import Subset
-from certbench.spectral import radial_spectrum
+from certbench.figures import Axis, Curve, Figure, line_chart
 from models.catalog import list_benchmarks
 from models.errors import NotFoundError
 from models.settings import Settings
@@ -83,6 +78,10 @@ def figure_file(configs: dict[str, LocalConfig], name: str) -> Path:
 
 def _load(local: LocalConfig, limit: int) -> np.ndarray:
     """The first ``limit`` images (N, C, H, W). Raises NotFoundError for an unreadable copy."""
+    # The image readers decode into torch tensors: loaded by the first dataset figure, not with
+    # the API (an idle API process then holds no torch).
+    from certbench.data import Subset, load_images
+
     try:
         images = load_images(
             local.folder,
@@ -129,33 +128,58 @@ def _mtime(local: LocalConfig) -> int:
 def _spectrum(folder: str, config: str, split: str, mtime_ns: int) -> np.ndarray:
     import torch
 
+    from certbench.fourier import radial_spectrum
+
     images = _load(LocalConfig(config, Path(folder), split), SPECTRUM_IMAGES)
     x = torch.from_numpy(images).to(torch.float64) / 255.0
     return radial_spectrum(x).mean(dim=(0, 1)).numpy()
 
 
-def spectra_chart(configs: dict[str, LocalConfig], *, chart_id: str = "spectra") -> Markup | None:
+#: A spectrum value this many decades below the median is a frequency the images hold (almost)
+#: no energy at, e.g. a symmetric bin of generated digits: it is left off the plot (and said so)
+#: instead of squashing every other value against the top of the axis.
+SPECTRUM_DECADES = 4.0
+
+
+def spectra_chart(configs: dict[str, LocalConfig], *, chart_id: str = "spectra") -> Figure | None:
     """Mean radial amplitude spectrum of the images, one line per config (first few configs)."""
     if not configs:
         return None
     chosen = list(configs.values())[:SPECTRUM_MAX_CONFIGS]
-    series = []
-    for local in chosen:
-        profile = _spectrum(str(local.folder), local.config, local.split, _mtime(local))
-        series.append(
-            Series(local.config, np.arange(len(profile)), np.log10(np.maximum(profile, 1e-12)))
+    profiles = {
+        local.config: np.log10(
+            np.maximum(
+                _spectrum(str(local.folder), local.config, local.split, _mtime(local)), 1e-12
+            )
         )
-    values = np.concatenate([np.asarray(s.y) for s in series])
-    lo, hi = float(np.floor(values.min())), float(np.ceil(values.max()))
-    shown = f"{len(chosen)} of {len(configs)} configs" if len(configs) > len(chosen) else ""
-    return line_chart(
-        series,
-        chart_id=chart_id,
-        title="Radial amplitude spectrum of the images" + (f" ({shown})" if shown else ""),
-        description=(
-            f"Mean |FFT| per integer azimuthal frequency over the first {SPECTRUM_IMAGES} images "
-            "and the three channels, log10 scale."
-        ),
-        x=Axis("azimuthal frequency f (cycles per image)", 0.0, float(len(series[0].x) - 1)),
+        for local in chosen
+    }
+    values = np.concatenate(list(profiles.values()))
+    floor = float(np.median(values)) - SPECTRUM_DECADES
+    dropped = int((values < floor).sum())
+    curves = []
+    for name, profile in profiles.items():
+        shown = np.where(profile < floor, np.nan, profile)
+        curves.append(Curve(name, np.arange(len(profile)), shown))
+    kept = values[values >= floor]
+    lo, hi = float(np.floor(kept.min())), float(np.ceil(kept.max()))
+    shown_configs = f"{len(chosen)} of {len(configs)} configs" if len(configs) > len(chosen) else ""
+    note = (
+        f" {dropped} value(s) more than {SPECTRUM_DECADES:g} decades below the median (no energy "
+        "at that frequency) are left out."
+        if dropped
+        else ""
+    )
+    description = (
+        f"Mean |FFT| per integer radial frequency over the first {SPECTRUM_IMAGES} images and "
+        f"the three channels, log10 scale.{note}"
+    )
+    spec = line_chart(
+        curves,
+        title="Radial amplitude spectrum of the images"
+        + (f" ({shown_configs})" if shown_configs else ""),
+        description=description,
+        x=Axis("radial frequency f (cycles per image)", 0.0, float(len(curves[0].x) - 1)),
         y=Axis("log10 mean |FFT| amplitude", lo, hi),
     )
+    return Figure(chart_id, spec, description)

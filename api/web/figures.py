@@ -3,8 +3,8 @@
 Inputs are ``ResultsPublic`` (``api.services.leaderboards.results``) and the per-image records files
 that ``api.services.leaderboards.records_file`` resolves — the same data the REST API serves, so a
 figure can always be reproduced from the downloadable records. Curves come from
-``certbench.metrics`` (certified accuracy on a fine radius grid, seed 001's p_A curve), never from
-numbers re-derived here.
+``certbench.smoothing.metrics`` (certified accuracy on a fine radius grid, seed 001's p_A curve),
+never from numbers re-derived here.
 """
 
 from __future__ import annotations
@@ -17,17 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from markupsafe import Markup
 from sqlalchemy.orm import Session
 
 from api.result_schemas import ResultsPublic, TestSetResultPublic
 from api.services import leaderboards as service
-from api.web.heatmap_chart import heatmap
-from api.web.line_chart import Series, line_chart
-from api.web.plots import RADIUS_AXIS_LABEL, Axis
 from certbench.errors import RecordsError
-from certbench.metrics import PA_GRID, RADII, pa_ecdf
-from certbench.records import read_table
+from certbench.figures import Axis, Curve, Figure, grid_heatmap, line_chart
+from certbench.smoothing import PA_GRID, RADII, pa_ecdf, read_table
 from models.entities import User
 from models.errors import NotFoundError
 from models.settings import Settings
@@ -38,6 +34,7 @@ RADIUS_GRID = np.round(np.arange(0, 801) * 0.005, 3)
 #: Above this many test sets, per-set curves are grouped (band, α, ...) to stay readable.
 MAX_SET_CURVES = 6
 BAND_ORDER = ("low", "mid", "high")
+RADIUS_AXIS_LABEL = "radius (ℓ2, [0,1] pixels)"
 
 
 @dataclass(frozen=True)
@@ -54,7 +51,7 @@ class SetCurves:
 
 
 def certified_on_grid(table: pa.Table, grid: np.ndarray = RADIUS_GRID) -> np.ndarray:
-    """``certbench.metrics.certified_accuracy`` at every grid radius, in one sorted pass.
+    """``certbench.smoothing.metrics.certified_accuracy`` at every grid radius, in one sorted pass.
 
     The library evaluates one radius at a time (fine for its five radii); 801 radii × 192 test
     sets would take seconds per page, so the same definition (correct ∧ radius ≥ r) is counted
@@ -163,30 +160,31 @@ def _band_key(label: str) -> int:
 
 def certified_accuracy_chart(
     results: ResultsPublic, curves: Sequence[SetCurves], *, chart_id: str = "cert-acc"
-) -> Markup:
+) -> Figure:
     """Certified accuracy vs radius: each test set (or group) and the mean over test sets."""
     by_name = {c.test_set: c for c in curves}
-    series: list[Series] = []
+    series: list[Curve] = []
     if len(curves) <= MAX_SET_CURVES:
-        series = [Series(c.test_set, c.radii, c.certified) for c in curves]
+        series = [Curve(c.test_set, c.radii, c.certified) for c in curves]
     else:
         for label, names in _groups(results).items():
             grid, mean = _mean_on_common_grid([by_name[n] for n in names])
-            series.append(Series(f"{label} ({len(names)} sets)", grid, mean))
+            series.append(Curve(f"{label} ({len(names)} sets)", grid, mean))
     if len(curves) > 1:
         grid, mean = _mean_on_common_grid(curves)
-        series.append(Series(f"mean over {len(curves)} test sets", grid, mean, emphasis=True))
-    return line_chart(
+        series.append(Curve(f"mean over {len(curves)} test sets", grid, mean, emphasis=True))
+    description = (
+        f"{results.model_name}: fraction of test images classified correctly with a "
+        "certified ℓ2 radius at least r."
+    )
+    spec = line_chart(
         series,
-        chart_id=chart_id,
         title="Certified accuracy vs radius",
-        description=(
-            f"{results.model_name}: fraction of test images classified correctly with a "
-            "certified ℓ2 radius at least r."
-        ),
+        description=description,
         x=Axis(RADIUS_AXIS_LABEL, 0.0, _radius_range(curves)),
         y=Axis("certified accuracy", 0.0, 1.0, percent=True),
     )
+    return Figure(chart_id, spec, description)
 
 
 @dataclass(frozen=True)
@@ -198,29 +196,30 @@ class EntryCurves:
     curves: list[SetCurves]
 
 
-def overlay_certified_chart(entries: Sequence[EntryCurves], *, chart_id: str) -> Markup:
+def overlay_certified_chart(entries: Sequence[EntryCurves], *, chart_id: str) -> Figure:
     """Mean certified accuracy vs radius of several entries (compare page)."""
     series = []
     for entry in entries:
         grid, mean = _mean_on_common_grid(entry.curves)
-        series.append(Series(entry.label, grid, mean))
+        series.append(Curve(entry.label, grid, mean))
     top = max(_radius_range(e.curves) for e in entries)
-    return line_chart(
+    title = "Certified accuracy vs radius (mean over test sets)"
+    spec = line_chart(
         series,
-        chart_id=chart_id,
-        title="Certified accuracy vs radius (mean over test sets)",
+        title=title,
         x=Axis(RADIUS_AXIS_LABEL, 0.0, top),
         y=Axis("certified accuracy", 0.0, 1.0, percent=True),
     )
+    return Figure(chart_id, spec, title)
 
 
 def pa_band(
     curves: Sequence[SetCurves], curve: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, str] | None:
     """(low, high, what) of the simultaneous 95 % band around an entry's mean p_A curve
-    (``certbench.figure_intervals.mean_pa_band``: Kolmogorov for one test set, Bonferroni over
+    (``certbench.stats.entry_intervals.mean_pa_band``: Kolmogorov for one test set, Bonferroni over
     several); None when a test set's image count is unknown."""
-    from certbench.figure_intervals import mean_pa_band
+    from certbench.stats import mean_pa_band
 
     counts = [c.images for c in curves]
     if not counts or min(counts) < 1:
@@ -230,7 +229,7 @@ def pa_band(
     return np.clip(curve - half, 0.0, 1.0), np.clip(curve + half, 0.0, 1.0), what
 
 
-def pa_chart(entries: Sequence[EntryCurves], *, chart_id: str, emphasis: int | None) -> Markup:
+def pa_chart(entries: Sequence[EntryCurves], *, chart_id: str, emphasis: int | None) -> Figure:
     """Seed 001's complementary ECDF of p̂_A: fraction of images correct with p̂_A ≥ x, with
     its simultaneous 95 % band shaded: the emphasised entry's only (model page), or every
     entry's when none is emphasised (compare page).
@@ -246,25 +245,26 @@ def pa_chart(entries: Sequence[EntryCurves], *, chart_id: str, emphasis: int | N
         shaded = emphasis is None or entry.submission_id == emphasis
         band = pa_band(entry.curves, curve) if shaded else None
         series.append(
-            Series(entry.label, PA_GRID, curve, emphasis=entry.submission_id == emphasis, band=band)
+            Curve(entry.label, PA_GRID, curve, emphasis=entry.submission_id == emphasis, band=band)
         )
     if not series:
         raise NotFoundError("no per-image records are available for the p_A distribution")
     note = f" Records missing for: {', '.join(missing)}." if missing else ""
-    return line_chart(
+    description = (
+        "For each x, the fraction of test images classified correctly with p̂_A = n_y/n ≥ x "
+        "(mean over test sets). Higher curves hold up on hard images, which ACR hides. "
+        "Shaded: a simultaneous 95 % band over the sampled images, covering the whole true "
+        "curve at once (Kolmogorov; with several test sets, each set's band at 1 − 0.05/S, "
+        "averaged)." + note
+    )
+    spec = line_chart(
         series,
-        chart_id=chart_id,
         title="p_A distribution (complementary ECDF)",
-        description=(
-            "For each x, the fraction of test images classified correctly with p̂_A = n_y/n ≥ x "
-            "(mean over test sets). Higher curves hold up on hard images, which ACR hides. "
-            "Shaded: a simultaneous 95 % band over the sampled images, covering the whole true "
-            "curve at once (Kolmogorov; with several test sets, each set's band at 1 − 0.05/S, "
-            "averaged)." + note
-        ),
+        description=description,
         x=Axis("p̂_A (accuracy of the base model under noise)", 0.5, 1.0),
         y=Axis("fraction of images with p̂_A ≥ x", 0.0, 1.0, percent=True),
     )
+    return Figure(chart_id, spec, description)
 
 
 # ---- CIFAR-F: ACR over (α, f_c) -------------------------------------------------------------
@@ -290,34 +290,40 @@ def fourier_grid(
     return alphas, fcs, grid
 
 
-def fourier_heatmap(results: ResultsPublic, *, chart_id: str = "fourier-heatmap") -> Markup:
+def fourier_heatmap(results: ResultsPublic, *, chart_id: str = "fourier-heatmap") -> Figure:
     alphas, fcs, grid = fourier_grid(results.results)
-    return heatmap(
-        grid,
-        chart_id=chart_id,
-        title="ACR over α × f_c (mean over severities)",
-        row_labels=[f"{a:g}" for a in alphas],
-        col_labels=[str(f) for f in fcs],
-        x_label="centre frequency f_c",
-        y_label="α",
-        value_label="ACR",
+    title = "ACR over α × f_c (mean over severities)"
+    return Figure(
+        chart_id,
+        grid_heatmap(
+            grid,
+            title=title,
+            description=f"{results.model_name}: mean ACR over the severities of each CIFAR-F set.",
+            row_labels=[f"{a:g}" for a in alphas],
+            col_labels=[str(f) for f in fcs],
+            x_label="centre frequency f_c",
+            y_label="α",
+            value_label="ACR",
+        ),
+        title,
     )
 
 
-def fourier_lines(results: ResultsPublic, *, chart_id: str = "fourier-lines") -> Markup:
+def fourier_lines(results: ResultsPublic, *, chart_id: str = "fourier-lines") -> Figure:
     """Seed 000 Fig. 6 for one model: one line per α of ACR over f_c."""
     alphas, fcs, grid = fourier_grid(results.results)
-    series = [Series(f"α = {a:g}", fcs, grid[i], markers=True) for i, a in enumerate(alphas)]
-    return line_chart(
+    series = [Curve(f"α = {a:g}", fcs, grid[i], markers=True) for i, a in enumerate(alphas)]
+    title = "ACR over centre frequency, per α"
+    spec = line_chart(
         series,
-        chart_id=chart_id,
-        title="ACR over centre frequency, per α",
+        title=title,
         x=Axis("centre frequency f_c", min(fcs), max(fcs), ticks=fcs),
         y=Axis("ACR (ℓ2 radius)", 0.0, _acr_top(grid)),
     )
+    return Figure(chart_id, spec, title)
 
 
-def fourier_panels(entries: Mapping[str, ResultsPublic], *, chart_id: str) -> list[Markup]:
+def fourier_panels(entries: Mapping[str, ResultsPublic], *, chart_id: str) -> list[Figure]:
     """Seed 000 Fig. 6 across entries: one chart per α, one line per entry."""
     grids = {label: fourier_grid(r.results) for label, r in entries.items()}
     alphas = sorted({a for alphas, _, _ in grids.values() for a in alphas})
@@ -327,19 +333,16 @@ def fourier_panels(entries: Mapping[str, ResultsPublic], *, chart_id: str) -> li
         series = []
         for label, (entry_alphas, fcs, grid) in grids.items():
             if alpha in entry_alphas:
-                series.append(Series(label, fcs, grid[entry_alphas.index(alpha)], markers=True))
+                series.append(Curve(label, fcs, grid[entry_alphas.index(alpha)], markers=True))
         all_fcs = [f for _, fcs, _ in grids.values() for f in fcs]
-        panels.append(
-            line_chart(
-                series,
-                chart_id=f"{chart_id}-{alpha:g}".replace(".", "p"),
-                title=f"ACR over f_c at α = {alpha:g}",
-                x=Axis(
-                    "centre frequency f_c", min(all_fcs), max(all_fcs), ticks=sorted(set(all_fcs))
-                ),
-                y=Axis("ACR (ℓ2 radius)", 0.0, top),
-            )
+        title = f"ACR over f_c at α = {alpha:g}"
+        spec = line_chart(
+            series,
+            title=title,
+            x=Axis("centre frequency f_c", min(all_fcs), max(all_fcs), ticks=sorted(set(all_fcs))),
+            y=Axis("ACR (ℓ2 radius)", 0.0, top),
         )
+        panels.append(Figure(f"{chart_id}-{alpha:g}".replace(".", "p"), spec, title))
     return panels
 
 

@@ -8,19 +8,21 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import FileResponse, HTMLResponse
-from pydantic import Field
+from fastapi.responses import FileResponse, HTMLResponse, Response
 
 from api.benchmark_schemas import BenchmarkPublic
-from api.deps import MAX_ID, RowId, SessionDep, SettingsDep
+from api.deps import QueryId, RowId, SessionDep, SettingsDep
 from api.result_schemas import ResultsPublic
+from api.services import leaderboard_page as page_service
 from api.services import leaderboards as lb_service
 from api.services import submissions as sub_service
 from api.services.analysis_data import has_analysis
-from api.web import figures
+from api.web import figure_files, figures
 from api.web import stages as stage_web
 from api.web.auth import WebViewer
 from api.web.leaderboard_view import (
@@ -32,17 +34,17 @@ from api.web.leaderboard_view import (
     metric_columns,
 )
 from api.web.rendering import MAX_COMPARE, HTMLRoute, render
-from certbench.architectures import available_architectures
-from certbench.metrics import RADII
+from certbench.nets import ARCHITECTURE_NAMES
+from certbench.smoothing import RADII
 from models.catalog import get_benchmark
 from models.errors import IntakeError, NotFoundError
-from models.leaderboard import LeaderboardQuery
+from models.leaderboard import LeaderboardQuery, benchmark_sort_keys
 from models.states import ACTIVE_STATES
 from models.submissions import get_visible
 
 router = APIRouter(route_class=HTMLRoute, include_in_schema=False)
-#: Ids in query strings, bounded like ``RowId`` so an absurd id is a 422 page, never a 500.
-WebId = Annotated[int, Field(ge=1, le=MAX_ID)]
+#: Ids in query strings, read like ``RowId`` (``api.deps.parse_id``): a 422 page, never a 500.
+WebId = QueryId
 OVERLAY_OTHERS = 3
 HOME_TOP = 3
 
@@ -59,7 +61,7 @@ def home(
     benchmarks = lb_service.benchmarks(session, viewer=viewer, settings=settings)
     cards = []
     for bench in benchmarks:
-        top = lb_service.leaderboard(
+        top = page_service.leaderboard(
             session, bench.name, LeaderboardQuery(limit=HOME_TOP), viewer=viewer
         )
         cards.append({"benchmark": bench, "top": top.rows, "repos": _sources_by_repo(bench)})
@@ -127,8 +129,9 @@ def leaderboard_page(
 ) -> HTMLResponse:
     """Ranked entries, sorted and filtered server-side; one page of rows per request. A sort
     key the benchmark lacks is the 422 error page naming its keys (as in REST)."""
+    found = get_benchmark(session, benchmark)
     filters = Filters(
-        sort=sort,
+        sort=resolve_sort(sort, benchmark_sort_keys(found)),
         order=order,
         page=page,
         per_page=per_page,
@@ -140,16 +143,15 @@ def leaderboard_page(
         baseline=baseline,
         flagged=flagged,
     )
-    board = lb_service.leaderboard(
-        session, benchmark, filters.query(), viewer=viewer, settings=settings
-    )
+    board = page_service.leaderboard(
+        session, benchmark, filters.query(), viewer=viewer, settings=settings,
+        effective_robustness=True,
+    )  # fmt: skip
     # The page needs the benchmark's description, not its entry count: the service's count query
     # would double the page's database time, and ``board.total`` already counts this view.
-    found = get_benchmark(session, benchmark)
     bench = BenchmarkPublic.of(found, entries=board.total).model_copy(
         update=lb_service.data_fields(found, settings)
     )
-    board = lb_service.with_effective_robustness(session, board, viewer=viewer)
     return render(
         request,
         "leaderboard.html",
@@ -165,9 +167,47 @@ def leaderboard_page(
             "repos": _sources_by_repo(bench),
             "pager": Pager.of(total=board.total, page=page, per_page=per_page),
             "page_sizes": PAGE_SIZES,
-            "architectures": available_architectures(),
+            "architectures": list(ARCHITECTURE_NAMES),
         },
     )
+
+
+def manifest_fields(manifest: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """The manifest as (field, value) lines a person reads: nested fields joined with " › ",
+    lists as comma-separated values, nothing escaped."""
+    out: list[tuple[str, str]] = []
+    for key, value in manifest.items():
+        name = f"{prefix} › {key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            out += manifest_fields(value, name)
+        elif isinstance(value, list):
+            out.append((name, ", ".join(str(v) for v in value) or "–"))
+        else:
+            out.append((name, "–" if value in (None, "", {}) else str(value)))
+    return out
+
+
+def metric_labels(bench: BenchmarkPublic) -> dict[str, str]:
+    """Figure key → the label users see (the leaderboard's headers), for tables of tests."""
+    return {**bench.sort_keys, **{c.key: c.header for c in metric_columns(bench)}}
+
+
+def resolve_sort(sort: str, sort_keys: dict[str, str]) -> str:
+    """A sort key from what a user may type: the key itself (``cert_acc_050``) or the label the
+    page shows (``ACR``, ``mACR``, ``r=0.5``), case and spaces ignored; ``acr`` names the ACR
+    column whatever its key. Unknown names go through unchanged (the service answers 422 with
+    the keys)."""
+    if sort in sort_keys:
+        return sort
+
+    def norm(text: str) -> str:
+        return "".join(text.split()).casefold()
+
+    wanted = norm(sort)
+    for key, label in sort_keys.items():
+        if norm(label) in (wanted, "m" + wanted) or norm(key) == wanted:
+            return key
+    return sort
 
 
 # ---- model page -------------------------------------------------------------------------------
@@ -187,6 +227,28 @@ def model_page(
 ) -> HTMLResponse:
     """Everything about one entry: curves, p_A distribution, CIFAR-F maps, bands, the base
     classifier's robustness (seed 004), provenance."""
+    context = _model_context(session, settings, viewer, submission_id)
+    context["figure_base"] = f"/models/{submission_id}/figures"
+    return render(request, "model.html", context)
+
+
+@router.get("/models/{submission_id}/figures/{name}.{fmt}", name="web_model_figure")
+def model_figure(
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: WebViewer,
+    submission_id: RowId,
+    name: figure_files.FigureName,
+    fmt: figure_files.FigureFormat,
+) -> Response:
+    """One figure of the model page as SVG, PNG or PDF (the same spec the page draws)."""
+    context = _model_context(session, settings, viewer, submission_id)
+    return figure_files.figure_response(figure_files.collect(context), name, fmt)
+
+
+def _model_context(
+    session: SessionDep, settings: SettingsDep, viewer: WebViewer, submission_id: int
+) -> dict[str, Any]:
     results = lb_service.results(session, submission_id, viewer=viewer)
     submission = sub_service.public(
         session, get_visible(session, submission_id, viewer=viewer), viewer=viewer,
@@ -200,7 +262,8 @@ def model_page(
         "benchmark": bench,
         "columns": certified_columns(bench),
         "evaluator_versions": sorted({r.evaluator_version for r in results.results}),
-        "manifest_json": json.dumps(results.manifest, indent=2, sort_keys=True),
+        "manifest_fields": manifest_fields(results.manifest),
+        "manifest_json": json.dumps(results.manifest, indent=2, sort_keys=True, ensure_ascii=False),
         "charts": {},
         "active": results.state in ACTIVE_STATES,
     }
@@ -229,7 +292,7 @@ def model_page(
             context["charts"]["fourier_heatmap"] = figures.fourier_heatmap(results)
             context["charts"]["fourier_lines"] = figures.fourier_lines(results)
         context["corruptions"] = figures.corruption_rows(results.results)
-    return render(request, "model.html", context)
+    return context
 
 
 @router.get("/models/{submission_id}/files/{stage}/{name}", name="web_stage_file")
@@ -237,7 +300,7 @@ def stage_file(
     session: SessionDep,
     settings: SettingsDep,
     viewer: WebViewer,
-    submission_id: int,
+    submission_id: RowId,
     stage: str,
     name: str,
 ) -> FileResponse:
@@ -257,7 +320,7 @@ def _other_entries(
     session: SessionDep, results: ResultsPublic, sigma: float, *, viewer: WebViewer
 ) -> list[ResultsPublic]:
     """The best other entries at the same σ (by mACR), to overlay for comparison."""
-    board = lb_service.leaderboard(
+    board = page_service.leaderboard(
         session,
         results.benchmark,
         LeaderboardQuery(sigma=sigma, limit=OVERLAY_OTHERS + 1),
@@ -279,6 +342,29 @@ def compare_page(
     id: Annotated[list[WebId], Query()] = [],  # noqa: B006 (FastAPI reads the default)
 ) -> HTMLResponse:
     """Two to four entries of one benchmark side by side, their curves overlaid."""
+    context = _compare_context(session, settings, viewer, id)
+    context["figure_base"] = "/compare/figures"
+    context["figure_query"] = "?" + urlencode([("id", i) for i in dict.fromkeys(id)])
+    return render(request, "compare.html", context)
+
+
+@router.get("/compare/figures/{name}.{fmt}", name="web_compare_figure")
+def compare_figure(
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: WebViewer,
+    name: figure_files.FigureName,
+    fmt: figure_files.FigureFormat,
+    id: Annotated[list[WebId], Query()] = [],  # noqa: B006 (FastAPI reads the default)
+) -> Response:
+    """One figure of the compare page as SVG, PNG or PDF."""
+    context = _compare_context(session, settings, viewer, id)
+    return figure_files.figure_response(figure_files.collect(context), name, fmt)
+
+
+def _compare_context(
+    session: SessionDep, settings: SettingsDep, viewer: WebViewer, id: list[int]
+) -> dict[str, Any]:
     ids = list(dict.fromkeys(id))
     if not 2 <= len(ids) <= MAX_COMPARE:
         raise IntakeError(
@@ -329,21 +415,24 @@ def compare_page(
     except (IntakeError, NotFoundError) as err:  # e.g. an unfinished entry: the page still shows
         paired, paired_problem = None, str(err)
     corruption_bands = {name: row.band for rows in corruptions for name, row in rows.items()}
-    return render(
-        request,
-        "compare.html",
-        {
-            "viewer": viewer,
-            "benchmark": bench,
-            "entries": list(zip(entries, submissions, strict=True)),
-            "columns": metric_columns(bench),
-            "charts": charts,
-            "corruptions": corruptions,
-            "corruption_names": list(corruption_bands),
-            "corruption_bands": corruption_bands,
-            "stage_sections": stage_web.compare_sections(entries, bench),
-            "paired": paired,
-            "paired_problem": paired_problem,
-            "names": {e.submission_id: _label(e) for e in entries},
-        },
-    )
+
+    def records_of(submission_id: int, stage: str) -> Path | None:
+        return lb_service.stage_records_file(
+            session, submission_id, stage, "", viewer=viewer, settings=settings
+        )
+
+    return {
+        "viewer": viewer,
+        "benchmark": bench,
+        "entries": list(zip(entries, submissions, strict=True)),
+        "columns": metric_columns(bench),
+        "charts": charts,
+        "corruptions": corruptions,
+        "corruption_names": list(corruption_bands),
+        "corruption_bands": corruption_bands,
+        "stage_sections": stage_web.compare_sections(entries, bench, records_of),
+        "paired": paired,
+        "paired_problem": paired_problem,
+        "names": {e.submission_id: _label(e) for e in entries},
+        "metric_labels": metric_labels(bench),
+    }

@@ -29,6 +29,18 @@ class Column:
     help: str
     kind: str = "percent"  # percent | radius | probability | number
     group: str = "certified"  # certified (smoothed model) | robustness (base classifier) | ...
+    stage: str = "certification"
+    stage_title: str = ""
+
+    def not_measured(self, submission_id: int) -> str:
+        """Why an entry has no value here and how an operator measures it (the documented
+        upgrade path leaves entries finished before a stage was added without its figures)."""
+        return (
+            f"not measured: this entry finished before the benchmark gained the "
+            f"{self.stage_title or self.stage} stage (or did not finish it); an operator "
+            f"measures it by re-running the entry: POST /api/v1/admin/submissions/"
+            f"{submission_id}/rerun"
+        )
 
     @property
     def higher_is_better(self) -> bool:
@@ -60,7 +72,7 @@ def stage_columns(benchmark: BenchmarkPublic, stage: Stage) -> list[Column]:
         protocol, test_sets=len(benchmark.test_sets), bands=list(benchmark.bands)
     )
     return [
-        Column(spec.key, spec.label, spec.help, spec.kind, spec.group)
+        Column(spec.key, spec.label, spec.help, spec.kind, spec.group, stage.name, stage.title)
         for spec in specs
         if spec.column
     ]

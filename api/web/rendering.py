@@ -2,8 +2,9 @@
 uses, and :class:`HTMLRoute`, which turns service errors and bad query strings into HTML error
 pages with the status codes the REST API uses (``api.errors.status_for``).
 
-Every page works without JavaScript (tables, forms, links and SVG figures are all in the HTML);
-``static/certbench.js`` only adds conveniences.
+Every page works without JavaScript (tables, forms and links are in the HTML; a figure is then
+the SVG the server renders from its spec); ``static/certbench.js`` draws the figures
+interactively with vega-embed and adds conveniences.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from fastapi.templating import Jinja2Templates
 
 from api.errors import status_for
 from api.web.auth import clear_token_cookie
+from api.web.figure_files import BUNDLE_URL, spec_json
 from certbench.errors import CertbenchError
 
 WEB_DIR = Path(__file__).parent
@@ -75,6 +77,12 @@ def _duration(seconds: float | None) -> str:
     return f"about {days} day{'s' if days > 1 else ''} {hours} h"
 
 
+def _figure(metrics: Any, key: str) -> float | None:
+    """A figure of an entry's metrics, None when the entry has none (an entry finished before
+    its benchmark gained the stage that measures it)."""
+    return None if metrics is None else getattr(metrics, key, None)
+
+
 templates.env.filters.update(
     percent=_percent,
     fixed=_fixed,
@@ -83,8 +91,9 @@ templates.env.filters.update(
     metric=_metric,
     count=_count,
     duration=_duration,
+    spec_json=spec_json,
 )
-templates.env.globals.update(max_compare=MAX_COMPARE)
+templates.env.globals.update(max_compare=MAX_COMPARE, vega_bundle_url=BUNDLE_URL, figure=_figure)
 
 
 # ---- errors as HTML ---------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Every augmentation takes one seed per image, so a batch is the same as its images augmented one
 by one and the result never depends on batch size, DataLoader workers or shuffling. Training
 derives each seed from (run seed, epoch, image index, view) with
-:func:`certbench.random_streams.derive_seed`, the same derivation certification uses.
+:func:`certbench.smoothing.streams.derive_seed`, the same derivation certification uses.
 
 :class:`RandomStream` turns one 64-bit seed into draws on a device without losing seed bits:
 on the CPU numpy's PCG64 (seeded through SeedSequence, all bits used) — torch's CPU
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from certbench.errors import AugmentationError
-from certbench.random_streams import derive_seed
+from certbench.smoothing import derive_seed
 
 __all__ = ["MAX_SEED", "RandomStream", "check_seeds", "sub_seeds"]
 
@@ -40,7 +40,7 @@ def check_seeds(seeds: Sequence[int] | torch.Tensor, count: int) -> list[int]:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
             raise AugmentationError(
                 f"seeds must be integers in [0, 2**64), got {value!r}; derive them with "
-                "certbench.random_streams.derive_seed"
+                "certbench.smoothing.streams.derive_seed"
             )
         out.append(value)
     return out

@@ -4,65 +4,49 @@
 typed answers; ``certbench.client.errors`` the exceptions; ``certbench.client.config`` finds the
 server and token (flags, environment, the file ``certbench login`` writes). The ``certbench``
 commands submit, status, results, leaderboard and download are built on it
-(``certbench.client_commands``), and ``certbench.zoo.load_model`` downloads published models.
+(``certbench.cli.client``), and ``certbench.client.zoo.load_model`` downloads published models.
 """
 
-from certbench.client.config import DEFAULT_SERVER, Connection, resolve
-from certbench.client.errors import (
-    AuthenticationFailed,
-    ClientError,
-    HashMismatchError,
-    NotFound,
-    PermissionDenied,
-    ServerUnreachable,
-    WaitTimeout,
-)
-from certbench.client.rest import Client
-from certbench.client.types import (
-    EntryWeights,
-    Estimate,
-    Leaderboard,
-    LeaderboardRow,
-    Me,
-    Quota,
-    Results,
-    Submission,
-    TestSetProgress,
-    TestSetResult,
-    Throughput,
-    WeightsLink,
-)
+from __future__ import annotations
 
-__all__ = [
-    "DEFAULT_SERVER",
-    "AuthenticationFailed",
-    "Client",
-    "ClientError",
-    "Connection",
-    "EntryWeights",
-    "Estimate",
-    "HashMismatchError",
-    "Leaderboard",
-    "LeaderboardRow",
-    "Me",
-    "NotFound",
-    "PermissionDenied",
-    "Quota",
-    "Results",
-    "ServerUnreachable",
-    "Submission",
-    "TestSetProgress",
-    "TestSetResult",
-    "Throughput",
-    "WaitTimeout",
-    "WeightsLink",
-    "connect",
-    "resolve",
-]
+from typing import TYPE_CHECKING
 
+from certbench import public_face
 
-def connect(server: str | None = None, token: str | None = None) -> Client:
-    """A Client for ``server``/``token`` resolved as the CLI does: arguments, then
-    CERTBENCH_SERVER / CERTBENCH_TOKEN, then the config file of ``certbench login``."""
-    found = resolve(server, token)
-    return Client(found.server, found.token)
+if TYPE_CHECKING:
+    from certbench.client.config import (
+        DEFAULT_SERVER,
+        Connection,
+        config_path,
+        load_config,
+        resolve,
+        resolve_server,
+        save_config,
+    )
+    from certbench.client.errors import (
+        AuthenticationFailed,
+        ClientError,
+        HashMismatchError,
+        NotFound,
+        PermissionDenied,
+        ServerUnreachable,
+        WaitTimeout,
+    )
+    from certbench.client.rest import Client, connect, refuse_swapped
+    from certbench.client.types import (
+        EntryWeights,
+        Estimate,
+        Leaderboard,
+        LeaderboardRow,
+        Me,
+        Quota,
+        Results,
+        Submission,
+        TestSetProgress,
+        TestSetResult,
+        Throughput,
+        WeightsLink,
+    )
+    from certbench.client.zoo import download
+
+__getattr__, __dir__, __all__ = public_face(__name__, __file__)

@@ -19,7 +19,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -28,7 +28,7 @@ from urllib.parse import quote
 import httpx
 
 from certbench import __version__
-from certbench.client.config import DEFAULT_SERVER, normalize_server
+from certbench.client.config import DEFAULT_SERVER, normalize_server, resolve
 from certbench.client.errors import (
     ClientError,
     HashMismatchError,
@@ -44,7 +44,7 @@ from certbench.client.types import (
     Submission,
     TestSetProgress,
 )
-from certbench.licenses import UnknownLicenseError, canonical_license
+from certbench.data import UnknownLicenseError, canonical_license
 
 API = "/api/v1"
 #: (bytes done, bytes total) of an upload or download.
@@ -203,7 +203,7 @@ class Client:
         """Upload safetensors weights and a JSON manifest (a file, or the document itself).
 
         ``weights_public`` publishes the weights in the model zoo under ``weights_license`` (an
-        SPDX identifier, ``certbench.licenses``) once the entry has finished. ``on_progress``
+        SPDX identifier, ``certbench.data.licenses``) once the entry has finished. ``on_progress``
         is called with (bytes sent, bytes total) while the weights upload. Returns the new
         submission (``state == "duplicate"`` when identical to an existing one)."""
         weights = Path(weights)
@@ -213,6 +213,7 @@ class Client:
                 "identifier such as CC-BY-4.0 or MIT)",
                 code="license_required",
             )
+        refuse_swapped(weights, manifest)
         manifest_bytes = _manifest_bytes(manifest)
         form = {"private": _flag(private), "extra_data": _flag(extra_data)}
         if venue:
@@ -299,7 +300,7 @@ class Client:
 
     def publish_weights(self, submission_id: int, license: str) -> Submission:
         """Publish the entry's weights in the model zoo under ``license`` (an SPDX identifier,
-        ``certbench.licenses``; any letter case). Only the submitter can."""
+        ``certbench.data.licenses``; any letter case). Only the submitter can."""
         body = {"public": True, "license": _license(license)}
         return Submission.from_json(
             self._object("PATCH", f"{API}/submissions/{submission_id}/weights", json=body)
@@ -340,6 +341,30 @@ class Client:
         }
         body = self._object("GET", f"{API}/leaderboards/{_segment(benchmark)}", params=query)
         return Leaderboard.from_json(body)
+
+    def export(
+        self,
+        benchmark: str,
+        *,
+        fmt: str = "latex",
+        ids: Sequence[int] | None = None,
+        table: str | None = None,
+        **params: str | float | int | None,
+    ) -> str:
+        """A paper-ready export (``fmt``: latex, csv or bibtex) of a leaderboard page
+        (``params``: sort, order, limit, offset, sigma) or, with ``ids``, of a comparison
+        (``table``: entries or paired, for CSV)."""
+        path = f"{API}/leaderboards/{_segment(benchmark)}"
+        query: dict[str, Any] = {"format": fmt}
+        if ids:
+            path += "/compare/export"
+            query["ids"] = [str(i) for i in ids]
+            if table:
+                query["table"] = table
+        else:
+            path += "/export"
+            query.update({k: v for k, v in params.items() if v is not None})
+        return self._request("GET", path, params=query).text
 
     # -- model zoo ---------------------------------------------------------------------------
 
@@ -393,6 +418,28 @@ class Client:
         return dest
 
 
+def refuse_swapped(weights: Path, manifest: str | Path | Mapping[str, Any]) -> None:
+    """Refuse, before anything is uploaded, a weights file that is a JSON document or a manifest
+    file that is a safetensors file: the two options were exchanged (the server would answer
+    that the manifest is too large)."""
+    from certbench.nets import FILES_SWAPPED, looks_like_json, looks_like_safetensors
+
+    manifest_swapped = not isinstance(manifest, Mapping) and looks_like_safetensors(
+        _head(Path(manifest))
+    )
+    if manifest_swapped or looks_like_json(_head(weights)):
+        raise ClientError(FILES_SWAPPED, code="files_swapped")
+
+
+def _head(path: Path, size: int = 64) -> bytes:
+    """The first bytes of a file (empty when unreadable: the upload then names the error)."""
+    try:
+        with path.open("rb") as handle:
+            return handle.read(size)
+    except OSError:
+        return b""
+
+
 def _manifest_bytes(manifest: str | Path | Mapping[str, Any]) -> bytes:
     if isinstance(manifest, Mapping):
         return json.dumps(dict(manifest)).encode()
@@ -418,3 +465,10 @@ def _license(value: str) -> str:
 def _segment(value: str) -> str:
     """A path segment, percent-encoded (a benchmark name never needs it; a typo might)."""
     return quote(value, safe="")
+
+
+def connect(server: str | None = None, token: str | None = None) -> Client:
+    """A Client for ``server``/``token`` resolved as the CLI does: arguments, then
+    CERTBENCH_SERVER / CERTBENCH_TOKEN, then the config file of ``certbench login``."""
+    found = resolve(server, token)
+    return Client(found.server, found.token)

@@ -6,3 +6,18 @@
 - :mod:`certbench.training.checkpoint`: safetensors + JSON checkpoints (no pickle).
 - :mod:`certbench.training.trainer`: :func:`~certbench.training.trainer.train`, the run.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from certbench import public_face
+
+if TYPE_CHECKING:
+    from certbench.training.config import RunOptions, TrainConfig
+    from certbench.training.data import TrainBatches, make_views
+    from certbench.training.recipes import RECIPES, Recipe, recipe_loss
+    from certbench.training.schedule import Schedule, build_optimizer
+    from certbench.training.trainer import train
+
+__getattr__, __dir__, __all__ = public_face(__name__, __file__)

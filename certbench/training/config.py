@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from certbench.architectures import check_kwargs
-from certbench.augment.augmix import AugMixConfig
+from certbench.augment import AugMixConfig
 from certbench.errors import TrainingError
+from certbench.nets import check_kwargs
 from certbench.training.recipes import get_recipe
 from certbench.training.schedule import Schedule
 from certbench.training.submission import Normalize
@@ -27,7 +27,7 @@ class TrainConfig:
 
     ``batch_size``, ``lbd`` and ``eta`` default to the recipe's values (None = default).
     ``augmix_variant="reference"`` reproduces the AugMix of seed 000's release (see
-    :mod:`certbench.augment.augmix`). ``sigma`` is the smoothing noise of the manifest; the
+    :mod:`certbench.augment.aug_mix`). ``sigma`` is the smoothing noise of the manifest; the
     training noise ``train_sigma`` defaults to it (``train_sigma=0`` trains without noise,
     Cohen et al.'s "noise_0.00" models).
     """

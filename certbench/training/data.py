@@ -1,7 +1,7 @@
 """Training batches: shuffled per epoch, augmented image by image from derived seeds.
 
 Every random choice about an image comes from a seed derived from (run seed, stream, epoch,
-image index[, view]) with :func:`certbench.random_streams.derive_seed`: its crop and flip, its
+image index[, view]) with :func:`certbench.smoothing.streams.derive_seed`: its crop and flip, its
 AugMix or FourierMix views. The epoch's order is a permutation seeded by (run seed, epoch). So a
 run is reproducible whatever the number of DataLoader workers, and resuming at an epoch boundary
 needs no RNG state. Image indices are the source positions (``ImageSet.indices``), so training on a
@@ -22,11 +22,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from certbench.augment.augmix import AugMixConfig, augmix
-from certbench.augment.crop_flip import crop_flip
-from certbench.augment.fouriermix import FourierMixConfig, fourier_mix
+from certbench.augment import AugMixConfig, FourierMixConfig, augmix, crop_flip, fourier_mix
 from certbench.errors import TrainingError
-from certbench.random_streams import derive_seed
+from certbench.smoothing import derive_seed
 from certbench.training.recipes import Recipe
 
 __all__ = ["EpochBatches", "TrainBatches", "make_views"]

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from certbench.augment.seeds import RandomStream
-from certbench.image_set import ImageSet
-from certbench.random_streams import derive_seed
+from certbench.augment import RandomStream
+from certbench.data import ImageSet
+from certbench.smoothing import derive_seed
 
 __all__ = ["autocast", "evaluate"]
 

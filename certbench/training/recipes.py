@@ -32,8 +32,9 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from certbench.augment.seeds import RandomStream
-from certbench.consistency import (
+from certbench.augment import RandomStream
+from certbench.errors import TrainingError
+from certbench.training.consistency import (
     HCR_ETA,
     JEONG_SHIN_ETA,
     JEONG_SHIN_LAMBDA,
@@ -43,7 +44,6 @@ from certbench.consistency import (
     hierarchical_consistency,
     jensen_shannon,
 )
-from certbench.errors import TrainingError
 
 __all__ = ["RECIPES", "Recipe", "StepResult", "get_recipe", "recipe_loss"]
 

@@ -3,7 +3,7 @@
 The manifest names the registry architecture and its kwargs, the classes, the input layer's
 mean/std (computed from the training images), the smoothing σ and the recipe's paper and code;
 the weights are the ``nn.Sequential(NormalizeLayer, net)`` state dict in safetensors. Both are
-loaded back with :func:`certbench.loading.load_model` before a run returns, exactly as
+loaded back with :func:`certbench.nets.loading.load_model` before a run returns, exactly as
 ``certbench certify`` and the REST API load a submission.
 """
 
@@ -16,9 +16,9 @@ from typing import Literal
 import torch
 from torch import nn
 
+from certbench.data import ImageSet, card_benchmark
 from certbench.errors import CertbenchError, TrainingError
-from certbench.image_set import ImageSet
-from certbench.loading import (
+from certbench.nets import (
     Architecture,
     Manifest,
     Metadata,
@@ -45,11 +45,15 @@ Normalize = Literal["center", "standardize", "none"]
 
 
 def benchmark_name(dataset: str, benchmark: str | None) -> str:
-    """``benchmark`` if given, else a local folder's name or the dataset id as typed."""
+    """``benchmark`` if given; else, for a local folder, the benchmark its card names (the demo
+    data: ``demo-digits``, so the manifest is accepted as written) or the folder's name; else the
+    dataset id as typed (``cifar10``)."""
     if benchmark:
         return benchmark
     path = Path(dataset).expanduser()
-    return path.resolve().name if path.exists() else dataset
+    if not path.exists():
+        return dataset
+    return (card_benchmark(path) if path.is_dir() else None) or path.resolve().name
 
 
 def input_statistics(images: ImageSet, normalize: Normalize) -> tuple[list[float], list[float]]:

@@ -3,7 +3,7 @@
 Output folder (``out``):
 
 - ``model.safetensors`` and ``manifest.json``: what ``certbench certify`` and the REST API take
-  (checked with :func:`certbench.loading.load_model` before the run returns);
+  (checked with :func:`certbench.nets.loading.load_model` before the run returns);
 - ``train_log.jsonl``: one JSON object per line — a ``start`` record with the configuration,
   one ``epoch`` record per epoch (lr, loss, accuracy, evaluation, seconds, images/s), ``end``;
 - ``checkpoint/``: model, optimizer and scheduler after the last completed epoch (safetensors +
@@ -40,13 +40,11 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from certbench import __version__
-from certbench.architectures import build_classifier
-from certbench.augment.augmix import AugMixConfig
-from certbench.augment.seeds import RandomStream
-from certbench.data import load_images
+from certbench.augment import AugMixConfig, RandomStream
+from certbench.data import ImageSet, Subset, load_images
 from certbench.errors import DataSourceError, TrainingError
-from certbench.image_set import ImageSet, Subset
-from certbench.random_streams import derive_seed
+from certbench.nets import build_classifier
+from certbench.smoothing import derive_seed
 from certbench.training.checkpoint import load_checkpoint, read_state, save_checkpoint
 from certbench.training.config import RunOptions, TrainConfig
 from certbench.training.data import EpochBatches, TrainBatches, make_views

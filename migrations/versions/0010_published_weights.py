@@ -2,7 +2,7 @@
 
 Adds ``submissions.weights_public`` (false for every existing submission: nothing becomes
 downloadable by this migration) and ``submissions.weights_license`` (an SPDX identifier from
-``certbench.licenses``, null until the submitter chooses one).
+``certbench.data.licenses``, null until the submitter chooses one).
 
 Revision ID: 0010
 Revises: 0009

@@ -37,7 +37,7 @@ from pydantic import BaseModel
 if TYPE_CHECKING:
     import torch
 
-    from models.catalog import BenchmarkDefinition
+    from models.definitions import BenchmarkSchema
     from models.settings import Settings
     from models.work import WorkItem
 
@@ -236,7 +236,7 @@ class StageOutcome:
 class Uncertainty:
     """A stage's figures with their 95 % intervals over the sampled images (metric key →
     (low, high), None where not measured) and the per-image terms of the figures that have a
-    paired test (a ``certbench.figure_terms.terms_table``, None when there are none)."""
+    paired test (a ``certbench.stats.terms.terms_table``, None when there are none)."""
 
     intervals: Mapping[str, tuple[float | None, float | None]]
     terms: Any = None
@@ -270,7 +270,7 @@ class Stage:
 
     # ---- definitions ----------------------------------------------------------------------------
 
-    def protocol_row(self, block: BaseModel, definition: BenchmarkDefinition) -> dict[str, Any]:
+    def protocol_row(self, block: BaseModel, definition: BenchmarkSchema) -> dict[str, Any]:
         """The stored protocol (JSON) of a definition's block; stages add derived fields here."""
         return block.model_dump(mode="json")
 

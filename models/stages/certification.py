@@ -1,9 +1,11 @@
 """Certification stage: randomized smoothing (Cohen et al. 2019) on every test set.
 
 Units are the benchmark's test sets; a shard certifies images ``[start, stop)`` of one test set's
-protocol subset with ``certbench.smoothing.certify``, whose per-image random streams derive from
+protocol subset with ``certbench.smoothing.core.certify``, whose per-image random streams derive
+from
 (the run's seed, test set, image index), so any sharding gives the records of one unsharded run.
-Merging computes each test set's metrics from its per-image records (``certbench.metrics``) and the
+Merging computes each test set's metrics from its per-image records
+(``certbench.smoothing.metrics``) and the
 leaderboard figures: mACR, certified accuracy on the radius grid, the p̂_A distribution (seed 001),
 band means (seed 000 Table 1). The stage's protocol is the benchmark's own (``protocol`` and
 ``test_sets`` in the definition), so it takes no ``stages`` block and every benchmark runs it.
@@ -37,14 +39,9 @@ from models.stages.base import (
     recorded_data_hashes,
     run_seed_metadata,
 )
+from models.stages.certification_keys import BANDS, PA_QUANTILES, RADIUS_KEYS
 from models.stages.registry import register
 from models.work import TestSetSpec, WorkItem
-
-#: Certified-accuracy radii of the leaderboard → metric keys.
-RADIUS_KEYS = {0.0: "cert_acc_000", 0.25: "cert_acc_025", 0.5: "cert_acc_050",
-               0.75: "cert_acc_075", 1.0: "cert_acc_100"}  # fmt: skip
-BANDS = ("low", "mid", "high")
-PA_QUANTILES = {"pa_q10": "0.1", "pa_q25": "0.25", "pa_q75": "0.75", "pa_q90": "0.9"}
 
 
 @register
@@ -81,8 +78,7 @@ class Certification(Stage):
         """CERTIFY the shard's images with the benchmark protocol; write the records."""
         import torch
 
-        from certbench.records import write_records
-        from certbench.smoothing import certify
+        from certbench.smoothing import certify, write_records
         from models.stages.inputs import data_hashes, images_for, model_for
 
         test_set = _test_set(item, shard.unit)
@@ -123,7 +119,7 @@ class Certification(Stage):
         settings: Settings,
     ) -> StageOutcome:
         """Merge each test set's shard records, compute its metrics and the leaderboard's."""
-        from certbench.records import write_table_atomic
+        from certbench.smoothing import write_table_atomic
         from models.stages.certification_intervals import TERMS_UNIT, entry_intervals
 
         merged = [self._merge_test_set(item, ts, shards[ts.name], context) for ts in item.test_sets]
@@ -154,8 +150,13 @@ class Certification(Stage):
         """The test set's stored result and its merged records table."""
         import pyarrow as pa
 
-        from certbench.metrics import summarize
-        from certbench.records import read_table, records_to_table, table_to_records, write_records
+        from certbench.smoothing import (
+            read_table,
+            records_to_table,
+            summarize,
+            table_to_records,
+            write_records,
+        )
         from models.stages.certification_intervals import set_intervals
 
         ordered = sorted(shards, key=lambda s: s.start)
@@ -274,7 +275,7 @@ def _test_set(item: WorkItem, name: str) -> TestSetSpec:
 def leaderboard_metrics(item: WorkItem, results: Sequence[UnitResult]) -> dict[str, float | None]:
     """Means over test sets (mACR = mean ACR) and band means; None where the benchmark has no
     test set in a band."""
-    from certbench.metrics import macr
+    from certbench.smoothing import macr
 
     if not results:
         raise ValueError(f"submission {item.submission_id} has no certification results")
@@ -317,7 +318,7 @@ def shard_metadata(table: Any) -> dict[str, Any]:
     """The JSON metadata a certification shard's records file carries (empty if none)."""
     import json
 
-    from certbench.records import METADATA_KEY
+    from certbench.smoothing import METADATA_KEY
 
     raw = (table.schema.metadata or {}).get(METADATA_KEY)
     return json.loads(raw) if raw else {}

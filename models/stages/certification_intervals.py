@@ -1,6 +1,6 @@
 """Uncertainty of the certification figures in the service: 95 % intervals over the sampled images,
-computed from the per-image records (``certbench.figure_intervals``) when a run is aggregated, and
-by ``certbench results backfill-intervals`` for entries aggregated before.
+computed from the per-image records (``certbench.stats.entry_intervals``) when a run is
+aggregated, and by ``certbench results backfill-intervals`` for entries aggregated before.
 
 Where they are stored, and why:
 
@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from certbench.figure_intervals import FigureIntervals
+    from certbench.stats import FigureIntervals
 
 from models.stages.base import CI_HIGH, CI_LOW
-from models.stages.certification import BANDS, PA_QUANTILES, RADIUS_KEYS
+from models.stages.certification_keys import BANDS, PA_QUANTILES, RADIUS_KEYS
 
 __all__ = ["CI_HIGH", "CI_LOW"]  # re-exported: the suffixes of every stage's stored bounds
 #: p̂_A quantile → its leaderboard figure.
@@ -87,7 +87,7 @@ def band_groups(band_of: Mapping[str, str | None]) -> dict[str, list[str]]:
 
 def set_intervals(table: pa.Table) -> dict[str, Any]:
     """One test set's intervals as stored in its summary (``FigureIntervals.to_dict``)."""
-    from certbench.figure_intervals import figure_intervals
+    from certbench.stats import figure_intervals
 
     return figure_intervals({"": table}).to_dict()
 
@@ -98,7 +98,7 @@ def entry_intervals(
     """An entry's interval metrics and its image-terms table (None when the test sets do not
     share their images: paired tests then read the full records)."""
     from certbench.errors import RecordsError
-    from certbench.figure_intervals import figure_intervals, image_terms
+    from certbench.stats import figure_intervals, image_terms
 
     groups = band_groups(band_of)
     metrics = interval_metrics(figure_intervals(tables, groups=groups))

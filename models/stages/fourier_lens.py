@@ -5,7 +5,7 @@ on Distribution Shift Robustness", NeurIPS 2022 (seed 003 §3, Tables 1–3): pe
 clean test set, the high-frequency fraction (HFF) and consistent distance (CD) along Fourier
 amplitude and phase interpolation paths, the HFF of pixel-space paths within and between classes
 (Fridovich-Keil, Gontijo Lopes & Roelofs 2021) and the Jacobian norm (Hoffman, Roberts & Yaida
-2019). The science is ``certbench.fourier_lens``; this module plans, shards and merges it.
+2019). The science is ``certbench.lens.lens``; this module plans, shards and merges it.
 
 Units are the classifier variants: ``base`` (the submission's deterministic network; every kind)
 and, when the block says ``smoothed: true``, ``smoothed`` (paths scored with the smoothed
@@ -16,7 +16,7 @@ work units long (a Fourier path is 100 forwards, a certified image 100,000, so l
 short). Records depend only on (model, clean set, protocol, seed, work unit), so any sharding
 merges to the records of one direct ``lens_records`` call.
 
-Seeds, decided per draw (``certbench.fourier_lens`` says why): the Fourier and pixel *pairs*
+Seeds, decided per draw (``certbench.lens.lens`` says why): the Fourier and pixel *pairs*
 define what every entry of the benchmark is measured on, so they come from the benchmark's public
 ``lens_seed`` (in the fingerprint that makes figures comparable); the *noise* of the smoothed
 unit and the random Jacobian projections (``jacobian_projections`` > 0) are Monte Carlo draws of
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from models.catalog import BenchmarkDefinition
+from models.definitions import BenchmarkSchema
 from models.errors import BenchmarkDefinitionError, StorageError
 from models.settings import Settings
 from models.stages.base import (
@@ -67,7 +67,9 @@ from models.stages.base import (
 from models.stages.lens_block import (
     BASE,
     KINDS,
+    LENS_VERSION,
     METRICS,
+    NYQUIST_METRICS,
     PAPER,
     PRESETS,
     SMOOTHED,
@@ -82,14 +84,14 @@ from models.stages.registry import register
 from models.work import TestSetSpec, WorkItem, image_source_spec
 
 __all__ = [
-    "BASE", "KINDS", "METRICS", "PAPER", "PRESETS", "SMOOTHED", "SMOOTHED_SUFFIX", "FourierLens",
-    "LensBlock", "LensSpec", "figure_specs", "lens_spec",
+    "BASE", "KINDS", "LENS_VERSION", "METRICS", "NYQUIST_METRICS", "PAPER", "PRESETS", "SMOOTHED",
+    "SMOOTHED_SUFFIX", "FourierLens", "LensBlock", "LensSpec", "figure_specs", "lens_spec",
 ]  # fmt: skip
 
 if TYPE_CHECKING:
     import torch
 
-    from certbench.fourier_lens import LensProtocol, LensRecord
+    from certbench.lens import LensProtocol, LensRecord
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ class LensSpec:
 
     def protocol(self, unit: str, sigma: float) -> LensProtocol:
         """The core protocol of one unit (``smoothed``: vote fractions at ``sigma``)."""
-        from certbench.fourier_lens import LensProtocol
+        from certbench.lens import LensProtocol
 
         kinds = self.kinds if unit == BASE else tuple(k for k in self.kinds if k != "jacobian")
         return LensProtocol(
@@ -156,7 +158,7 @@ class FourierLens(Stage):
     default_batch_size = 1000
     batch_size_env = "CERTBENCH_LENS_BATCH_SIZE"
 
-    def protocol_row(self, block: BaseModel, definition: BenchmarkDefinition) -> dict[str, Any]:
+    def protocol_row(self, block: BaseModel, definition: BenchmarkSchema) -> dict[str, Any]:
         """The block plus the resolved protocol, the plan's size per unit and its fingerprint.
 
         Raises BenchmarkDefinitionError when the clean set cannot hold the protocol's pairs.
@@ -183,6 +185,7 @@ class FourierLens(Stage):
             run_kinds=kinds,
             lens_seed=block.seed if block.seed is not None else definition.protocol.seed,
             label=block.label(),
+            lens_version=LENS_VERSION,
             work=sizes,
             units=units,
         )
@@ -199,7 +202,7 @@ class FourierLens(Stage):
     def run(self, item: WorkItem, shard: ShardSpec, context: RunContext) -> ShardOutput:
         """Compute the shard's work units with ``lens_records`` and write their records."""
         from certbench.errors import DataSourceError, LensError
-        from certbench.fourier_lens import lens_plan, lens_records, write_lens_records
+        from certbench.lens import lens_plan, lens_records, write_lens_records
         from models.stages.inputs import data_hashes, images_for, model_for
 
         spec = lens_spec(item.stages[self.name], context.settings)
@@ -220,13 +223,10 @@ class FourierLens(Stage):
                 f"set lacks a class or num_classes ({item.num_classes}) is wrong; fix the "
                 "benchmark definition"
             )
-        preprocessing = item.manifest["preprocessing"]
         records = lens_records(
             model_for(item, context.device),
             _float_images(spec.images),
             images.labels,
-            mean=preprocessing["mean"],
-            std=preprocessing["std"],
             protocol=protocol,
             seed=item.seed,
             pairs_seed=spec.pairs_seed,
@@ -264,8 +264,12 @@ class FourierLens(Stage):
         leaderboard figures (``<metric>_smoothed`` for the smoothed unit)."""
         spec = lens_spec(item.stages[self.name], settings)
         results, metrics = [], dict.fromkeys(self.metric_keys(spec.row))
+        wanted = set(metrics)
         for unit, size in spec.units.items():
             result, means = self._merge_unit(item, spec, unit, size, shards[unit], context)
+            if unit == BASE:
+                nyquist = result.summary.get("nyquist", {})
+                metrics.update({k: v["mean"] for k, v in nyquist.items() if k in wanted})
             results.append(result)
             suffix = "" if unit == BASE else SMOOTHED_SUFFIX
             metrics.update({f"{name}{suffix}": value for name, value in means.items()})
@@ -286,8 +290,8 @@ class FourierLens(Stage):
         context: MergeContext,
     ) -> tuple[UnitResult, dict[str, float]]:
         from certbench.errors import LensError
-        from certbench.fourier_lens import read_lens_metadata, read_lens_records, summarize
-        from certbench.fourier_lens import write_lens_records as write
+        from certbench.lens import read_lens_metadata, read_lens_records, summarize
+        from certbench.lens import write_lens_records as write
 
         ordered = sorted(recorded, key=lambda s: s.start)
         records: list[LensRecord] = []
@@ -360,7 +364,7 @@ class FourierLens(Stage):
 
     def metric_keys(self, protocol: Mapping[str, Any]) -> list[str]:
         """Every figure a benchmark with this protocol stores (None where a kind is not run)."""
-        keys = list(METRICS)
+        keys = list(METRICS) + list(NYQUIST_METRICS)
         if protocol.get("smoothed"):
             keys += [f"{k}{SMOOTHED_SUFFIX}" for k, kind in METRICS.items() if kind != "jacobian"]
         return keys
@@ -380,6 +384,9 @@ class FourierLens(Stage):
         kinds = set(protocol.get("run_kinds", KINDS))
         label = protocol.get("label", "paper")
         specs = [spec for key, spec in figure_specs(label).items() if METRICS[key] in kinds]
+        specs += [
+            spec for key, spec in nyquist_specs(label).items() if NYQUIST_METRICS[key] in kinds
+        ]
         if protocol.get("smoothed"):
             specs += [
                 MetricSpec(
@@ -398,6 +405,27 @@ class FourierLens(Stage):
         return specs
 
 
+def nyquist_specs(label: str) -> dict[str, MetricSpec]:
+    """The secondary HFF figures (REST fields and sort keys, no column): the paper's equation as
+    written, the Nyquist bin kept in the numerator."""
+    out = {}
+    for key, spec in figure_specs(label).items():
+        name = f"{key}_nyquist"
+        if name in NYQUIST_METRICS:
+            out[name] = MetricSpec(
+                name,
+                f"{spec.label} (Nyquist kept)",
+                f"{spec.help}; here as the paper's equation reads, the Nyquist bin kept in the "
+                "numerator (the headline column leaves it out, as the released code behind the "
+                "published values does)",
+                spec.kind,
+                spec.higher_is_better,
+                group="lens",
+                column=False,
+            )
+    return out
+
+
 def figure_specs(label: str) -> dict[str, MetricSpec]:
     """The base classifier's lens figures; ``label`` names the protocol in every help text."""
     where = f"base classifier, {label} protocol; {PAPER}"
@@ -407,7 +435,8 @@ def figure_specs(label: str) -> dict[str, MetricSpec]:
 
     hff = (
         "mean high-frequency fraction of the class probabilities along Fourier {what} "
-        "interpolation paths between clean test images: lower is smoother"
+        "interpolation paths between clean test images, the Nyquist bin left out as in the "
+        "released RobustNets code behind the paper's published values: lower is smoother"
     )
     cd = (
         "mean consistent distance along Fourier {what} interpolation paths: how many of the "
@@ -422,22 +451,26 @@ def figure_specs(label: str) -> dict[str, MetricSpec]:
             "hff_pixel_within",
             "HFF pixel within",
             "mean high-frequency fraction along pixel-space paths between images of the same "
-            "class (Fridovich-Keil, Gontijo Lopes & Roelofs 2021): lower is smoother",
+            "class (Fridovich-Keil, Gontijo Lopes & Roelofs 2021), Nyquist bin left out as in "
+            "the released code: lower is smoother",
             False,
         ),
         "hff_pixel_between": spec(
             "hff_pixel_between",
             "HFF pixel between",
             "mean high-frequency fraction along pixel-space paths between images of different "
-            "classes; sharp class boundaries score higher, and Fridovich-Keil et al. 2021 found "
-            "higher values in models that generalise better",
+            "classes, Nyquist bin left out as in the released code; sharp class boundaries "
+            "score higher, and Fridovich-Keil et al. 2021 found higher values in models that "
+            "generalise better",
             True,
         ),
         "jacobian_norm": spec(
             "jacobian_norm",
             "‖J‖",
-            "root-mean-square Frobenius norm of the Jacobian of the logits w.r.t. the normalised "
-            "input (Hoffman, Roberts & Yaida 2019): lower is locally smoother",
+            "root-mean-square Frobenius norm of the Jacobian of the logits w.r.t. the input "
+            "pixels, per unit pixel, [0,1] scale (Hoffman, Roberts & Yaida 2019): lower is "
+            "locally smoother; the paper's normalised-space value is this × the std s of a "
+            "scalar normalisation (between min_c s_c and max_c s_c times it per channel)",
             False,
         ),
     }

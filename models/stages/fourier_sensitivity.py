@@ -1,7 +1,7 @@
 """Fourier sensitivity stage: heatmaps of the smoothed classifier's ACR and the base classifier's
 accuracy under Fourier-basis perturbations (seed 000 §2.2, Fig. 3 and Fig. 7).
 
-The science is ``certbench.fourier_sensitivity`` (one call per grid point, the certification
+The science is ``certbench.fourier.sensitivity`` (one call per grid point, the certification
 engine's CERTIFY inside): for every distinct basis image U_ij of the centred grid, each test image
 becomes x + r·ε·U_ij, and the heatmap cell is the smoothed classifier's ACR over the images (at
 the submission's σ) beside the base classifier's accuracy (always computed, one forward pass per
@@ -9,7 +9,7 @@ image). Seeds: the run's secret seed (``item.seed``, commit-reveal: ``models.run
 files carry its commitment, merged records the revealed seed) and the stream key
 ``<config or "default">/<split>``, the CLI's, so ``certbench fourier-heatmap --seed <revealed>``
 on the same images gives the same records. Both draws come from that seed: CERTIFY's noise and
-each image's random perturbation sign (``certbench.fourier_basis``); the grid and the images are
+each image's random perturbation sign (``certbench.fourier.basis``); the grid and the images are
 fixed by the protocol, so no draw needs the public seed.
 
 Sharding by grid points. A shard is a few grid points × ALL the images: every unit of the stage
@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from certbench.errors import SensitivityError
-from certbench.fourier_protocol import ChannelSigns, SensitivityProtocol, get_protocol, stream_key
-from models.catalog import BenchmarkDefinition, ImageSource
+from certbench.fourier import ChannelSigns, SensitivityProtocol, get_protocol, stream_key
+from models.definitions import BenchmarkSchema, ImageSource, Samples
 from models.errors import StorageError
 from models.settings import Settings
 from models.stages.base import (
@@ -64,7 +64,7 @@ from models.stages.registry import register
 from models.work import TestSetSpec, WorkItem, image_source_spec
 
 if TYPE_CHECKING:
-    from certbench.fourier_sensitivity import SensitivityRecord
+    from certbench.fourier import SensitivityRecord
 
 STAGE = "fourier_sensitivity"
 #: The merged map is stored as one result (unit "").
@@ -80,6 +80,11 @@ KEYS = {
     "base_accuracy": {band: f"fourier_base_{band}" for band in BANDS},
 }
 """Leaderboard metric keys: mean ACR (smoothed) and base accuracy per radial band."""
+
+
+#: Bounds of the block (``models.definitions`` bounds the shared ones): the grid's side and ε.
+MAX_GRID = 256
+MAX_EPSILON = 500.0
 
 
 class FourierSensitivityBlock(ImageSource):
@@ -98,14 +103,15 @@ class FourierSensitivityBlock(ImageSource):
 
     protocol: Literal["paper", "quick"]
     smoothed: bool = True
-    n0: int | None = Field(default=None, gt=0)
-    n: int | None = Field(default=None, gt=0)
+    n0: Samples | None = None
+    n: Samples | None = None
     alpha: float | None = Field(default=None, gt=0, lt=0.5)
-    epsilon: float | None = Field(default=None, gt=0)
-    stride: int | None = Field(default=None, gt=0)
+    # the L2 norm of a Fourier basis perturbation; a 3×256×256 image in [0, 1] has norm ≤ 444
+    epsilon: float | None = Field(default=None, gt=0, le=MAX_EPSILON)
+    stride: int | None = Field(default=None, gt=0, le=MAX_GRID)
     channel_signs: ChannelSigns | None = None
-    grid_size: int = Field(default=32, ge=2, le=256)
-    points_per_shard: int | None = Field(default=None, gt=0)
+    grid_size: int = Field(default=32, ge=2, le=MAX_GRID)
+    points_per_shard: int | None = Field(default=None, gt=0, le=MAX_GRID * MAX_GRID)
 
     @model_validator(mode="after")
     def _resolvable(self) -> FourierSensitivityBlock:
@@ -213,7 +219,7 @@ class FourierSensitivity(Stage):
     default_batch_size = 1000
     batch_size_env = "CERTBENCH_FOURIER_BATCH_SIZE"
 
-    def protocol_row(self, block: BaseModel, definition: BenchmarkDefinition) -> dict[str, Any]:
+    def protocol_row(self, block: BaseModel, definition: BenchmarkSchema) -> dict[str, Any]:
         """The block plus what it resolves to: the protocol run (``label``: ``paper``,
         ``quick`` or ``…+custom``), the image subset, the points, the shards and the cost."""
         assert isinstance(block, FourierSensitivityBlock)
@@ -264,8 +270,7 @@ class FourierSensitivity(Stage):
     def run(self, item: WorkItem, shard: ShardSpec, context: RunContext) -> ShardOutput:
         """Compute the unit's points over every image, point by point; write the records."""
         from certbench.errors import DataSourceError
-        from certbench.fourier_records import write_sensitivity_records
-        from certbench.fourier_sensitivity import sensitivity_records
+        from certbench.fourier import sensitivity_records, write_sensitivity_records
         from models.stages.inputs import data_hashes, images_for, model_for
 
         spec = fourier_spec(item.stages[self.name], context.settings)
@@ -327,8 +332,7 @@ class FourierSensitivity(Stage):
         settings: Settings,
     ) -> StageOutcome:
         """Concatenate the units' records in point order, assemble both heatmaps, summarise."""
-        from certbench.fourier_heatmap import assemble_heatmap, summarize_heatmap
-        from certbench.fourier_records import write_sensitivity_records
+        from certbench.fourier import assemble_heatmap, summarize_heatmap, write_sensitivity_records
 
         spec = fourier_spec(item.stages[self.name], settings)
         records: list[SensitivityRecord] = []
@@ -406,7 +410,7 @@ class FourierSensitivity(Stage):
         """Bootstrap intervals over images of the band means (``stage_intervals``)."""
         from models.stages.stage_intervals import sensitivity_uncertainty
 
-        return sensitivity_uncertainty(protocol or {}, records)
+        return sensitivity_uncertainty(protocol or {}, records, KEYS)
 
     def all_metric_specs(self) -> list[MetricSpec]:
         return self.metric_specs({"smoothed": True}, test_sets=1, bands=())
@@ -467,8 +471,8 @@ def _read_shard(
     """A shard's records and metadata, refused when computed with another protocol, σ or run
     seed."""
     from certbench.errors import RecordsError
-    from certbench.fourier_records import read_sensitivity_records
-    from certbench.records import read_metadata
+    from certbench.fourier import read_sensitivity_records
+    from certbench.smoothing import read_metadata
 
     try:
         metadata = read_metadata(shard.path)

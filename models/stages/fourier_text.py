@@ -9,7 +9,8 @@ from typing import Any
 
 def band_edges(size: int = 32) -> tuple[float, float]:
     """Radial band edges in cycles/image: thirds of the Nyquist frequency ``size/2``, the
-    corruption sets' edges (``certbench.spectral.BAND_EDGES``, not imported: it pulls torch)."""
+    corruption sets' edges (``certbench.fourier.spectral.BAND_EDGES``, not imported: it pulls
+    torch)."""
     return size / 6, size / 3
 
 

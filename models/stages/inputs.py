@@ -15,12 +15,9 @@ from pathlib import Path
 
 from torch import nn
 
-from certbench.data import load_images, source_kind
-from certbench.dataset_names import alias_of
+from certbench.data import LOCAL_KINDS, ImageSet, Subset, alias_of, load_images, source_kind
 from certbench.errors import DataSourceError, DataUnavailableError
-from certbench.image_set import ImageSet, Subset
-from certbench.loading import load_manifest, load_model
-from certbench.provenance import LOCAL_KINDS
+from certbench.nets import load_manifest, load_model
 from models.content_hashes import config_content_sha256
 from models.data_availability import worker_advice
 from models.data_pins import UNPINNED, VERIFIED_COMMIT, VERIFIED_SHA256
@@ -37,7 +34,7 @@ def _cached_model(
 
 def model_for(item: WorkItem, device: object) -> nn.Module:
     """The submission's model on ``device``, loaded once per worker process and file version
-    (safetensors only, through ``certbench.loading.load_model``)."""
+    (safetensors only, through ``certbench.nets.loading.load_model``)."""
     if item.weights_path is None:
         raise FileNotFoundError(f"submission {item.submission_id} has no stored weights")
     stat = os.stat(item.weights_path)
@@ -65,7 +62,7 @@ def images_for(spec: TestSetSpec) -> ImageSet:
 def operator_advice(spec: TestSetSpec) -> Iterator[None]:
     """Turn data missing on this worker into a failure message for the service's operator.
 
-    ``certbench.hub_datasets`` advises the person at the command line ("pass a local folder
+    ``certbench.data.hub_datasets`` advises the person at the command line ("pass a local folder
     instead"); a run's failure is read by the submitter and fixed by the operator, who needs the
     service's remedies (``certbench datasets fetch``, the definition's ``folder``,
     CERTBENCH_DATASETS_DIR) and must not see this machine's paths.
@@ -131,7 +128,7 @@ def _mismatch_message(spec: TestSetSpec, found: str) -> str:
         )
     return (
         f"{what}: the data on this worker has sha256 {found} but the benchmark definition pins "
-        f"{spec.sha256}; restore the published files (certbench.provenance.config_sha256 "
+        f"{spec.sha256}; restore the published files (certbench.data.provenance.config_sha256 "
         "prints a copy's hash) or load a definition version that pins this data "
         "(`certbench benchmarks pin DEFINITION --data FOLDER`)"
     )

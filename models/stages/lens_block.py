@@ -16,15 +16,15 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from models.catalog import ImageSource
+from models.definitions import ImageSource, Seed, SourceCount
 from models.stages.base import StageEstimate, UnitCost
 
 Kind = Literal["amplitude", "phase", "pixel_within", "pixel_between", "jacobian"]
-#: The core's work kinds in plan order (``certbench.lens_metrics.KINDS``; not imported here so the
+#: The core's work kinds in plan order (``certbench.lens.metrics.KINDS``; not imported here so the
 #: API does not load pyarrow/scipy to list columns; a test keeps the two equal).
 KINDS: tuple[str, ...] = ("amplitude", "phase", "pixel_within", "pixel_between", "jacobian")
 PATH_KINDS = KINDS[:4]
-#: Leaderboard metric → the kind it summarises (``certbench.lens_metrics.METRICS``).
+#: Leaderboard metric → the kind it summarises (``certbench.lens.metrics.METRICS``).
 METRICS: dict[str, str] = {
     "hff_amplitude": "amplitude",
     "cd_amplitude": "amplitude",
@@ -34,7 +34,16 @@ METRICS: dict[str, str] = {
     "hff_pixel_between": "pixel_between",
     "jacobian_norm": "jacobian",
 }
+#: The equation's HFF (Nyquist bin kept), beside the headline's released-code HFF
+#: (``certbench.lens.metrics.NYQUIST_METRICS``): metric → kind.
+NYQUIST_METRICS: dict[str, str] = {
+    f"{key}_nyquist": kind for key, kind in METRICS.items() if key.startswith("hff_")
+}
 SMOOTHED_SUFFIX = "_smoothed"
+#: ``certbench.lens.lens.PROTOCOL_VERSION`` (a test keeps them equal): 2 takes every figure in
+#: pixel space [0, 1], 1 took them in each entry's declared normalised space. In the
+#: fingerprint, so figures of the two versions are never compared or pooled.
+LENS_VERSION = 2
 BASE, SMOOTHED = "base", "smoothed"
 
 PAPER = (
@@ -53,7 +62,7 @@ PRESETS: dict[str, dict[str, int | float]] = {
         "low_frequency_fraction": 0.4,
         "hff_threshold": 0.1,
         "pixel_pairs": 200,
-        "pixel_step": 1.0,
+        "pixel_step": 0.25,
         "jacobian_images": 400,
         "jacobian_projections": 0,
     },
@@ -63,11 +72,18 @@ PRESETS: dict[str, dict[str, int | float]] = {
         "low_frequency_fraction": 0.4,
         "hff_threshold": 0.1,
         "pixel_pairs": 20,
-        "pixel_step": 1.0,
+        "pixel_step": 0.25,
         "jacobian_images": 100,
         "jacobian_projections": 0,
     },
 }
+
+
+#: Bounds of the block's own numbers: points per path and projections, the pixel step (a
+#: length in pixels, at most an image's side), noise draws per image.
+MAX_STEPS = 10_000
+MAX_PIXEL_STEP = 1024.0
+MAX_NOISE_SAMPLES = 100_000
 
 
 class LensBlock(ImageSource):
@@ -83,20 +99,21 @@ class LensBlock(ImageSource):
     projections are drawn from each run's secret seed (commit-reveal), never from this one.
     """
 
-    skip: int | None = Field(default=1, gt=0)
+    skip: SourceCount | None = 1
     preset: Literal["paper", "quick"] = "paper"
-    paths: int | None = Field(default=None, gt=0)
-    steps: int | None = Field(default=None, ge=2)
+    # counts are bounded by what a worker can hold and run (models.definitions' bounds)
+    paths: SourceCount | None = None
+    steps: int | None = Field(default=None, ge=2, le=MAX_STEPS)
     low_frequency_fraction: float | None = Field(default=None, gt=0, le=1)
     hff_threshold: float | None = Field(default=None, gt=0, lt=1)
-    pixel_pairs: int | None = Field(default=None, gt=0)
-    pixel_step: float | None = Field(default=None, gt=0)
-    jacobian_images: int | None = Field(default=None, gt=0)
-    jacobian_projections: int | None = Field(default=None, ge=0)
+    pixel_pairs: SourceCount | None = None
+    pixel_step: float | None = Field(default=None, gt=0, le=MAX_PIXEL_STEP)
+    jacobian_images: SourceCount | None = None
+    jacobian_projections: int | None = Field(default=None, ge=0, le=MAX_STEPS)
     kinds: list[Kind] | None = Field(default=None, min_length=1)
     smoothed: bool = False
-    noise_samples: int = Field(default=16, gt=0)
-    seed: int | None = Field(default=None, ge=0)
+    noise_samples: int = Field(default=16, gt=0, le=MAX_NOISE_SAMPLES)
+    seed: Seed | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> LensBlock:
@@ -171,7 +188,7 @@ def fingerprint(row: Mapping[str, Any]) -> str:
     redraw the Monte Carlo noise of unbiased estimators). Effective-robustness analyses use lens
     metrics only across entries with the same fingerprint."""
     keys = ("parameters", "seed", "repo", "config", "revision", "split", "subset_skip",
-            "subset_limit", "num_images")  # fmt: skip
+            "subset_limit", "num_images", "lens_version")  # fmt: skip
     canonical = json.dumps({k: row.get(k) for k in keys}, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -179,15 +196,14 @@ def fingerprint(row: Mapping[str, Any]) -> str:
 def pixel_path_bound(manifest: Mapping[str, Any], pixel_step: float) -> int | None:
     """The most images a pixel path can hold for this entry, or None without a manifest.
 
-    A pixel path steps ``pixel_step`` along z₁ − z₀ in the entry's normalised space
-    (``certbench.interpolation.pixel_path_length``), and two images in [0, 1] differ by at most
-    1/std_c per pixel of channel c, so ‖z₁ − z₀‖ ≤ √(H·W·Σ_c 1/std_c²). Real CIFAR pairs are
-    3–5 times shorter than this bound."""
-    preprocessing = manifest.get("preprocessing")
-    if not preprocessing:
+    A pixel path steps ``pixel_step`` along x₁ − x₀ in pixel space [0, 1] whatever the entry's
+    preprocessing (``certbench.lens.interpolation.pixel_path_length``), and two images differ by
+    at most 1 per pixel, so ‖x₁ − x₀‖ ≤ √(C·H·W). Real CIFAR pairs are 3–5 times shorter than
+    this bound."""
+    if not manifest.get("preprocessing"):
         return None
-    _, height, width = manifest.get("input_size") or (3, 32, 32)
-    distance = math.sqrt(height * width * sum(1 / s**2 for s in preprocessing["std"]))
+    channels, height, width = manifest.get("input_size") or (3, 32, 32)
+    distance = math.sqrt(channels * height * width)
     return max(1, math.ceil(distance / pixel_step - 1e-12))
 
 

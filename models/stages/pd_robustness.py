@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from models.catalog import BenchmarkDefinition, ImageSource
+from models.definitions import MAX_CLASSES, BenchmarkSchema, ImageSource, Seed
 from models.entities import StageResult
 from models.errors import StorageError
 from models.settings import Settings
@@ -50,14 +50,18 @@ from models.stages.registry import register
 from models.work import TestSetSpec, WorkItem, image_source_spec
 
 if TYPE_CHECKING:
-    from certbench.attacks import RobustnessReport
-    from certbench.pd_anchors import AnchorBank
+    from certbench.pd import AnchorBank, RobustnessReport
 
 #: ε (units of 1/255) with leaderboard columns.
 EPS_COLUMNS = (8, 16)
 #: The clean subset is the stage's one unit.
 UNIT = ""
 BASE = "base classifier (deterministic model, not smoothed)"
+
+
+#: Bounds: anchors per class (the bank is k × classes images in memory) and attack iterations.
+MAX_ANCHORS = 10_000
+MAX_ITERATIONS = 100_000
 
 
 class RobustnessProtocol(ImageSource):
@@ -72,11 +76,11 @@ class RobustnessProtocol(ImageSource):
 
     anchors: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}\.safetensors$")]
     anchors_split: str = "train"
-    k: int = Field(default=50, gt=0)
-    anchor_seed: int = Field(default=0, ge=0)
+    k: int = Field(default=50, gt=0, le=MAX_ANCHORS)
+    anchor_seed: Seed = 0
     eps: list[Literal[8, 16]] = Field(default_factory=lambda: [8, 16], min_length=1)
-    n_iter: int = Field(default=100, gt=0)
-    n_target_classes: int = Field(default=9, ge=0)
+    n_iter: int = Field(default=100, gt=0, le=MAX_ITERATIONS)
+    n_target_classes: int = Field(default=9, ge=0, le=MAX_CLASSES)
     projection: Literal["exact", "lazy"] = "exact"
     weighting: Literal["pd", "pdw"] = "pd"
 
@@ -139,7 +143,7 @@ class PDRobustness(Stage):
     batch_size_env = "CERTBENCH_ROBUSTNESS_BATCH_SIZE"
     records_prefix = "_robustness"
 
-    def protocol_row(self, block: BaseModel, definition: BenchmarkDefinition) -> dict[str, Any]:
+    def protocol_row(self, block: BaseModel, definition: BenchmarkSchema) -> dict[str, Any]:
         """The definition's fields plus the derived image subset."""
         assert isinstance(block, RobustnessProtocol)
         skip, limit, count = block.subset(definition.protocol)
@@ -154,8 +158,8 @@ class PDRobustness(Stage):
         """An upper bound: one clean forward pass per image, then for every ε and every attack
         plan (APGD-CE, plus APGD-T on min(n_target_classes, classes − 1) targets when there are
         at least 4 classes) ℓ∞ APGD and PD-aware APGD of n_iter + 1 forward passes each and one
-        pass checking the projected example (``certbench.attacks._attack_batch``). Images the
-        model already misclassifies are not attacked, so the real count is lower."""
+        pass checking the projected example (``certbench.pd.evaluation._attack_batch``).
+        Images the model already misclassifies are not attacked, so the real count is lower."""
         row = item.stages[self.name]
         targets = min(row["n_target_classes"], item.num_classes - 1)
         plans = 1 + (targets if item.num_classes >= 4 else 0)
@@ -185,9 +189,8 @@ class PDRobustness(Stage):
 
     def run(self, item: WorkItem, shard: ShardSpec, context: RunContext) -> ShardOutput:
         """Attack the shard's images and write the per-image report."""
-        from certbench.attacks import robust_accuracy
-        from certbench.pd_threat import weighted_threat
-        from certbench.random_streams import derive_seed
+        from certbench.pd import robust_accuracy, weighted_threat
+        from certbench.smoothing import derive_seed
         from models.stages.inputs import data_hashes, images_for, model_for
 
         spec = robustness_spec(item.stages[self.name], context.settings)
@@ -235,7 +238,7 @@ class PDRobustness(Stage):
         settings: Settings,
     ) -> StageOutcome:
         """Merge the shards' reports (one anchor bank, one run seed), store every figure."""
-        from certbench.attacks import RobustnessReport
+        from certbench.pd import RobustnessReport
 
         spec = robustness_spec(item.stages[self.name], settings)
         recorded = sorted(shards[UNIT], key=lambda s: s.start)
@@ -375,7 +378,7 @@ def anchor_bank(spec: RobustnessSpec, *, num_classes: int) -> tuple[AnchorBank, 
 def build_anchor_bank(spec: RobustnessSpec) -> Path:
     """Select the anchors from the training split and write the bank atomically."""
     from certbench.data import load_images
-    from certbench.pd_anchors import bank_from_image_set
+    from certbench.pd import bank_from_image_set
     from models.stages.inputs import operator_advice
 
     with operator_advice(spec.images):
@@ -399,7 +402,7 @@ def build_anchor_bank(spec: RobustnessSpec) -> Path:
 @lru_cache(maxsize=2)
 def _load_bank(path: str, mtime_ns: int, size: int) -> tuple[AnchorBank, str]:
     """Read and hash one file version, once per worker process."""
-    from certbench.pd_anchors import AnchorBank
+    from certbench.pd import AnchorBank
 
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -421,8 +424,8 @@ def shard_metadata(path: Path) -> dict[str, str]:
 
 
 def _read(path: Path) -> RobustnessReport:
-    from certbench.attacks import RobustnessReport
     from certbench.errors import ThreatModelError
+    from certbench.pd import RobustnessReport
 
     try:
         return RobustnessReport.read(path)

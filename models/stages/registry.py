@@ -1,4 +1,4 @@
-"""The one place stages are registered (like ``certbench.architectures`` for networks).
+"""The one place stages are registered (like ``certbench.nets.architectures`` for networks).
 
 Built-in stages are listed in ``BUILTIN``; a deployment (or a test) adds its own without touching
 the pipeline, by either
@@ -16,6 +16,7 @@ import threading
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, TypeVar
 
+from models.entities import LeaderboardEntry
 from models.errors import BenchmarkDefinitionError
 from models.stages.base import Stage
 
@@ -109,3 +110,6 @@ def metric_keys() -> dict[str, bool]:
         for spec in stage.all_metric_specs():
             out[spec.key] = spec.higher_is_better
     return out
+
+
+LeaderboardEntry.known_figures = staticmethod(metric_keys)  # type: ignore[assignment]

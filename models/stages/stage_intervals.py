@@ -1,6 +1,7 @@
 """95 % intervals and paired-test terms of the leaderboard figures of the stages beyond
 certification, from their merged records (``Stage.uncertainty``; the science is
-``certbench.stage_terms`` and ``certbench.figure_terms``):
+``certbench.pd.terms``, ``certbench.fourier.terms``, ``certbench.lens.terms``,
+``certbench.weather.terms`` and ``certbench.stats.terms``):
 
 - robustness (PD stage): clean, ℓ∞ and ℓ∞ ∩ PD accuracy of the base classifier, each a
   proportion of the clean subset's images: Clopper-Pearson; paired test exact McNemar;
@@ -12,7 +13,7 @@ certification, from their merged records (``Stage.uncertainty``; the science is
   image's mean over the band's cells: bootstrap over images (the cells of one image are
   correlated, so a binomial interval over image × cell pairs would be far too narrow);
   paired bootstrap;
-- Fourier lens: the Gaussian intervals ``certbench.lens_metrics`` computes (seed 003 §4
+- Fourier lens: the Gaussian intervals ``certbench.lens.metrics`` computes (seed 003 §4
   "Gaussian bounds for averages"), paired bootstrap over the benchmark's paths.
 
 Every function maps the core's figure names to the stage's metric keys; a key the protocol did
@@ -29,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 from models.stages.base import Uncertainty
 
 if TYPE_CHECKING:
-    from certbench.figure_terms import FigureTerms
+    from certbench.stats import FigureTerms
 
-#: PD stage key → core figure (``certbench.stage_terms.robustness_terms``).
+#: PD stage key → core figure (``certbench.pd.terms.robustness_terms``).
 ROBUSTNESS_FIGURES = {
     "base_accuracy": "clean_accuracy",
     **{f"{kind}_acc_{eps}": f"{kind}_robust_accuracy_{eps}" for kind in ("linf", "pd")
@@ -41,7 +42,7 @@ ROBUSTNESS_FIGURES = {
 
 def from_terms(figures: Mapping[str, FigureTerms | None]) -> Uncertainty:
     """Intervals of every key (null for a figure without terms) and the terms table."""
-    from certbench.figure_terms import figure_interval, terms_table
+    from certbench.stats import figure_interval, terms_table
 
     intervals: dict[str, tuple[float | None, float | None]] = {}
     for key, terms in figures.items():
@@ -53,8 +54,8 @@ def from_terms(figures: Mapping[str, FigureTerms | None]) -> Uncertainty:
 
 def robustness_uncertainty(records: Mapping[str, Path]) -> Uncertainty:
     """The PD stage's one unit of merged records (clean subset × ε)."""
-    from certbench.records import read_table
-    from certbench.stage_terms import robustness_terms
+    from certbench.pd import robustness_terms
+    from certbench.smoothing import read_table
 
     (path,) = records.values()
     terms = robustness_terms(read_table(path))
@@ -63,8 +64,7 @@ def robustness_uncertainty(records: Mapping[str, Path]) -> Uncertainty:
 
 def weather_uncertainty(records: Mapping[str, Path]) -> Uncertainty:
     """Every attack unit's merged records (the examples unit is left out), by record kind."""
-    from certbench.stage_terms import weather_terms
-    from certbench.weather_records import read_weather_records
+    from certbench.weather import read_weather_records, weather_terms
     from models.stages.weather_protocol import EXAMPLES, FIGURES, parse_unit
 
     by_kind: dict[str, list[Any]] = {"base": [], "smoothed": []}
@@ -78,18 +78,20 @@ def weather_uncertainty(records: Mapping[str, Path]) -> Uncertainty:
 
 
 def sensitivity_uncertainty(
-    protocol: Mapping[str, Any], records: Mapping[str, Path]
+    protocol: Mapping[str, Any],
+    records: Mapping[str, Path],
+    keys: Mapping[str, Mapping[str, str]],
 ) -> Uncertainty:
-    """The merged map's records, on the protocol's grid (``grid_size``)."""
-    from certbench.fourier_records import read_sensitivity_records
-    from certbench.stage_terms import sensitivity_terms
-    from models.stages.fourier_sensitivity import KEYS
+    """The merged map's records, on the protocol's grid (``grid_size``); ``keys`` maps each
+    figure name and band to the stage's key (the stage's ``KEYS``, passed in so that this module
+    imports no stage)."""
+    from certbench.fourier import read_sensitivity_records, sensitivity_terms
 
     (path,) = records.values()
     terms = sensitivity_terms(read_sensitivity_records(path), size=int(protocol["grid_size"]))
     return from_terms(
-        {key: terms.get(f"{name}:{band}") for name, keys in KEYS.items() for band, key in
-         keys.items()}
+        {key: terms.get(f"{name}:{band}") for name, bands in keys.items() for band, key in
+         bands.items()}
     )  # fmt: skip
 
 
@@ -99,18 +101,26 @@ def lens_uncertainty(
     """Each unit's (``base``, ``smoothed``) summary intervals and path terms; ``suffix_of``
     names each unit's key suffix (``""``, ``"_smoothed"``); ``keys`` every figure the protocol
     stores (null bounds for a kind it does not run)."""
-    from certbench.figure_terms import terms_table
-    from certbench.lens_metrics import read_lens_records, summarize
-    from certbench.stage_terms import lens_terms
+    from certbench.lens import METRICS as METRIC_NAMES
+    from certbench.lens import lens_terms, read_lens_records, summarize
+    from certbench.stats import terms_table
 
     intervals: dict[str, tuple[float | None, float | None]] = dict.fromkeys(keys, (None, None))
     terms: dict[str, FigureTerms] = {}
     for unit, path in records.items():
         rows = read_lens_records(path)
         suffix = suffix_of[unit]
-        for name, estimate in summarize(rows).metrics.items():
-            intervals[name + suffix] = (_finite(estimate.low), _finite(estimate.high))
-        terms.update({name + suffix: found for name, found in lens_terms(rows).items()})
+        summary = summarize(rows)
+        for name, estimate in {**summary.metrics, **summary.nyquist}.items():
+            if name + suffix in intervals:
+                intervals[name + suffix] = (_finite(estimate.low), _finite(estimate.high))
+        terms.update(
+            {
+                name + suffix: found
+                for name, found in lens_terms(rows).items()
+                if name in METRIC_NAMES or name + suffix in intervals
+            }
+        )
     return Uncertainty(intervals, terms_table(terms) if terms else None)
 
 

@@ -4,8 +4,8 @@ Wang, Ba, Zhang, Zhang, Kadambi, Soatto, Wong & Hsieh, "Evaluating Worst Case Ad
 Weather Perturbations Robustness", NeurIPS 2022 ML Safety Workshop
 (https://openreview.net/forum?id=Q69Aj3P0PtV): random weather over-estimates robustness; an image
 is safe only if no rain/snow the simulator can produce fools the classifier. The science is
-``certbench.weather_attack`` (the PGD search of ``certbench.weather_search``, with restarts on the
-particles' T_i and R_i inside the set Δ of ``certbench.weather_threat``); this stage runs it on
+``certbench.weather.attack`` (the PGD search of ``certbench.weather.search``, with restarts on the
+particles' T_i and R_i inside the set Δ of ``certbench.weather.threat``); this stage runs it on
 the benchmark's clean test subset.
 
 Units, one per (weather, severity) and classifier, each over the whole image subset:
@@ -19,7 +19,7 @@ certification shard, so certification's shard size fits both), and the core's ra
 are keyed by (seed, weather, severity, image index, restart), so splitting by set or by image
 range cannot change a record.
 
-Seeds, per draw (``certbench.weather_attack`` says why): restart 0 starts at the published
+Seeds, per draw (``certbench.weather.attack`` says why): restart 0 starts at the published
 random test set's draw (the block's public ``seed``), so every entry's random-weather accuracy
 is measured on the same weather; restarts 1+, SmoothAdv's and CERTIFY's noise come from the
 run's secret seed (``item.seed``, ``models.run_seeds``). Shard files carry its commitment,
@@ -40,7 +40,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from models.catalog import BenchmarkDefinition
+from models.definitions import BenchmarkSchema
 from models.errors import StorageError
 from models.settings import Settings
 from models.stages.base import (
@@ -87,7 +87,7 @@ class WeatherAttack(Stage):
     default_batch_size = 128
     batch_size_env = "CERTBENCH_WEATHER_BATCH_SIZE"
 
-    def protocol_row(self, block: BaseModel, definition: BenchmarkDefinition) -> dict[str, Any]:
+    def protocol_row(self, block: BaseModel, definition: BenchmarkSchema) -> dict[str, Any]:
         """The block plus the derived subset, the resolved seed and the CERTIFY protocol."""
         assert isinstance(block, WeatherAttackProtocol)
         skip, limit, count = block.subset(definition.protocol)
@@ -174,7 +174,7 @@ class WeatherAttack(Stage):
     ) -> StageOutcome:
         """Merge each unit's shards (one protocol), summarise per set and over all sets, draw
         the example panels; the leaderboard figures come from the merged records only."""
-        from certbench.weather_records import summarize_weather
+        from certbench.weather import summarize_weather
 
         spec = weather_spec(item.stages[self.name], settings)
         recorded = {unit: sorted(rows, key=lambda s: s.start) for unit, rows in shards.items()}
@@ -304,8 +304,7 @@ def _run_attack(
     context: RunContext,
     metadata: dict[str, Any],
 ) -> int:
-    from certbench.weather_attack import attack_base, attack_smoothed
-    from certbench.weather_records import write_weather_records
+    from certbench.weather import attack_base, attack_smoothed, write_weather_records
 
     kind, weather, severity = parse_unit(shard.unit)
     common: dict[str, Any] = {
@@ -341,7 +340,7 @@ def _run_examples(
 ) -> int:
     """Attack the shard's example images as the base units do (same seeds, same images) and
     keep their pictures for every weather at the highest severity."""
-    from certbench.weather_examples import weather_examples, write_examples
+    from certbench.weather import weather_examples, write_examples
 
     count = window.stop - window.start
     rows = []
@@ -368,13 +367,13 @@ def _merge_attack(
 ) -> tuple[UnitResult, list[Any]]:
     """One set's merged records, its summary row (with the gap for the base classifier)."""
     from certbench.errors import RecordsError
-    from certbench.weather_records import (
+    from certbench.weather import (
+        WeatherSet,
         merge_weather_records,
         read_weather_records,
         summarize_weather,
         write_weather_records,
     )
-    from certbench.weather_threat import WeatherSet
 
     kind, weather, severity = parse_unit(unit.name)
     try:
@@ -429,7 +428,8 @@ def _merge_examples(
     """Merge the example shards and draw one Fig. 1 panel (PNG) per weather next to them; the
     summary lists each file's path relative to the artifacts folder under ``files``."""
     from certbench.errors import RecordsError
-    from certbench.weather_examples import read_examples, write_examples, write_examples_png
+    from certbench.figures import write_weather_panel
+    from certbench.weather import read_examples, write_examples
 
     try:
         examples = [e for s in rows for e in read_examples(s.path)]
@@ -444,7 +444,10 @@ def _merge_examples(
     for weather in spec.weathers:
         mine = sorted((e for e in examples if e.weather == weather), key=lambda e: e.index)
         name = f"examples-{weather}-{spec.example_severity}.png"
-        write_examples_png(mine, Path(target).parent / name)
+        skip = max(spec.images.subset_skip, 1)  # labelled by their test positions
+        write_weather_panel(
+            mine, Path(target).parent / name, positions=[e.index // skip for e in mine]
+        )
         files[name] = str(folder / name)
         panels.append(
             {

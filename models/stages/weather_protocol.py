@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from models.catalog import ImageSource
+from models.definitions import ImageSource, Seed
 from models.errors import StorageError
 from models.settings import Settings
 from models.stages.base import (
@@ -26,8 +26,7 @@ from models.stages.base import (
 from models.work import TestSetSpec, WorkItem, image_source_spec
 
 if TYPE_CHECKING:
-    from certbench.weather_records import WeatherSummary
-    from certbench.weather_search import AttackConfig
+    from certbench.weather import AttackConfig, WeatherSummary
 
 STAGE = "weather_attack"
 EXAMPLES = "examples"
@@ -38,6 +37,18 @@ PAPER = (
 )
 Weather = Literal["rain", "snow"]
 Severity = Annotated[int, Field(ge=1, le=5)]
+
+#: Bounds of the attack's numbers: steps and restarts (each a forward-backward pass per image),
+#: a position step in pixels (at most an image's side), an angle step as a fraction of each angle
+#: bound's half-width (2: the whole range in one step), the jitter truncation in standard
+#: deviations, fixed noise vectors per image.
+MAX_ATTACK_STEPS = 10_000
+MAX_RESTARTS = 1_000
+MAX_POSITION_STEP = 1024.0
+MAX_ANGLE_STEP = 2.0
+MAX_TRUNCATION = 100.0
+MAX_NOISE_SAMPLES = 100_000
+
 _ALL_WEATHERS: list[Weather] = ["rain", "snow"]
 
 
@@ -66,14 +77,14 @@ class WeatherAttackProtocol(ImageSource):
 
     weathers: list[Weather] = Field(default_factory=lambda: _ALL_WEATHERS.copy(), min_length=1)
     severities: list[Severity] = Field(default_factory=lambda: [1, 2, 3, 4, 5], min_length=1)
-    steps: int = Field(default=10, ge=0)
-    restarts: int = Field(default=5, ge=1)
-    position_step: float = Field(default=1.0, ge=0)
-    angle_step: float = Field(default=0.25, ge=0)
-    truncation: float = Field(default=3.0, gt=0)
-    seed: int | None = Field(default=None, ge=0)
+    steps: int = Field(default=10, ge=0, le=MAX_ATTACK_STEPS)
+    restarts: int = Field(default=5, ge=1, le=MAX_RESTARTS)
+    position_step: float = Field(default=1.0, ge=0, le=MAX_POSITION_STEP)
+    angle_step: float = Field(default=0.25, ge=0, le=MAX_ANGLE_STEP)
+    truncation: float = Field(default=3.0, gt=0, le=MAX_TRUNCATION)
+    seed: Seed | None = None
     smoothed: bool = True
-    noise_samples: int = Field(default=8, ge=1)
+    noise_samples: int = Field(default=8, ge=1, le=MAX_NOISE_SAMPLES)
     examples: int = Field(default=4, ge=0, le=16)
 
     @field_validator("weathers", "severities")
@@ -103,7 +114,7 @@ class WeatherSpec:
         return max(self.severities)
 
     def attack_config(self) -> AttackConfig:
-        from certbench.weather_search import AttackConfig
+        from certbench.weather import AttackConfig
 
         p = self.protocol
         return AttackConfig(
@@ -165,7 +176,7 @@ def result_seeds(item: WorkItem, spec: WeatherSpec) -> dict[str, Any]:
 
 
 def work_estimate(item: WorkItem, units: Sequence[Unit]) -> StageEstimate:
-    """Forward passes per image of each unit (``certbench.weather_search``): a restart classifies
+    """Forward passes per image of each unit (``certbench.weather.search``): a restart classifies
     its start and each of ``steps`` iterates (steps + 1 passes). Base units: one clean pass +
     every restart, an upper bound (an image leaves the search once broken); smoothed units: every
     restart on ``noise_samples`` noisy copies, then CERTIFY's n0 + n, exact; examples: every
@@ -207,7 +218,7 @@ def check_one_protocol(
     computed under different protocols (a definition changed while the submission ran), another
     run seed or other bytes: their figures would not describe one evaluation."""
     from certbench.errors import RecordsError
-    from certbench.weather_records import read_weather_metadata
+    from certbench.weather import read_weather_metadata
 
     digests = set()
     hashes = []
@@ -230,7 +241,7 @@ def check_one_protocol(
     )
 
 
-#: metric key → flat figure of ``certbench.weather_records.summarize_weather`` (kind, name).
+#: metric key → flat figure of ``certbench.weather.records.summarize_weather`` (kind, name).
 FIGURES = {
     "weather_worst_rain": ("base", "worst_case_accuracy_rain"),
     "weather_worst_snow": ("base", "worst_case_accuracy_snow"),

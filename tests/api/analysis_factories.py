@@ -16,9 +16,9 @@ from service_factories import make_user
 from sqlalchemy.orm import Session
 
 from api.services import analysis
-from certbench.fourier_lens import LensRecord, write_lens_records
-from certbench.records import write_records
-from certbench.smoothing import CertifyRecord
+from certbench.lens.lens import LensRecord, write_lens_records
+from certbench.smoothing.core import CertifyRecord
+from certbench.smoothing.records import write_records
 from models import pipeline, shards, storage
 from models.catalog import parse_definition, upsert_benchmark
 from models.entities import Benchmark, Role, RunSeed, User
@@ -76,13 +76,19 @@ def load_family(session: Session, *, lens: bool = False) -> tuple[Benchmark, Ben
 
 
 def upload(
-    model: int, sigma: float, benchmark: str, *, private: bool = False, name: str = ""
+    model: int,
+    sigma: float,
+    benchmark: str,
+    *,
+    private: bool = False,
+    name: str = "",
+    architecture: str = "cifar_resnet20",
 ) -> Upload:
     """The same ``model`` number gives the same weights and model manifest on every benchmark
     (what matching keys on); the manifest names its benchmark, as a real one does."""
     manifest = {
         "benchmark": benchmark,
-        "architecture": {"name": "cifar_resnet20", "kwargs": {}},
+        "architecture": {"name": architecture, "kwargs": {}},
         "num_classes": 10,
         "preprocessing": {"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]},
         "smoothing": {"sigma": sigma},
@@ -93,7 +99,7 @@ def upload(
         weights=f"weights-of-model-{model}".encode() * 4,
         manifest=manifest,
         model_name=name or f"model-{model}",
-        architecture="cifar_resnet20",
+        architecture=architecture,
         sigma=sigma,
         is_private=private,
     )
@@ -226,26 +232,30 @@ class Family:
         private: bool = False,
         clean: bool = True,
         ood: bool = True,
+        architecture: str = "cifar_resnet20",
+        hff_offset: float = 0.0,
     ) -> tuple[int | None, int | None]:
         """A model's clean entry at ``id_accuracy`` and its OOD entry on the trends (``shift``
         probit units above the fog trend); the clean entry's amplitude HFF is linear in the
-        probit of its fog accuracy."""
+        probit of its fog accuracy (plus ``hff_offset``)."""
         user = self.alice if private else self.bob
         base = id_accuracy if id_accuracy is not None else 0.6
         fog = probit_accuracy(trend[0] + shift, trend[1], base)
         noise = probit_accuracy(*NOISE, base)
-        hff = 0.5 - 0.1 * probit(counts(fog) / IMAGES)
+        hff = 0.5 - 0.1 * probit(counts(fog) / IMAGES) + hff_offset
         clean_id = ood_id = None
         if clean:
             clean_id = finish(
                 self.session, self.settings, user=user, benchmark=self.clean,
-                upload=upload(model, sigma, "cifar10", private=private),
+                upload=upload(model, sigma, "cifar10", private=private, architecture=architecture),
                 correct={"clean": counts(base)}, hff=hff,
             )  # fmt: skip
         if ood:
             ood_id = finish(
                 self.session, self.settings, user=user, benchmark=self.ood,
-                upload=upload(model, sigma, "cifar10-c", private=private),
+                upload=upload(
+                    model, sigma, "cifar10-c", private=private, architecture=architecture
+                ),
                 correct={"fog": counts(fog), "noise": counts(noise)},
             )  # fmt: skip
         self.ids[(model, sigma)] = (clean_id, ood_id)

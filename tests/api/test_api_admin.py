@@ -108,3 +108,13 @@ def test_load_benchmark_definition(client: TestClient, actors: Actors):
     assert refused.status_code == 422 and refused.json()["code"] == "bad_benchmark_definition"
     broken = client.put("/api/v1/admin/benchmarks", headers=actors.admin, json={"name": "x"})
     assert broken.status_code == 422 and "format" in broken.json()["message"]
+
+
+def test_unbounded_definition_numbers_are_422_naming_the_limit(client: TestClient, actors):
+    """Issue 27 §4: n ≥ 2³¹ answered 500 and a source_size of 10⁹ was accepted."""
+    huge_n = tiny_definition("huge") | {"protocol": {"version": "v", "n": 2**31}}
+    sets = [s | {"source_size": 10**9} for s in tiny_definition("huge")["test_sets"]]
+    for document in (huge_n, tiny_definition("huge") | {"test_sets": sets}):
+        response = client.put("/api/v1/admin/benchmarks", headers=actors.admin, json=document)
+        assert response.status_code == 422, response.text
+        assert "less than or equal to" in response.json()["message"]

@@ -207,3 +207,30 @@ def test_errors_say_what_to_fix(
     response = client.get(url, params=params)
     assert response.status_code == status, response.text
     assert text in response.json()["message"]
+
+
+def test_predictors_are_averaged_over_architectures_and_pooled_beside(
+    client: TestClient, family: Family
+):
+    """Issue 26 §2: the table follows the paper (Fridovich-Keil et al. 2022, Tables 1–3): one
+    fit per architecture, slope and R² averaged; a second architecture whose HFF sits 0.05
+    higher on the same line slope keeps the averaged fit exact (m = −10, R² = 1) while one line
+    through both architectures does not."""
+    for model, accuracy in enumerate(ID_ACC[:4], start=20):
+        family.model(model, 0.25, accuracy, architecture="lenet5", hff_offset=0.05)
+    url = "/api/v1/analysis/cifar10/metric-predictors"
+    group = _group(client.get(url, params={"ood": "cifar10-c/fog"}).json(), 0.25)
+    assert group["architectures"] == {"cifar_resnet20": 6, "lenet5": 4}
+    (row,) = group["rows"]
+    fits = {p["metric"]: p for p in row["predictors"]}
+    hff = fits["hff_amplitude"]
+    assert hff["fitted"] == 2 and hff["n"] == 10
+    assert hff["counts"] == {"cifar_resnet20": 6, "lenet5": 4}
+    assert hff["slope"] == pytest.approx(-10.0, rel=1e-6) and hff["r2"] == pytest.approx(1.0)
+    assert hff["architectures"]["lenet5"]["n"] == 4
+    pooled = {p["metric"]: p for p in row["pooled"]}["hff_amplitude"]
+    assert pooled["n"] == 10 and pooled["r2"] < 0.99
+
+    page = client.get("/analysis/cifar10", params={"sigma": "0.25", "ood": "cifar10-c/fog"}).text
+    assert 'id="pooled-predictor-table"' in page and "averaged (the paper's view)" in page
+    assert "<code>lenet5</code> 4" in page

@@ -44,9 +44,13 @@ def _with(**changes: object) -> bytes:
         (_with(metadata__licence="MIT\x00"), "metadata.licence", "control characters"),
         (_with(benchmark="ti\x00ny"), "benchmark", "control characters"),
         (_with(input_size=[3, 100000, 100000]), "input_size.1", "less than or equal to 1024"),
+        (_with(metadata__name="ResNet\u202e"), "metadata.name", "U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+        (_with(metadata__name="Res\u200bNet"), "metadata.name", "U+200B (ZERO WIDTH SPACE)"),
+        (_with(metadata__name="ResN\u0435t"), "metadata.name", "mixes CYRILLIC and LATIN"),
     ],
     ids=["nan-mean", "inf-std", "minus-inf-std", "inf-sigma", "long-name", "nul-name",
-         "nul-licence", "nul-benchmark", "huge-input"],
+         "nul-licence", "nul-benchmark", "huge-input", "bidi-name", "zero-width-name",
+         "confusable-name"],
 )  # fmt: skip
 def test_unstorable_manifests_are_422(
     client: TestClient,
@@ -110,4 +114,4 @@ def test_web_ids_out_of_range_are_422_pages(client: TestClient, actors: Actors, 
         client.cookies.clear()
     assert response.status_code == 422, (url, response.status_code)
     assert "text/html" in response.headers["content-type"]
-    assert "less than or equal to 2147483647" in response.text or "greater than" in response.text
+    assert "from 1 to 2147483647" in response.text  # the rule of api.deps.parse_id

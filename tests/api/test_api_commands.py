@@ -17,7 +17,7 @@ import pytest
 from service_factories import manifest, tiny_definition, weights_bytes
 from typer.testing import CliRunner
 
-from certbench.cli import app, register_plugins
+from certbench.cli.app import app, register_plugins
 from models.accounts import authenticate
 from models.catalog import get_benchmark, packaged_definitions, upsert_benchmark
 from models.db import dispose_engines, session_scope
@@ -74,7 +74,7 @@ def test_packaged_definitions_replace_older_stored_versions(data_dir: Path):
     assert "cifar10," in invoke("benchmarks", "load-packaged") + ","
     with session_scope(settings) as session:
         stored = get_benchmark(session, "cifar10")
-        assert stored.definition_version == 7  # v3 `stages`, v4/v5 Fourier, v6/v7 provenance
+        assert stored.definition_version == 8  # v3 stages, v4/5 Fourier, v6/7 pins, v8 conventions
         assert stored.robustness["anchors"] == "cifar10_k50_s0.safetensors"
         (clean,) = stored.test_sets  # v7 pins the bytes: uoft-cs/cifar10 at its commit
         assert clean.provenance["hub_commit"] == "0b2714987fa478483af9968de7c934580d0bb9a2"
@@ -140,7 +140,7 @@ def test_serve_migrates_and_runs_the_embedded_worker(tmp_path: Path):
         "CERTBENCH_PORT": str(port),
         "CERTBENCH_DEMO_REFERENCES": "false",
     }
-    serve = [sys.executable, "-c", "from certbench.cli import main; main()", "serve"]
+    serve = [sys.executable, "-c", "from certbench.cli.app import main; main()", "serve"]
     process = subprocess.Popen(serve, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:

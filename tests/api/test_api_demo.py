@@ -74,9 +74,9 @@ def test_the_benchmark_json_and_pages_say_data_not_available_here(
     (summary,) = checked.get("/api/v1/benchmarks").json()
     assert summary["data_available"] is False and summary["data_command"] == FIX
     home = checked.get("/").text
-    assert "Data not available here" in home and f"<code>{FIX}</code>" in home
+    assert "Data not available here" in home and f"<code>uv run {FIX}</code>" in home
     board = checked.get("/leaderboards/tiny").text
-    assert 'id="data-missing"' in board and FIX in board
+    assert 'id="data-missing"' in board and f"uv run {FIX}" in board
     # A deployment that does not check (workers elsewhere hold the data) says nothing.
     unchecked = client.get("/api/v1/benchmarks/tiny").json()
     assert unchecked["data_available"] is None and unchecked["data_hint"] is None

@@ -8,9 +8,9 @@ import pytest
 from scipy.stats import binomtest
 from service_factories import finished_submission, load_tiny
 
-from certbench.figure_intervals import compare_terms, figure_intervals, image_terms
-from certbench.intervals import compare_acr, compare_certified_accuracy
-from certbench.records import read_table
+from certbench.smoothing.records import read_table
+from certbench.stats.entry_intervals import compare_terms, figure_intervals, image_terms
+from certbench.stats.intervals import compare_acr, compare_certified_accuracy
 from models import storage
 from models.entities import StageResult, User
 from models.stages.certification_intervals import TERMS_UNIT, interval_keys

@@ -61,9 +61,11 @@ def _stated_exception(label: str, check: str, interaction: object) -> bool:
     status = getattr(response, "status_code", None)
     if check != "positive_data_acceptance" or status != 422:
         return False
-    if label == COMPARE:
+    if label in (COMPARE, f"{COMPARE}/export"):  # the paper-ready export takes the same ids
         return True
-    return label == LEADERBOARD and b'"code":"invalid_sort"' in (response.content or b"")
+    return label in (LEADERBOARD, f"{LEADERBOARD}/export") and b'"code":"invalid_sort"' in (
+        response.content or b""
+    )
 
 
 def _failures(schema: schemathesis.schemas.BaseSchema) -> tuple[list[str], int]:
@@ -88,8 +90,10 @@ def _failures(schema: schemathesis.schemas.BaseSchema) -> tuple[list[str], int]:
 
 
 def test_api_conforms_to_its_openapi_document(tmp_path: Path):
+    # schemathesis sends hundreds of uploads as one user, most refused by design: no quota and
+    # no refused-upload rate limit may turn its schema-valid cases into 429s
     limits = {"quota_concurrent": 1000, "quota_submissions_per_day": 1000,
-              "quota_failed_per_day": 1000}  # fmt: skip
+              "quota_failed_per_day": 1000, "refused_uploads_per_window": 0}  # fmt: skip
     with service_settings("postgresql", tmp_path / "data", **limits) as settings:
         token = _seed(settings)
         config = SchemathesisConfig.from_dict(
@@ -112,4 +116,4 @@ def test_api_conforms_to_its_openapi_document(tmp_path: Path):
         )
         failures, requests = _failures(schema)
     assert requests > 20 * len(list(schema.get_all_operations()))
-    assert failures == []
+    assert failures == [], "\n".join(failures)

@@ -25,7 +25,7 @@ from models.db import dispose_engines, session_scope
 from models.queue import embedded_broker_path
 from models.settings import Settings
 
-ADMIN = [sys.executable, "-c", "from certbench.cli import main; main()"]
+ADMIN = [sys.executable, "-c", "from certbench.cli.app import main; main()"]
 
 
 def test_prepare_service_sweeps_partials_and_creates_the_broker(tmp_path: Path):
@@ -129,3 +129,40 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def test_the_default_is_every_cpu_available_up_to_the_cap(monkeypatch, tmp_path: Path):
+    """``certbench serve`` runs one API process per CPU it may use (at most
+    ``DEFAULT_MAX_API_WORKERS``) on SQLite and PostgreSQL alike; ``--workers`` and
+    CERTBENCH_API_WORKERS override it."""
+    from api import commands
+
+    settings = Settings(data_dir=tmp_path, environment="test")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1, 2}, raising=False)
+    assert commands.api_processes(settings, None) == 3
+    postgres = settings.model_copy(update={"database_url": "postgresql+psycopg://db/x"})
+    assert commands.api_processes(postgres, None) == 3
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(64)), raising=False)
+    assert commands.api_processes(settings, None) == commands.DEFAULT_MAX_API_WORKERS
+    assert commands.api_processes(settings.model_copy(update={"api_workers": 2}), None) == 2
+    assert commands.api_processes(settings, 5) == 5
+
+
+def test_serve_gives_slow_processes_time_before_replacing_them(monkeypatch, tmp_path: Path):
+    """uvicorn's supervisor kills an API process that does not answer its health check within
+    ``timeout_worker_healthcheck`` (5 s by default): on a loaded machine that restarted the
+    processes in a loop and the server never became ready. Serve passes a patient limit."""
+    import uvicorn
+
+    from api import commands
+
+    ran: dict = {}
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: ran.update(kwargs))
+    monkeypatch.setattr(commands, "prepare_service", lambda *args, **kwargs: None)
+    settings = Settings(data_dir=tmp_path, environment="test", broker_url="redis://127.0.0.1:1/0")
+    monkeypatch.setattr(commands, "_settings", lambda: settings)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    commands.serve(host=None, port=None, workers=None, worker=False, load_benchmarks=False,
+                   demo_references=False)  # fmt: skip
+    assert ran["workers"] == 2
+    assert ran["timeout_worker_healthcheck"] >= 30

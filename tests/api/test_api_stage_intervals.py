@@ -21,7 +21,7 @@ from service_factories import (
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from certbench.intervals import clopper_pearson
+from certbench.stats.intervals import clopper_pearson
 from models import pipeline, shards, storage
 from models.catalog import parse_definition, upsert_benchmark
 from models.entities import MetricValue, User

@@ -21,8 +21,8 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from api.main import create_app
-from certbench.cli import app as cli_app
-from certbench.cli import register_plugins
+from certbench.cli.app import app as cli_app
+from certbench.cli.app import register_plugins
 from models.settings import Settings
 from models.stages.registry import all_stages
 

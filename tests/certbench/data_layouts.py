@@ -1,4 +1,4 @@
-"""Writers of tiny datasets in the exact on-disk layouts ``certbench.data`` reads, and
+"""Writers of tiny datasets in the exact on-disk layouts ``certbench.data.sources`` reads, and
 :func:`assert_same`, the check that a loaded set holds exactly what was written.
 
 Tests use them instead of downloads. Other test modules may import them, e.g.::
@@ -9,7 +9,7 @@ Tests use them instead of downloads. Other test modules may import them, e.g.::
 e.g. ``sys.path.insert(0, str(Path(__file__).parents[1] / "certbench"))``.)
 
 Images are passed as uint8 numpy arrays of shape (N, 3, H, W), the layout of
-``certbench.image_set.ImageSet.images``; a Hub folder also accepts PIL images so that tests can
+``certbench.data.image_set.ImageSet.images``; a Hub folder also accepts PIL images so that tests can
 write malformed data (grayscale, RGBA, mixed sizes).
 """
 
@@ -28,7 +28,7 @@ from huggingface_hub.repocard import metadata_load
 from PIL import Image as PILImage
 
 if TYPE_CHECKING:
-    from certbench.image_set import ImageSet
+    from certbench.data.image_set import ImageSet
 
 CIFAR10_CLASSES = (
     "airplane",

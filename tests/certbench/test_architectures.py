@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from certbench.architectures import (
+from certbench.errors import ManifestError, UnknownArchitectureError
+from certbench.nets.architectures import (
     NormalizeLayer,
     available_architectures,
     build_classifier,
@@ -14,7 +15,6 @@ from certbench.architectures import (
     get_spec,
     register_architecture,
 )
-from certbench.errors import ManifestError, UnknownArchitectureError
 
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2023, 0.1994, 0.2010)
@@ -201,3 +201,9 @@ def test_duplicate_registration_is_refused() -> None:
     with pytest.raises(ValueError, match="already registered"):
         register_architecture("cifar_resnet20")(lambda *, num_classes: nn.Identity())
     assert get_spec("cifar_resnet20").doc.startswith("CIFAR ResNet-20")
+
+
+def test_the_torch_free_list_of_names_is_the_registry() -> None:
+    from certbench.nets import ARCHITECTURE_NAMES
+
+    assert list(ARCHITECTURE_NAMES) == available_architectures()

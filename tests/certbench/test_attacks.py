@@ -10,17 +10,17 @@ import torch
 import torchattacks
 from torch import nn
 
-from certbench.apgd import (
+from certbench.errors import ThreatModelError
+from certbench.pd.anchors import AnchorBank, build_anchor_bank
+from certbench.pd.apgd import (
     LinfPDProjection,
     LinfProjection,
     apgd,
     checkpoints,
     margin_dlr_targeted,
 )
-from certbench.attacks import RobustnessRecord, RobustnessReport, robust_accuracy
-from certbench.errors import ThreatModelError
-from certbench.pd_anchors import AnchorBank, build_anchor_bank
-from certbench.pd_threat import PDThreat
+from certbench.pd.evaluation import RobustnessRecord, RobustnessReport, robust_accuracy
+from certbench.pd.threat import PDThreat
 
 NUM_CLASSES = 4
 

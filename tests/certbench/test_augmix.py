@@ -7,8 +7,8 @@ import pytest
 import torch
 from torchvision.transforms import v2
 
-from certbench.augment.augmix import OPERATIONS, AugMix, AugMixConfig, augmix
-from certbench.augment.crop_flip import crop_flip
+from certbench.augment.aug_mix import OPERATIONS, AugMix, AugMixConfig, augmix
+from certbench.augment.crop import crop_flip
 from certbench.errors import AugmentationError
 
 

@@ -10,16 +10,16 @@ from data_layouts import random_images, random_labels, write_torchvision_cifar
 from torch import nn
 from typer.testing import CliRunner
 
-from certbench.architectures import build_classifier
-from certbench.attacks import RobustnessReport, robust_accuracy
-from certbench.cli import app
-from certbench.data import load_images
-from certbench.image_set import Subset
-from certbench.loading import load_manifest, load_model, save_weights
-from certbench.metrics import summarize
-from certbench.pd_anchors import AnchorBank, bank_from_image_set
-from certbench.random_streams import derive_seed
-from certbench.records import read_metadata, read_records
+from certbench.cli.app import app
+from certbench.data.image_set import Subset
+from certbench.data.sources import load_images
+from certbench.nets.architectures import build_classifier
+from certbench.nets.loading import load_manifest, load_model, save_weights
+from certbench.pd.anchors import AnchorBank, bank_from_image_set
+from certbench.pd.evaluation import RobustnessReport, robust_accuracy
+from certbench.smoothing.metrics import summarize
+from certbench.smoothing.records import read_metadata, read_records
+from certbench.smoothing.streams import derive_seed
 
 MEAN, STD = [0.49, 0.48, 0.45], [0.2, 0.2, 0.2]
 

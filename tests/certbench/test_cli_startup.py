@@ -40,7 +40,7 @@ SCRIPT = textwrap.dedent(
     import json, sys
     from typer.main import get_command
     from typer.testing import CliRunner
-    from certbench.cli import app, register_plugins
+    from certbench.cli.app import app, register_plugins
 
     register_plugins(app)
     runner = CliRunner()

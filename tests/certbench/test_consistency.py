@@ -7,14 +7,14 @@ import math
 import pytest
 import torch
 
-from certbench.consistency import (
+from certbench.errors import TrainingError
+from certbench.training.consistency import (
     HCR_ETA,
     gaussian_consistency,
     hcr_lambda,
     hierarchical_consistency,
     jensen_shannon,
 )
-from certbench.errors import TrainingError
 
 
 def kl(p: list[float], q: list[float]) -> float:

@@ -1,5 +1,5 @@
-"""certbench.data: a source resolves to the Hub, a Hub-layout folder or a torchvision folder,
-and a missing, misspelt or unusable source gives a clear error."""
+"""certbench.data.sources: a source resolves to the Hub, a Hub-layout folder or a torchvision
+folder, and a missing, misspelt or unusable source gives a clear error."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import datasets
 import pytest
 
-from certbench.data import list_configs, load_images
+from certbench.data.sources import list_configs, load_images
 from certbench.errors import CertbenchError, DataSourceError
 
 

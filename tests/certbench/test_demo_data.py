@@ -11,9 +11,9 @@ import typer
 from sklearn.datasets import load_digits
 from typer.testing import CliRunner
 
-from certbench.data import load_images
-from certbench.dataset_commands import register
-from certbench.demo_data import TEST_EVERY, UPSCALE, demo_images, write_demo_dataset
+from certbench.cli.datasets import register
+from certbench.data.demo import TEST_EVERY, UPSCALE, demo_images, write_demo_dataset
+from certbench.data.sources import load_images
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +87,8 @@ def test_cli_refuses_a_file_as_output(tmp_path):
 
 def test_certbench_demo_modules_import_nothing_from_generators_and_no_torch():
     code = (
-        "import sys, typer; import certbench.demo_data, certbench.hub_writer; "
-        "from certbench.dataset_commands import register; register(typer.Typer()); "
+        "import sys, typer; import certbench.data.demo, certbench.data.writer; "
+        "from certbench.cli.datasets import register; register(typer.Typer()); "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'generators', 'api', 'workers', "
         "'models', 'torch'}))"
     )

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, norm
 
-from certbench.effective_robustness import (
+from certbench.errors import EffectiveRobustnessError
+from certbench.lens.effective import (
     Accuracy,
     Entry,
     effective_robustness,
@@ -18,7 +19,6 @@ from certbench.effective_robustness import (
     group_by_sigma,
     metric_predictors,
 )
-from certbench.errors import EffectiveRobustnessError
 
 SLOPE, INTERCEPT = 0.8, -0.4
 
@@ -145,3 +145,34 @@ def test_entries_from_json_reads_counts_metrics_and_lens_summaries(tmp_path):
     (tmp_path / "missing.json").write_text(json.dumps({"name": "x"}))
     with pytest.raises(EffectiveRobustnessError, match="missing"):
         entries_from_json(tmp_path / "missing.json")
+
+
+def test_predictors_are_fitted_per_architecture_and_averaged_as_in_the_paper():
+    """Seed 003 §4.1: "each reported slope (m) and R² value is the average of the corresponding
+    values among the three architectures". Two architectures on parallel lines of slope −10 in
+    the metric, offset from each other: each fits exactly (R² = 1, m = −10); one line through
+    both mixes the offset in (another slope, R² < 1): the pooled view differs."""
+    from certbench.lens import per_architecture_predictors
+    from certbench.lens.predictors import architectures
+
+    rows = []
+    for arch, offset in (("resnet", 0.0), ("wrn", 1.5)):
+        for i, hff in enumerate((0.10, 0.12, 0.14, 0.16)):
+            ood = Accuracy(round(norm.cdf(1.0 + offset - 10 * hff) * 10**7), 10**7)
+            acc = Accuracy(round((0.6 + 0.05 * i) * 10**7), 10**7)
+            rows.append(Entry(f"{arch}{i}", 0.25, acc, {"fog": ood}, {"hff": hff}, arch))
+
+    def entry(name: str, acc: float, metrics: dict, arch: str) -> Entry:
+        id_a, ood_a = on_line(acc, 10**7)
+        return Entry(name, 0.25, id_a, {"fog": ood_a}, metrics, arch)
+
+    rows.append(entry("alone", 0.7, {"hff": 0.3}, "lenet5"))
+    rows += [entry(f"x{i}", 0.6 + 0.1 * i, {}, "vgg") for i in range(2)]  # no hff: not fitted
+    (fit,) = per_architecture_predictors(rows, "fog", ["hff"])
+    assert fit.slope == pytest.approx(-10.0, rel=1e-4) and fit.r2 == pytest.approx(1.0, abs=1e-6)
+    assert fit.fitted == 2 and fit.n == 8
+    assert fit.counts == {"lenet5": 1, "resnet": 4, "vgg": 0, "wrn": 4}
+    assert math.isnan(fit.fits["lenet5"].r2)
+    (pooled,) = metric_predictors(rows, "fog", ["hff"])
+    assert pooled.r2 < 0.9 and pooled.slope != pytest.approx(fit.slope, rel=0.05)
+    assert architectures(rows) == {"lenet5": 1, "resnet": 4, "vgg": 2, "wrn": 4}

@@ -1,6 +1,6 @@
 """Intervals of every leaderboard figure and paired tests from per-image terms: equal to the
-``certbench.intervals`` references they reuse, and the one new interval (the mean p̂_A quantile's
-cluster bootstrap) checked for coverage on simulated leaderboards."""
+``certbench.stats.intervals`` references they reuse, and the one new interval (the mean p̂_A
+quantile's cluster bootstrap) checked for coverage on simulated leaderboards."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from leaderboard_sim import Population, binomial_slack, draw, population
 from test_intervals import records_from
 
 from certbench.errors import RecordsError
-from certbench.figure_intervals import (
+from certbench.smoothing.metrics import RADII, summarize
+from certbench.smoothing.records import records_to_table, table_to_records
+from certbench.stats.entry_intervals import (
     SetArrays,
     _quantile_intervals,
     compare_terms,
@@ -20,7 +22,7 @@ from certbench.figure_intervals import (
     image_terms,
     mean_pa_band,
 )
-from certbench.intervals import (
+from certbench.stats.intervals import (
     LEVEL,
     acr_interval,
     certified_accuracy_intervals,
@@ -31,8 +33,6 @@ from certbench.intervals import (
     mean_certified_accuracy_intervals,
     pa_band,
 )
-from certbench.metrics import RADII, summarize
-from certbench.records import records_to_table, table_to_records
 
 SETS = 4
 

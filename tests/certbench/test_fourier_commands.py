@@ -13,14 +13,14 @@ import typer
 from data_layouts import random_images, random_labels, write_torchvision_cifar
 from typer.testing import CliRunner
 
-from certbench.architectures import build_classifier
-from certbench.data import load_images
-from certbench.fourier_commands import register
-from certbench.fourier_records import read_sensitivity_records
-from certbench.fourier_sensitivity import get_protocol, sensitivity_records
-from certbench.image_set import Subset
-from certbench.loading import load_manifest, load_model, save_weights
-from certbench.records import read_metadata
+from certbench.cli.fourier import register
+from certbench.data.image_set import Subset
+from certbench.data.sources import load_images
+from certbench.fourier.records import read_sensitivity_records
+from certbench.fourier.sensitivity import get_protocol, sensitivity_records
+from certbench.nets.architectures import build_classifier
+from certbench.nets.loading import load_manifest, load_model, save_weights
+from certbench.smoothing.records import read_metadata
 
 MEAN, STD = [0.49, 0.48, 0.45], [0.2, 0.2, 0.2]
 runner = CliRunner()
@@ -29,7 +29,7 @@ app = typer.Typer()
 
 @app.callback()
 def main() -> None:  # a callback keeps the sub-command a named command
-    """A fresh app with only this plugin, as certbench.cli.register_plugins would mount it."""
+    """A fresh app with only this plugin, as certbench.cli.app.register_plugins would mount it."""
 
 
 register(app)
@@ -120,8 +120,30 @@ def test_unknown_protocol_is_a_clear_error(submission):
 def test_registering_the_command_imports_no_torch():
     """``certbench --help`` must not pay for torch because this command is installed."""
     code = (
-        "import sys, typer; from certbench.fourier_commands import register; "
+        "import sys, typer; from certbench.cli.fourier import register; "
         "register(typer.Typer()); print('torch' in sys.modules, 'matplotlib' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False False"
+
+
+def test_signs_follow_the_papers_release_by_default_and_the_record_says_which(submission):
+    """Issue 26 §2: one sign per image (Sun et al.'s certify_fourier.py) unless
+    ``--signs per-channel`` (Yin et al.); records, summary and output name the convention."""
+    seen = {}
+    for extra in ((), ("--signs", "per-channel")):
+        out = submission / f"signs{len(extra)}"
+        result = runner.invoke(app, args(submission, "--base-only", "--out", str(out), *extra))
+        assert result.exit_code == 0, result.output
+        records = read_sensitivity_records(out / "records.parquet")
+        summary = json.loads((out / "summary.json").read_text())
+        name = summary["signs"]
+        assert f"signs: {name}" in result.output
+        assert summary["protocol"]["channel_signs"] == {"per-image": "shared"}.get(
+            name, "independent"
+        )
+        seen[name] = {len(set(r.signs)) for r in records}
+    assert seen["per-image"] == {1}  # one sign for all three channels of an image
+    assert 2 in seen["per-channel"]  # 20 records × 3 independent signs: some image mixes them
+    bad = runner.invoke(app, args(submission, "--out", str(submission / "x"), "--signs", "rgb"))
+    assert bad.exit_code == 2 and "per-image" in bad.output

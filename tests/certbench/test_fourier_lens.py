@@ -12,9 +12,8 @@ import torch
 from scipy.stats import norm
 from torch import nn
 
-from certbench.architectures import NormalizeLayer, build_classifier
 from certbench.errors import LensError
-from certbench.fourier_lens import (
+from certbench.lens.lens import (
     LensProtocol,
     LensRecord,
     consistent_distance,
@@ -22,11 +21,13 @@ from certbench.fourier_lens import (
     jacobian_sq_norms,
     lens_plan,
     lens_records,
+    normalised_jacobian_norm,
     read_lens_metadata,
     read_lens_records,
     summarize,
     write_lens_records,
 )
+from certbench.nets.architectures import NormalizeLayer, build_classifier
 
 MEAN, STD = [0.5, 0.45, 0.4], [0.25, 0.2, 0.3]
 CLASSES = 4
@@ -122,7 +123,7 @@ def fields_equal(a: LensRecord, b: LensRecord) -> bool:
 def test_records_do_not_depend_on_sharding_or_batch_size(sigma):
     model, (images, labels) = linear_model(), clean_set()
     protocol = dataclasses.replace(SMALL, sigma=sigma, noise_samples=4)
-    kwargs = dict(mean=MEAN, std=STD, protocol=protocol, seed=7)
+    kwargs = dict(protocol=protocol, seed=7)
     whole = lens_records(model, images, labels, batch_size=100_000, **kwargs)
     size = lens_plan(labels, protocol, 7).size
     assert [r.unit for r in whole] == list(range(size))
@@ -146,7 +147,7 @@ def test_pairs_seed_draws_the_paths_and_seed_only_the_noise_and_projections():
     secret, other = 2**127 + 12345, 2**127 + 67890  # 128-bit, as the service draws
 
     def run(protocol: LensProtocol, seed: int, pairs_seed: int | None = 3) -> list[LensRecord]:
-        return lens_records(model, images, labels, mean=MEAN, std=STD, protocol=protocol,
+        return lens_records(model, images, labels, protocol=protocol,
                             seed=seed, pairs_seed=pairs_seed)  # fmt: skip
 
     base = run(SMALL, secret)  # exact Jacobian, softmax paths: no draw of `seed`
@@ -175,9 +176,7 @@ def test_pairs_seed_draws_the_paths_and_seed_only_the_noise_and_projections():
 def test_records_follow_the_plan_and_trace_dataset_indices():
     model, (images, labels) = linear_model(), clean_set()
     indices = torch.arange(len(labels)) * 10 + 3
-    records = lens_records(
-        model, images, labels, mean=MEAN, std=STD, protocol=SMALL, seed=1, indices=indices
-    )
+    records = lens_records(model, images, labels, protocol=SMALL, seed=1, indices=indices)
     plan = lens_plan(labels, SMALL, seed=1)
     for r in records:
         kind, index = plan.locate(r.unit)
@@ -197,7 +196,7 @@ def test_invariant_model_has_zero_hff_and_never_changes():
     with torch.no_grad():
         model[1].bias.copy_(torch.tensor([0.0, 2.0, 1.0, -1.0]))
     images, labels = clean_set()
-    records = lens_records(model, images, labels, mean=MEAN, std=STD, protocol=SMALL)
+    records = lens_records(model, images, labels, protocol=SMALL)
     paths = [r for r in records if r.kind != "jacobian"]
     assert all(r.hff == pytest.approx(0.0, abs=1e-12) for r in paths)
     assert all(r.cd == r.length and not r.changed and r.first_prediction == 1 for r in paths)
@@ -205,48 +204,57 @@ def test_invariant_model_has_zero_hff_and_never_changes():
 
 
 def test_jacobian_norm_of_a_linear_model_is_exact_and_projections_estimate_it():
-    """The model normalises first, so logits = W·z + b in the normalised input z: ‖J_z‖²_F = ΣW²
-    (the pixel-space Jacobian would be W·diag(1/std), a different number)."""
+    """The model normalises first, so logits = W·z + b = W·diag(1/std)·x + …: the Jacobian is
+    taken w.r.t. the pixels x, ‖J_x‖²_F = Σ(W/std)² (the released code's normalised-space
+    ‖J_z‖²_F = ΣW² would depend on the std the entry declares)."""
     model, (images, _) = linear_model(), clean_set(count=3)
     weight = model[2].weight.detach().double()
-    expected = float((weight**2).sum())
+    normalised_space = float((weight**2).sum())
     per_pixel_std = torch.tensor(STD, dtype=torch.float64).repeat_interleave(64)
-    pixel_space = float(((weight / per_pixel_std) ** 2).sum())
-    exact = jacobian_sq_norms(model, images, MEAN, STD, projections=0)
+    expected = float(((weight / per_pixel_std) ** 2).sum())
+    exact = jacobian_sq_norms(model, images, projections=0)
     np.testing.assert_allclose(exact, expected, rtol=1e-5)
-    assert not np.isclose(exact[0], pixel_space, rtol=0.1)
-    estimate = jacobian_sq_norms(model, images, MEAN, STD, projections=400, seeds=[1, 2, 3])
+    assert not np.isclose(exact[0], normalised_space, rtol=0.1)
+    low, high = normalised_jacobian_norm(math.sqrt(exact[0]), STD)
+    assert low <= math.sqrt(normalised_space) <= high and (low, high) == pytest.approx(
+        (0.2 * math.sqrt(exact[0]), 0.3 * math.sqrt(exact[0]))
+    )
+    estimate = jacobian_sq_norms(model, images, projections=400, seeds=[1, 2, 3])
     np.testing.assert_allclose(estimate, expected, rtol=0.1)
     assert not np.allclose(estimate, expected, rtol=1e-6)
 
 
 def test_an_images_jacobian_is_bitwise_the_same_alone_or_in_a_batch():
-    """Round-off of the CPU kernels depends on the batch (1, 2 rows take other code paths) and
-    can flip a ReLU, which changes a ResNet's Jacobian by far more (0.1 % seen on one image):
-    batches are padded to MIN_ROWS, so a shard of one Jacobian image equals an unsharded run."""
+    """Round-off of the CPU kernels depends on the batch (its size, a row's position) and can flip
+    a ReLU, which changes a ResNet's Jacobian by far more (0.1 % seen on one image): images are
+    evaluated in fixed-shape chunks keyed by their position, so a shard of one Jacobian image
+    equals an unsharded run."""
     torch.manual_seed(3)
     model = build_classifier("cifar_resnet20", num_classes=10, mean=MEAN, std=STD).eval()
     model = model.to(memory_format=torch.channels_last)
     images = torch.rand((5, 3, 32, 32), generator=torch.Generator().manual_seed(3))
-    together = jacobian_sq_norms(model, images, MEAN, STD)
-    alone = [jacobian_sq_norms(model, images[i : i + 1], MEAN, STD)[0] for i in range(5)]
+    together = jacobian_sq_norms(model, images)
+    alone = [
+        jacobian_sq_norms(model, images[i : i + 1], keys=torch.tensor([i]))[0] for i in range(5)
+    ]
     pairs = np.concatenate(
-        [jacobian_sq_norms(model, images[i : i + 2], MEAN, STD) for i in (0, 2, 4)]
+        [
+            jacobian_sq_norms(model, images[i : i + 2], keys=torch.arange(i, 5)[:2])
+            for i in (0, 2, 4)
+        ]
     )
     np.testing.assert_array_equal(together, alone)
     np.testing.assert_array_equal(together, pairs)
-    projected = jacobian_sq_norms(model, images[:1], MEAN, STD, projections=3, seeds=[9])
-    assert projected == jacobian_sq_norms(model, images[:3], MEAN, STD, 3, [9, 1, 2])[0]
+    projected = jacobian_sq_norms(model, images[:1], projections=3, seeds=[9])
+    assert projected == jacobian_sq_norms(model, images[:3], 3, [9, 1, 2])[0]
 
 
 def test_protocol_and_range_errors_name_the_argument():
     model, (images, labels) = linear_model(), clean_set()
     with pytest.raises(LensError, match="paths=30"):
-        lens_records(model, images, labels, mean=MEAN, std=STD, protocol=LensProtocol(paths=30))
+        lens_records(model, images, labels, protocol=LensProtocol(paths=30))
     with pytest.raises(LensError, match="units"):
-        lens_records(
-            model, images, labels, mean=MEAN, std=STD, protocol=SMALL, units=range(0, 10_000)
-        )
+        lens_records(model, images, labels, protocol=SMALL, units=range(0, 10_000))
     with pytest.raises(LensError, match="kinds"):
         LensProtocol(kinds=("amplitude", "fourier"))
     assert LensProtocol.from_dict(SMALL.to_dict()) == SMALL
@@ -272,13 +280,15 @@ def test_summary_means_and_gaussian_intervals():
         record(4, "jacobian", sq=4.0),
     ]
     summary = summarize(list(reversed(records)))
-    hff = summary.metrics["hff_amplitude"]
+    hff = summary.nyquist["hff_amplitude_nyquist"]  # the equation's HFF: the records' ``hff``
     half = norm.ppf(0.975) * 0.1 / math.sqrt(3)
     assert (hff.mean, hff.low, hff.high, hff.count) == pytest.approx(
         (0.2, 0.2 - half, 0.2 + half, 3)
     )
     assert summary.metrics["cd_amplitude"].mean == pytest.approx(70.0)
-    assert summary.released["hff_amplitude"].mean == pytest.approx(0.1)
+    # the headline HFF is the released code's (Nyquist bin left out), as the published values
+    assert summary.metrics["hff_amplitude"].mean == pytest.approx(0.1)
+    assert summary.to_dict()["hff_convention"] == "nyquist-dropped"
     assert summary.changed["amplitude"] == pytest.approx(2 / 3)
     assert summary.metrics["jacobian_norm"].mean == pytest.approx(math.sqrt(2.5))
     assert summary.counts == {"amplitude": 3, "jacobian": 2}
@@ -288,7 +298,7 @@ def test_summary_means_and_gaussian_intervals():
 
 def test_records_round_trip_through_parquet(tmp_path):
     model, (images, labels) = linear_model(), clean_set()
-    records = lens_records(model, images, labels, mean=MEAN, std=STD, protocol=SMALL)
+    records = lens_records(model, images, labels, protocol=SMALL)
     path = write_lens_records(records, tmp_path / "r.parquet", {"protocol": SMALL.to_dict()})
     back = read_lens_records(path)
     assert all(fields_equal(a, b) for a, b in zip(records, back, strict=True))
@@ -298,7 +308,7 @@ def test_records_round_trip_through_parquet(tmp_path):
 
 def test_progress_callback_counts_units_and_can_stop_the_run():
     model, (images, labels) = linear_model(), clean_set()
-    kwargs = dict(mean=MEAN, std=STD, protocol=SMALL, seed=2, batch_size=250)
+    kwargs = dict(protocol=SMALL, seed=2, batch_size=250)
     seen: list[int] = []
     records = lens_records(model, images, labels, units=range(3, 17), on_progress=seen.append,
                            **kwargs)  # fmt: skip

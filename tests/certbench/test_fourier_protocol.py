@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from certbench.errors import SensitivityError
-from certbench.fourier_grid import canonical, distinct_points, grid_offsets, mirror
-from certbench.fourier_protocol import get_protocol, stream_key
-from certbench.spectral import hermitian_half
+from certbench.fourier.grid import canonical, distinct_points, grid_offsets, mirror
+from certbench.fourier.protocol import get_protocol, stream_key
+from certbench.fourier.spectral import hermitian_half
 
 
 @pytest.mark.parametrize("size", [32, 8, 9, 2])
@@ -35,7 +35,7 @@ def test_distinct_points_are_the_hermitian_half_of_the_spectral_module(size, str
 def test_protocol_modules_do_not_import_torch() -> None:
     """Benchmark definitions are validated by the API and CLI without the model stack."""
     code = (
-        "import sys, certbench.fourier_protocol, certbench.fourier_grid; "
+        "import sys, certbench.fourier.protocol, certbench.fourier.grid; "
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from certbench.errors import CertificationError, RecordsError, SensitivityError
-from certbench.fourier_basis import (
+from certbench.fourier.basis import (
     basis_image,
     basis_stack,
     canonical,
@@ -22,18 +22,17 @@ from certbench.fourier_basis import (
     perturbation_signs,
     spectrum_support,
 )
-from certbench.fourier_heatmap import Heatmap, assemble_heatmap, band_means, summarize_heatmap
-from certbench.fourier_records import read_sensitivity_records, write_sensitivity_records
-from certbench.fourier_sensitivity import (
+from certbench.fourier.heatmap import Heatmap, assemble_heatmap, band_means, summarize_heatmap
+from certbench.fourier.records import read_sensitivity_records, write_sensitivity_records
+from certbench.fourier.sensitivity import (
     PROTOCOLS,
     SensitivityRecord,
     get_protocol,
     protocol_from_dict,
     sensitivity_records,
 )
-from certbench.heatmap_plot import difference_figure, figure_svg, heatmap_figure, save_figure
-from certbench.smoothing import certify
-from certbench.spectral import BAND_EDGES, frequency_band
+from certbench.fourier.spectral import BAND_EDGES, frequency_band
+from certbench.smoothing.core import certify
 
 SIZE = 32
 ALL_CELLS = [(i, j) for i in range(-16, 16) for j in range(-16, 16)]
@@ -345,21 +344,23 @@ def test_records_round_trip_through_parquet(tmp_path) -> None:
 
 
 def test_heatmap_figures_are_written_as_png_and_svg(tmp_path) -> None:
+    """The CLI's map files come from the web pages' spec (``certbench.figures``)."""
+    from certbench.figures import fourier_heatmap_figure, save
+
     freqs = grid_offsets(SIZE, 2)
     values = np.linspace(0, 1, 256).reshape(16, 16)
     values[0, 0] = np.nan
-    fig = heatmap_figure(values, freqs, title="t", label="ACR (ℓ2 radius)")
-    png, svg = save_figure(fig, tmp_path / "acr")
+    heatmap = Heatmap(SIZE, freqs, values, values * 0.8, values, np.full((16, 16), 4))
+    spec = fourier_heatmap_figure(heatmap, kind="acr", name="model (#1)", epsilon=4.0)
+    png, svg = save(spec, tmp_path / "acr")
     assert png.read_bytes().startswith(b"\x89PNG") and svg.suffix == ".svg"
     text = svg.read_text()
-    assert text.lstrip().startswith("<?xml") and "ACR (ℓ2 radius)" in text
-    assert "cycles/image" in text
-    assert figure_svg(fig).count("<svg") == 1
-    diff = difference_figure(values, values.T, freqs, title="a − b", label="ΔACR")
-    bar = diff.axes[0].images[0].norm
-    assert bar.vcenter == 0 and bar.vmin == -bar.vmax
-    with pytest.raises(SensitivityError, match="do not match"):
-        heatmap_figure(values[:3], freqs, title="t", label="l")
+    assert "ACR (ℓ2 radius)" in text and "cycles/image" in text and text.count("<svg") == 1
+    base = fourier_heatmap_figure(heatmap, kind="base_accuracy", name="m", epsilon=4.0)
+    scale = base["layer"][1]["encoding"]["color"]["scale"]
+    assert scale["domain"] == [0.0, 1.0] and scale["domainMid"] == 0.5
+    with pytest.raises(ValueError, match="no 'nope' map"):
+        fourier_heatmap_figure(heatmap, kind="nope", name="m", epsilon=4.0)
 
 
 def test_bad_inputs_are_clear_errors() -> None:

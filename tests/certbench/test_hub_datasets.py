@@ -1,4 +1,4 @@
-"""certbench.hub_datasets: the Hub path converts a dataset with Hub columns, and an offline
+"""certbench.data.hub_datasets: the Hub path converts a dataset with Hub columns, and an offline
 Hub fails with advice, never a raw traceback."""
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from data_layouts import (
     write_hub_folder,
 )
 
-from certbench.data import list_configs, load_images
-from certbench.dataset_names import HUB_ALIASES
+from certbench.data.image_set import Subset
+from certbench.data.names import HUB_ALIASES
+from certbench.data.sources import list_configs, load_images
 from certbench.errors import DataSourceError
-from certbench.image_set import Subset
 
 N = 40
 
@@ -58,7 +58,7 @@ def test_hub_dataset_conversion(
     ``load_dataset`` takes a local folder exactly as it takes a repo id, so this runs the same
     conversion a real Hub download goes through, without network.
     """
-    from certbench.hub_datasets import load_hub
+    from certbench.data.hub_datasets import load_hub
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path)  # keep ~/.cache clean
     image_set = load_hub(str(uoft_cifar100), None, "test", None, Subset(skip=9, limit=4))
@@ -90,7 +90,7 @@ def test_offline_hub_gives_clear_error() -> None:
     """No network here: every Hub path must fail with advice, never a raw traceback."""
     script = textwrap.dedent(
         """
-        from certbench.data import list_configs, load_images
+        from certbench.data.sources import list_configs, load_images
         from certbench.errors import DataSourceError
         for call in (
             lambda: load_images("cifar10"),

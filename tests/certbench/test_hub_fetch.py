@@ -18,11 +18,11 @@ import typer
 from data_layouts import CIFAR10_CLASSES, random_images, random_labels, write_hub_folder
 from typer.testing import CliRunner
 
-from certbench import hub_fetch
-from certbench.dataset_commands import register
+from certbench.cli.datasets import register
+from certbench.data import fetch as hub_fetch
+from certbench.data.fetch import default_datasets_dir, fetch_dataset, hub_repo, mirror_path
+from certbench.data.pins import CIFAR10, PinnedSource
 from certbench.errors import DataSourceError
-from certbench.hub_fetch import default_datasets_dir, fetch_dataset, hub_repo, mirror_path
-from certbench.pinned_sources import CIFAR10, PinnedSource
 
 
 def test_aliases_and_ids():

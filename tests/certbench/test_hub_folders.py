@@ -1,4 +1,4 @@
-"""certbench.hub_folders: local Hub-layout folders round-trip byte-exactly with their metadata
+"""certbench.data.folders: local Hub-layout folders round-trip byte-exactly with their metadata
 columns, and every malformed README, pattern or parquet file gives a clear error."""
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from data_layouts import (
     write_hub_folder,
 )
 
-from certbench.data import list_configs, load_images
+from certbench.data.image_set import Subset
+from certbench.data.sources import list_configs, load_images
 from certbench.errors import DataSourceError
-from certbench.image_set import Subset
 
 N = 40
 

@@ -1,4 +1,4 @@
-"""certbench.image_decoding: encoded images decode to exact 8-bit RGB (palettes and JPEG
+"""certbench.data.decoding: encoded images decode to exact 8-bit RGB (palettes and JPEG
 included), and images or labels that do not form a valid set give a clear error."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from data_layouts import assert_same, random_images, write_hub_folder
 from PIL import Image as PILImage
 
-from certbench.data import load_images
+from certbench.data.sources import load_images
 from certbench.errors import DataSourceError
 
 

@@ -1,4 +1,4 @@
-"""certbench.image_set: a Subset picks every skip-th image then the first limit; an ImageSet
+"""certbench.data.image_set: a Subset picks every skip-th image then the first limit; an ImageSet
 refuses images, labels and metadata that do not form a valid set."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from certbench.data.image_set import ImageSet, Subset
 from certbench.errors import DataSourceError
-from certbench.image_set import ImageSet, Subset
 
 
 def test_subset_every_skip_th_then_first_limit() -> None:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from certbench.errors import LensError
-from certbench.interpolation import (
+from certbench.lens.interpolation import (
     amplitude_path,
     between_class_pairs,
     denormalise,

@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from certbench.cli import app
-from certbench.interval_commands import register
-from certbench.intervals import (
+from certbench.cli.app import app
+from certbench.cli.intervals import register
+from certbench.smoothing.core import ABSTAIN, CertifyRecord
+from certbench.smoothing.records import read_benchmark_records, write_records
+from certbench.stats.intervals import (
     acr_interval,
     certified_accuracy_intervals,
     compare_acr,
     compare_certified_accuracy,
     pa_band,
 )
-from certbench.records import read_benchmark_records, write_records
-from certbench.smoothing import ABSTAIN, CertifyRecord
 
 runner = CliRunner()
 register(app)
@@ -110,7 +110,7 @@ def test_compare_of_different_images_is_a_clear_error(tmp_path):
 
 def test_registering_the_compare_command_imports_no_torch_or_scipy():
     code = (
-        "import sys, typer; from certbench.interval_commands import register; "
+        "import sys, typer; from certbench.cli.intervals import register; "
         "register(typer.Typer()); print('torch' in sys.modules, 'scipy' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

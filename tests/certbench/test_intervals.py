@@ -9,7 +9,10 @@ from leaderboard_sim import Population, binomial_slack, draw, population
 from scipy.stats import binom, binomtest, kstwo
 
 from certbench.errors import RecordsError
-from certbench.intervals import (
+from certbench.smoothing.core import ABSTAIN, CertifyRecord
+from certbench.smoothing.metrics import acr, certified_accuracy, macr, pa_ecdf
+from certbench.smoothing.records import records_to_table
+from certbench.stats.intervals import (
     LEVEL,
     benchmark_replicates,
     bootstrap_means,
@@ -25,9 +28,6 @@ from certbench.intervals import (
     percentile_bounds,
     tied_with_above,
 )
-from certbench.metrics import acr, certified_accuracy, macr, pa_ecdf
-from certbench.records import records_to_table
-from certbench.smoothing import ABSTAIN, CertifyRecord
 
 BOARDS = 1000
 SLACK = binomial_slack(LEVEL, BOARDS)  # 3 standard errors: 0.0207

@@ -6,7 +6,9 @@ import json
 import subprocess
 import sys
 from importlib.metadata import entry_points
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import typer
@@ -14,12 +16,16 @@ from data_layouts import random_images, random_labels, write_torchvision_cifar
 from scipy.stats import norm
 from typer.testing import CliRunner
 
-from certbench.architectures import build_classifier
-from certbench.fourier_lens import read_lens_metadata, read_lens_records
-from certbench.lens_commands import register
-from certbench.loading import save_weights
+from certbench.cli.lens import register
+from certbench.lens.lens import read_lens_metadata, read_lens_records
+from certbench.nets.architectures import build_classifier
+from certbench.nets.loading import save_weights
 
 MEAN, STD = [0.49, 0.48, 0.45], [0.2, 0.2, 0.2]
+METRIC_NAMES = (
+    "hff_amplitude", "cd_amplitude", "hff_phase", "cd_phase", "hff_pixel_within",
+    "hff_pixel_between", "jacobian_norm",
+)  # fmt: skip
 
 runner = CliRunner()
 
@@ -53,10 +59,10 @@ def submission(tmp_path_factory):
 
 
 def test_commands_are_registered_and_light():
-    assert "certbench.lens_commands:register" in {
+    assert "certbench.cli.lens:register" in {
         e.value for e in entry_points(group="certbench.commands")
     }
-    code = "import sys, certbench.lens_commands; print('torch' in sys.modules)"
+    code = "import sys, certbench.cli.lens; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -91,7 +97,10 @@ def test_fourier_lens_reports_bad_protocol_as_a_user_error(app, submission):
     ]  # fmt: skip
     result = runner.invoke(app, args)
     assert result.exit_code == 2
-    assert "paths=7" in result.output
+    shown = " ".join(result.output.split())
+    # 7 paths are fitted to the 12 images; a class with one image cannot give a pixel pair.
+    assert "paths 7 → 6" in shown and "pixel_pairs=200 within-class pairs" in shown
+    assert "class 0, which has 1" in shown
 
 
 def write_entries(root, sigma: float, count: int, shift_middle: float = 0.0) -> list[str]:
@@ -133,3 +142,59 @@ def test_effective_robustness_bad_input_is_a_user_error(app, tmp_path):
     bad.write_text(json.dumps({"name": "x", "sigma": 0.25, "id": {"correct": 1}}))
     result = runner.invoke(app, ["effective-robustness", str(bad)])
     assert result.exit_code == 2 and "bad.json" in result.output
+
+
+def same_function_entries(root, scales: list[float]) -> list[tuple[str, str]]:
+    """Two entries of one function: std ``scales`` with first layer W, std 1 with W·diag(1/s).
+
+    Powers of two make the rescaling exact in float32, so both networks compute the same logits
+    for every pixel input; only what each manifest declares differs."""
+    torch.manual_seed(4)
+    declared = build_classifier("lenet5", num_classes=10, mean=MEAN, std=scales)
+    rescaled = build_classifier("lenet5", num_classes=10, mean=MEAN, std=[1.0, 1.0, 1.0])
+    rescaled.load_state_dict(declared.state_dict())
+    with torch.no_grad():
+        rescaled[1].conv1.weight.div_(torch.tensor(scales).view(1, 3, 1, 1))
+    files = []
+    for name, model, std in (("declared", declared, scales), ("rescaled", rescaled, [1.0] * 3)):
+        save_weights(model, root / f"{name}.safetensors")
+        manifest = {
+            "benchmark": "cifar10",
+            "architecture": {"name": "lenet5", "kwargs": {}},
+            "num_classes": 10,
+            "preprocessing": {"mean": MEAN, "std": std},
+            "smoothing": {"sigma": 0.25},
+            "metadata": {"name": name},
+        }
+        (root / f"{name}.json").write_text(json.dumps(manifest))
+        files.append((str(root / f"{name}.safetensors"), str(root / f"{name}.json")))
+    return files
+
+
+def test_lens_figures_do_not_depend_on_the_declared_normalisation(app, tmp_path):
+    """Issue 26 §1: every lens figure is taken w.r.t. pixels in [0, 1], so an entry cannot move
+    its Jacobian norm (∝ std in the normalised space) or its pixel paths (1/std images longer)
+    by declaring another std and rescaling its first layer."""
+    labels = np.arange(30) % 10
+    write_torchvision_cifar(tmp_path / "data", "cifar10", random_images(30, seed=3), labels)
+    summaries, records = [], []
+    for weights, manifest in same_function_entries(tmp_path, [0.25, 0.5, 0.125]):
+        out = tmp_path / Path(manifest).stem
+        args = [
+            "fourier-lens", "--weights", weights, "--manifest", manifest,
+            "--dataset", str(tmp_path / "data"), "--paths", "2", "--pixel-pairs", "1",
+            "--jacobian-images", "4", "--out", str(out),
+        ]  # fmt: skip
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert "per unit pixel, [0,1] scale" in result.output
+        summaries.append(json.loads((out / "summary.json").read_text()))
+        records.append(read_lens_records(out / "records.parquet"))
+    declared, rescaled = summaries
+    assert declared["counts"] == rescaled["counts"]
+    assert set(declared["metrics"]) == set(METRIC_NAMES)
+    for group in ("metrics", "nyquist"):
+        for name, value in declared[group].items():
+            assert value["mean"] == pytest.approx(rescaled[group][name]["mean"], rel=1e-6), name
+    assert [r.length for r in records[0]] == [r.length for r in records[1]]
+    assert declared["metrics"]["jacobian_norm"]["mean"] > 0

@@ -14,7 +14,6 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from certbench.architectures import build_classifier
 from certbench.errors import (
     InputSizeError,
     ManifestError,
@@ -24,7 +23,8 @@ from certbench.errors import (
     UnknownArchitectureError,
     WeightsFormatError,
 )
-from certbench.loading import (
+from certbench.nets.architectures import build_classifier
+from certbench.nets.loading import (
     Manifest,
     check_model,
     load_manifest,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from certbench.errors import ManifestError
-from certbench.loading import MAX_INPUT_SIDE, NAME_LENGTH, load_manifest
+from certbench.nets.loading import MAX_INPUT_SIDE, NAME_LENGTH, load_manifest
 
 
 def manifest_dict(**overrides: Any) -> dict[str, Any]:

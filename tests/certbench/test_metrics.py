@@ -9,7 +9,8 @@ import pytest
 from scipy.stats import beta, norm
 
 from certbench.errors import RecordsError
-from certbench.metrics import (
+from certbench.smoothing.core import ABSTAIN, CertifyRecord, lower_confidence_bound
+from certbench.smoothing.metrics import (
     CIFAR_C_BANDS,
     PA_GRID,
     acr,
@@ -23,8 +24,7 @@ from certbench.metrics import (
     recompute_at_alpha,
     summarize,
 )
-from certbench.records import records_to_table
-from certbench.smoothing import ABSTAIN, CertifyRecord, lower_confidence_bound
+from certbench.smoothing.records import records_to_table
 
 
 def record(

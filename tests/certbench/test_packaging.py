@@ -1,6 +1,6 @@
 """The wheel ships what users of the package rely on: the ``py.typed`` marker (PEP 561), so that
-a type checker reads the annotations of ``certbench.client`` and ``certbench.zoo`` in a project
-that installs certbench, and the client's modules themselves.
+a type checker reads the annotations of ``certbench.client`` and ``certbench.client.zoo`` in a
+project that installs certbench, and the client's modules themselves.
 
 Built for real with ``uv build --offline`` (hatchling comes from uv's cache, where ``uv sync``
 put it when it built this project), since what counts is what the build backend selects, not
@@ -34,7 +34,7 @@ def test_the_wheel_carries_the_typing_marker_and_the_client(tmp_path: Path) -> N
     assert {
         "certbench/client/__init__.py",
         "certbench/client/types.py",
-        "certbench/zoo.py",
+        "certbench/client/zoo.py",
     } <= names
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
     assert "Classifier: Typing :: Typed" in zipfile.ZipFile(wheel).read(metadata).decode()

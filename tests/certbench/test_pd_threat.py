@@ -11,15 +11,15 @@ import torch
 from scipy.optimize import minimize
 
 from certbench.errors import ThreatModelError
-from certbench.pd_anchors import (
+from certbench.pd.anchors import (
     AnchorBank,
     build_anchor_bank,
     greedy_k_center,
     k_center_objective,
 )
-from certbench.pd_exact_projection import project_exact
-from certbench.pd_lazy_projection import project_lazy
-from certbench.pd_threat import PDThreat, find_k_min, pdw_class_weights, weighted_threat
+from certbench.pd.exact_projection import project_exact
+from certbench.pd.lazy_projection import project_lazy
+from certbench.pd.threat import PDThreat, find_k_min, pdw_class_weights, weighted_threat
 
 NUM_CLASSES = 4
 

@@ -14,13 +14,13 @@ from data_layouts import (
     write_torchvision_cifar,
 )
 
-from certbench.errors import DataSourceError
-from certbench.provenance import (
+from certbench.data.provenance import (
     config_sha256,
     find_local_paths,
     public_name,
     public_source,
 )
+from certbench.errors import DataSourceError
 
 
 def folder_with_configs(root: Path) -> Path:
@@ -98,7 +98,7 @@ def test_local_paths_are_found_in_text_and_urls_are_not(text: str, found: list[s
 
 
 def test_the_default_revision_of_a_pinned_hub_source_is_its_commit(tmp_path, monkeypatch):
-    from certbench.pinned_sources import CIFAR10, CIFAR100, default_revision, pinned_source
+    from certbench.data.pins import CIFAR10, CIFAR100, default_revision, pinned_source
 
     assert default_revision("cifar10", None) == CIFAR10.commit
     assert default_revision("uoft-cs/cifar100", None) == CIFAR100.commit

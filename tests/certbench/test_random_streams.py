@@ -7,10 +7,11 @@ import pytest
 import torch
 from torch import nn
 
-from certbench.apgd import random_start
 from certbench.errors import CertificationError
-from certbench.noise_sampling import ESTIMATE, NOISE_BLOCK, SELECT, noise_block_seeds
-from certbench.random_streams import (
+from certbench.pd.apgd import random_start
+from certbench.smoothing.core import certify
+from certbench.smoothing.sampling import ESTIMATE, NOISE_BLOCK, SELECT, noise_block_seeds
+from certbench.smoothing.streams import (
     derive_seed,
     derive_seeds,
     mt_state_words,
@@ -18,7 +19,6 @@ from certbench.random_streams import (
     parse_seed,
     seeded_generator,
 )
-from certbench.smoothing import certify
 
 MASK64 = (1 << 64) - 1
 
@@ -75,26 +75,35 @@ def test_attack_random_starts_use_all_64_bits():
 
 
 class Recorder(nn.Module):
-    """Keeps every input it sees; two classes so certify accepts its logits."""
+    """Keeps every input it sees; two classes so certify accepts its logits. ``tied``: both
+    logits equal, so every sample is a near tie the engine settles again in fixed-shape chunks
+    (padded with zero rows); otherwise a clear margin, so each sample is classified once."""
 
-    def __init__(self) -> None:
+    def __init__(self, tied: bool = False) -> None:
         super().__init__()
         self.seen: list[torch.Tensor] = []
+        self.logits = torch.tensor([0.0, 0.0] if tied else [1.0, 0.0])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.seen.append(x.clone())
-        return torch.zeros(len(x), 2)
+        return self.logits.expand(len(x), 2)
 
 
 def test_certify_noise_is_the_documented_block_stream():
-    """x = 0, σ = 1: the model sees the raw noise, which must be normal_blocks of the seeds."""
-    model = Recorder()
+    """x = 0, σ = 1: the model sees the raw noise, which must be normal_blocks of the seeds.
+
+    Near ties (equal logits) are classified again from their re-drawn noise in fixed-shape
+    chunks whose unused rows are zeros: those rows are padding, not samples, and the re-drawn
+    samples must be the same documented noise."""
     n0, n, seed, test_set = 7, NOISE_BLOCK + 30, 11 << 70, "fog_s3/test"
-    certify(
-        model, torch.zeros(2, 1, 2, 2), [0, 1], sigma=1.0, n0=n0, n=n, seed=seed,
-        indices=[4, 9], test_set=test_set, batch_size=97, channels_last=False,
-    )  # fmt: skip
-    seen = torch.cat(model.seen)
+
+    def run(model: Recorder) -> torch.Tensor:
+        certify(
+            model, torch.zeros(2, 1, 2, 2), [0, 1], sigma=1.0, n0=n0, n=n, seed=seed,
+            indices=[4, 9], test_set=test_set, batch_size=97, channels_last=False,
+        )  # fmt: skip
+        return torch.cat(model.seen)
+
     base = derive_seed(seed, test_set)
     expected = []
     for index in (4, 9):
@@ -102,7 +111,16 @@ def test_certify_noise_is_the_documented_block_stream():
             sizes = [min(NOISE_BLOCK, count - s) for s in range(0, count, NOISE_BLOCK)]
             seeds = noise_block_seeds(base, index, phase, count)
             expected += list(normal_blocks(seeds, sizes, (1, 2, 2)))
-    assert torch.equal(seen, torch.cat(expected))
+    expected_rows = torch.cat(expected)
+    assert torch.equal(run(Recorder()), expected_rows)
+
+    def multiset(rows: torch.Tensor) -> list[tuple[float, ...]]:
+        return sorted(map(tuple, rows.flatten(1).tolist()))
+
+    tied = run(Recorder(tied=True)).flatten(1)
+    samples = tied[tied.abs().sum(dim=1) > 0]  # drop the zero padding rows of settle chunks
+    assert len(tied) > len(samples)  # the chunks were padded
+    assert multiset(samples) == multiset(torch.cat([expected_rows, expected_rows]))
 
 
 @pytest.mark.slow  # ~7 s on an idle core (400,000 seeded generator states)

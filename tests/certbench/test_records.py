@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from certbench.errors import RecordsError
-from certbench.records import SCHEMA, read_metadata, read_records, write_records
-from certbench.smoothing import CertifyRecord
+from certbench.smoothing.core import CertifyRecord
+from certbench.smoothing.records import SCHEMA, read_metadata, read_records, write_records
 
 
 def sample_records() -> list[CertifyRecord]:

@@ -15,10 +15,10 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from certbench.architectures import build_classifier
 from certbench.errors import TruncatedWeightsError, WeightsFormatError, WeightsHeaderTooLargeError
-from certbench.loading import load_manifest, load_model, max_tensors, read_safetensors
-from certbench.safetensors_header import header_limit, read_header
+from certbench.nets.architectures import build_classifier
+from certbench.nets.header import header_limit, read_header
+from certbench.nets.loading import load_manifest, load_model, max_tensors, read_safetensors
 
 MEAN, STD = [0.4914, 0.4822, 0.4465], [0.2023, 0.1994, 0.2010]
 

@@ -12,9 +12,7 @@ from scipy.stats import beta, binomtest, norm
 from torch import nn
 
 from certbench.errors import CertificationError
-from certbench.noise_sampling import NOISE_BLOCK
-from certbench.random_streams import derive_seed
-from certbench.smoothing import (
+from certbench.smoothing.core import (
     ABSTAIN,
     CertifyRecord,
     certified_radius,
@@ -23,6 +21,8 @@ from certbench.smoothing import (
     min_count_to_certify,
     predict,
 )
+from certbench.smoothing.sampling import NOISE_BLOCK
+from certbench.smoothing.streams import derive_seed
 
 
 class HalfSpace(nn.Module):

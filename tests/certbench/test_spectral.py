@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from certbench import spectral
+from certbench.fourier import spectral
 
 
 def test_centred_spectrum_puts_dc_at_the_centre_and_inverts() -> None:

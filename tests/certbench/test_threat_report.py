@@ -13,18 +13,19 @@ import torch
 from data_layouts import write_hub_folder, write_torchvision_cifar
 from typer.testing import CliRunner
 
-from certbench.cli import app, register_plugins
-from certbench.data import load_images
+from certbench.cli.app import app, register_plugins
+from certbench.cli.pd import ANCHORS_PER_CLASS
+from certbench.data.sources import load_images
 from certbench.errors import ThreatModelError
-from certbench.pd_anchors import DEFAULT_K, AnchorBank, build_anchor_bank
-from certbench.pd_threat import PDThreat
-from certbench.threat_commands import ANCHORS_PER_CLASS
-from certbench.threat_report import (
+from certbench.pd.anchors import DEFAULT_K, AnchorBank, build_anchor_bank
+from certbench.pd.report import (
     CARD_START,
     REPORT_FILE,
+    threat_points,
     threat_report,
     write_threat_report,
 )
+from certbench.pd.threat import PDThreat
 
 CLASSES = tuple(f"class_{i}" for i in range(10))
 
@@ -133,8 +134,11 @@ def test_outputs_land_next_to_the_card_and_rerun_replaces_the_section(sources):
         pairs=20,
     )
     assert report.sets[0].count == 10
+    from certbench.figures import render, threat_figure
+
+    png = render(threat_figure(*threat_points(report)), "png")  # the CLI's figure, from a spec
     for _ in range(2):
-        written = write_threat_report(report, sources["dataset"])
+        written = write_threat_report(report, sources["dataset"], figure_png=png)
     payload = json.loads((sources["dataset"] / REPORT_FILE).read_text())
     assert payload["sets"][0]["name"] == "noise_s1"
     assert payload["anchors"]["k"] == "3" and payload["anchors"]["dataset"] == "tiny-cifar10"
@@ -209,7 +213,7 @@ def test_commands_default_k_is_the_papers():
 def test_registering_the_pd_commands_imports_no_torch():
     """``certbench --help`` must not pay for torch because the PD commands are installed."""
     code = (
-        "import sys, typer; from certbench.threat_commands import register; "
+        "import sys, typer; from certbench.cli.pd import register; "
         "register(typer.Typer()); print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -218,7 +222,7 @@ def test_registering_the_pd_commands_imports_no_torch():
 
 def test_report_and_card_name_no_local_path(sources):
     """A bank built from a local folder records that folder; the published card must not."""
-    from certbench.provenance import find_local_paths
+    from certbench.data.provenance import find_local_paths
 
     local = AnchorBank.load(sources["bank"])
     bank = build_anchor_bank(

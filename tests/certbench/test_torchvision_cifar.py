@@ -1,4 +1,4 @@
-"""certbench.torchvision_cifar: torchvision CIFAR folders round-trip byte-exactly, the
+"""certbench.data.torchvision_cifar: torchvision CIFAR folders round-trip byte-exactly, the
 restricted unpickler refuses code, and every malformed file gives a clear error."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from data_layouts import (
     write_torchvision_cifar,
 )
 
-from certbench.data import list_configs, load_images, source_kind
-from certbench.dataset_names import HUB_ALIASES
+from certbench.data.image_set import Subset
+from certbench.data.names import HUB_ALIASES
+from certbench.data.sources import list_configs, load_images, source_kind
 from certbench.errors import DataSourceError
-from certbench.image_set import Subset
 
 N = 40
 

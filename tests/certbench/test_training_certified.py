@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from certbench.data import load_images
-from certbench.demo_data import write_demo_dataset
-from certbench.image_set import Subset
-from certbench.loading import load_manifest, load_model
-from certbench.metrics import summarize
-from certbench.smoothing import certify
+from certbench.data.demo import write_demo_dataset
+from certbench.data.image_set import Subset
+from certbench.data.sources import load_images
+from certbench.nets.loading import load_manifest, load_model
+from certbench.smoothing.core import certify
+from certbench.smoothing.metrics import summarize
 from certbench.training.trainer import RunOptions, TrainConfig, train
 
 SIGMA = 0.5

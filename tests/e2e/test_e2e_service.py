@@ -12,8 +12,8 @@ from flow import put_benchmark, submit, wait_state
 from processes import wait_for
 from support import TEST_SETS, manifest, tiny_model, weights_bytes
 
-from certbench.metrics import acr
-from certbench.records import table_to_records
+from certbench.smoothing.metrics import acr
+from certbench.smoothing.records import table_to_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -2,9 +2,11 @@
 PostgreSQL, Redis, the API and a real ``certbench worker`` process.
 
 Weights are stored once per content. Alice's ResNet-20 runs; meanwhile Bob uploads the same bytes
-declared as a ResNet-56 (another manifest, so another artifact sharing the file). The worker
-rejects Bob's (state_dict_mismatch) between two of Alice's shards and releases his artifact; the
-file must stay, since Alice's run still needs it, and her remaining shards must run on it.
+with a manifest whose normalisation divides by a denormal std (another manifest, so another
+artifact sharing the file; weights that do not fit their architecture are refused at intake since
+issue 25, so the worker's rejection comes from the dummy forward pass: non-finite outputs). The
+worker rejects Bob's between two of Alice's shards and releases his artifact; the file must stay,
+since Alice's run still needs it, and her remaining shards must run on it.
 """
 
 from __future__ import annotations
@@ -39,14 +41,14 @@ def test_a_rejected_upload_of_the_same_bytes_keeps_the_running_ones_weights(stac
         return body if body["state"] == "running" and body["shards_done"] >= 1 else None
 
     wait_for(mid_run, timeout=400, what="a first shard of alice's run", services=stack.services())
-    claim = manifest(benchmark="shared", architecture={"name": "cifar_resnet56", "kwargs": {}})
+    claim = manifest(benchmark="shared", preprocessing={"mean": [0.5] * 3, "std": [1e-45] * 3})
     second = submit(bob, weights, claim)
     assert second.status_code == 202, second.text
     assert second.json()["weights_sha256"] == first.json()["weights_sha256"]
     rejected = wait_state(
         bob, second.json()["id"], {"rejected"}, services=stack.services(), timeout=400
     )
-    assert rejected["reason"] == "state_dict_mismatch"
+    assert rejected["reason"] == "non_finite_output"
 
     done = wait_state(alice, sid, {"finished"}, services=stack.services(), timeout=600)
     assert done["shards_done"] == done["shards_total"] == 2 * len(TEST_SETS)

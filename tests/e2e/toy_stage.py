@@ -44,8 +44,8 @@ class ToyProtocol(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    images: int = Field(gt=0)
-    seconds_per_image: float = Field(default=0.0, ge=0)
+    images: int = Field(gt=0, le=100_000)  # bounded like every packaged stage's fields
+    seconds_per_image: float = Field(default=0.0, ge=0, le=60)
 
 
 def value(seed: int, unit: str, index: int) -> float:

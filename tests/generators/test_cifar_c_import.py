@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from certbench.cli import app, register_plugins
-from certbench.data import load_images
+from certbench.cli.app import app, register_plugins
+from certbench.data.sources import load_images
 from certbench.errors import DataSourceError
 from generators import hub
 from generators.cifar_c_import import CIFAR10_CLASSES, import_cifar_c

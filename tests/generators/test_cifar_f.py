@@ -19,9 +19,9 @@ from cifar_f_sources import (
     write_hub_folder,
 )
 
-from certbench import spectral
-from certbench.data import load_images
+from certbench.data.sources import load_images
 from certbench.errors import DataSourceError, GeneratorError
+from certbench.fourier import spectral
 from generators import cifar_f as cf
 from generators import cifar_f_build as build
 from generators import hub, streams
@@ -318,7 +318,7 @@ def test_all_192_configs_written_with_names_and_metadata(source: Path, tmp_path:
     specs = cf.grid()
     report = build.generate(clean, tmp_path, specs, dataset="cifar10", protocol=R, seed=9)
     assert len(report.written) == 192
-    from certbench.data import list_configs
+    from certbench.data.sources import list_configs
 
     assert list_configs(tmp_path) == [s.name for s in specs]
     for spec in specs:

@@ -13,13 +13,13 @@ from cifar_f_sources import write_cifar10
 from huggingface_hub import constants
 from typer.testing import CliRunner
 
-from certbench.data import list_configs, load_images
+from certbench.data.sources import list_configs, load_images
 from generators import commands
 
 
 @pytest.fixture(scope="module")
 def app() -> typer.Typer:
-    """A fresh app with only this plugin, as certbench.cli.register_plugins would mount it."""
+    """A fresh app with only this plugin, as certbench.cli.app.register_plugins would mount it."""
     cli = typer.Typer()
 
     @cli.callback()
@@ -123,7 +123,7 @@ def test_publish_offline_through_the_installed_command(
     folder = _published_folder(app, source, tmp_path)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_TOKEN": "hf_not_a_real_token"}
     proc = subprocess.run(
-        [sys.executable, "-c", "from certbench.cli import main; main()", "publish", str(folder),
+        [sys.executable, "-c", "from certbench.cli.app import main; main()", "publish", str(folder),
          "--repo", "me/x"],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip

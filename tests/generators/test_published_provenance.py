@@ -18,8 +18,8 @@ import typer
 from cifar_f_sources import write_cifar10
 from typer.testing import CliRunner
 
+from certbench.data.provenance import find_local_paths
 from certbench.errors import PublishError
-from certbench.provenance import find_local_paths
 from generators import commands, corruption_commands, hub, hub_publish
 
 N = 4
@@ -134,8 +134,8 @@ def test_the_hub_source_is_read_and_recorded_at_the_pinned_commit(
     """Without --source and --revision, a generator reads uoft-cs/cifar10 at the commit the
     packaged definitions pin, and the card and checksums name that commit (no download: the
     stand-in loader serves the local test source and records what it was asked for)."""
-    from certbench.data import load_images
-    from certbench.pinned_sources import CIFAR10
+    from certbench.data.pins import CIFAR10
+    from certbench.data.sources import load_images
     from generators import cifar_f_build, corruption_sets
 
     asked: list[tuple[str, str | None]] = []

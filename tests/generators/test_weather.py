@@ -117,7 +117,7 @@ def test_errors() -> None:
 def test_the_simulator_is_certbench_weather_and_keeps_the_published_streams() -> None:
     """The attack (certbench) and the generator must share one simulator and one stream
     definition: the random test sets' draws are the attack's first start points."""
-    from certbench import weather as core
+    from certbench.weather import simulator as core
     from generators.corruption_runs import image_rngs
 
     assert w.render_mask is core.render_mask and w.sprite_bank is core.sprite_bank
@@ -136,8 +136,8 @@ def test_the_simulator_is_certbench_weather_and_keeps_the_published_streams() ->
 
 def test_the_attacks_first_start_is_the_published_random_image() -> None:
     """Random-weather accuracy in the attack is measured on the random test set's images."""
-    from certbench.weather import draw_particles, particle_rngs
-    from certbench.weather_threat import WeatherSet
+    from certbench.weather.simulator import draw_particles, particle_rngs
+    from certbench.weather.threat import WeatherSet
 
     imgs = _images(24, seed=3)
     indices = np.arange(500, 524)

@@ -1,6 +1,7 @@
 """Factories for service tests: a tiny benchmark definition, uploads, and submissions driven
-through the real pipeline functions (records written with certbench.records, metrics computed by
-certbench.metrics), so leaderboard rows come from the same code path as in production."""
+through the real pipeline functions (records written with certbench.smoothing.records, metrics
+computed by
+certbench.smoothing.metrics), so leaderboard rows come from the same code path as in production."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from certbench.architectures import build_classifier
-from certbench.attacks import RobustnessRecord, RobustnessReport
-from certbench.loading import save_weights
-from certbench.records import write_records
-from certbench.smoothing import CertifyRecord
+from certbench.nets.architectures import build_classifier
+from certbench.nets.loading import save_weights
+from certbench.pd.evaluation import RobustnessRecord, RobustnessReport
+from certbench.smoothing.core import CertifyRecord
+from certbench.smoothing.records import write_records
 from models import pipeline, shards, storage
 from models.accounts import create_token, create_user
 from models.catalog import parse_definition, upsert_benchmark
@@ -208,8 +209,8 @@ RobustnessPlan = tuple[int, dict[int, tuple[int, int, int]]]
 def robustness_report(
     start: int, stop: int, plan: RobustnessPlan, *, skip: int = 2
 ) -> RobustnessReport:
-    """Per-image attack records as ``certbench.attacks.robust_accuracy`` writes them; a broken
-    image's d_PD is 0.1·(position + 1) and its arg-max anchor its position."""
+    """Per-image attack records as ``certbench.pd.evaluation.robust_accuracy`` writes them; a
+    broken image's d_PD is 0.1·(position + 1) and its arg-max anchor its position."""
     clean, per_eps = plan
     records = []
     for eps, (linf, projected, aware) in per_eps.items():

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "certbench"))
 from data_layouts import CIFAR10_CLASSES, random_images, random_labels, write_hub_folder
 
-from certbench.data import load_images
+from certbench.data.sources import load_images
 from models import data_availability
 from models.catalog import parse_definition, upsert_benchmark
 from models.data_availability import (
@@ -257,7 +257,7 @@ def _pinned_set(sha256: str) -> dict[str, Any]:
 
 def _copy_sha256(folder: Path, *, seed: int = 0) -> str:
     """Write the uoft-cs/cifar10 layout with images drawn from ``seed``; its test shard's hash."""
-    from certbench.provenance import config_sha256
+    from certbench.data.provenance import config_sha256
 
     write_hub_folder(folder, "plain_text", random_images(6, seed=seed), random_labels(6, 10),
                      class_names=CIFAR10_CLASSES, data_dir="", image_column="img")  # fmt: skip

@@ -15,7 +15,7 @@ import yaml
 from typer.testing import CliRunner
 
 from api.commands import register
-from certbench.provenance import config_sha256
+from certbench.data.provenance import config_sha256
 from generators import hub
 from models.catalog import load_definition
 
@@ -128,7 +128,7 @@ def test_a_commit_must_be_a_full_commit_id(tmp_path: Path):
 def test_the_packaged_clean_definitions_pin_their_hub_data(name: str) -> None:
     """The commits and SHA-256 values public sources give for uoft-cs/cifar10 and cifar100
     (their LFS object ids), written into the packaged definitions and the pinned sources."""
-    from certbench.pinned_sources import PINNED_SOURCES
+    from certbench.data.pins import PINNED_SOURCES
     from models.catalog import packaged_definitions
 
     facts = {
@@ -154,7 +154,7 @@ def test_the_packaged_clean_definitions_pin_their_hub_data(name: str) -> None:
 def test_every_packaged_read_of_the_hub_cifar_copies_is_pinned() -> None:
     """Stage blocks reading uoft-cs/cifar10 or cifar100 pin the commit and the test shard's
     hash; a definition built from them names the commit the generators read by default."""
-    from certbench.pinned_sources import PINNED_SOURCES, default_revision
+    from certbench.data.pins import PINNED_SOURCES, default_revision
     from models.catalog import packaged_definitions
 
     checked = 0

@@ -12,9 +12,9 @@ import torch
 from service_factories import make_user
 from sqlalchemy.orm import Session
 
-from certbench.demo_data import demo_images
-from certbench.loading import load_manifest, load_model
-from certbench.provenance import config_sha256
+from certbench.data.demo import demo_images
+from certbench.data.provenance import config_sha256
+from certbench.nets.loading import load_manifest, load_model
 from models.catalog import packaged_definitions, upsert_benchmark
 from models.entities import Submission
 from models.errors import DatasetMismatchError

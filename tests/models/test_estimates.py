@@ -95,16 +95,16 @@ def test_fourier_lens_counts_paths_jacobians_and_bounds_pixel_paths(session, set
              "smoothed": True, "noise_samples": 3, "source_size": 100}  # fmt: skip
     doc = _with_stage("fourier_lens", block)
     estimate = _estimates(session, settings, doc, std=0.5)["fourier_lens"]
-    # pixel paths step 1.0 in normalised units: ‖z₁ − z₀‖ ≤ √(32·32·3 / 0.5²) = √12288 ≈ 110.9
-    # → at most 111 images; 10 within-class and C(10, 2) = 45 between-class pairs
-    paths = 2 * 5 + 2 * 5 + 10 * 111 + 45 * 111
+    # pixel paths step 0.25 in pixel units, whatever the std: ‖x₁ − x₀‖ ≤ √(32·32·3) ≈ 55.4
+    # → at most 222 images; 10 within-class and C(10, 2) = 45 between-class pairs
+    paths = 2 * 5 + 2 * 5 + 10 * 222 + 45 * 222
     assert {u.unit: u.passes() for u in estimate.units} == {
         "base": paths + 2,  # + one forward pass per Jacobian image
         "smoothed": paths * 3,  # every path image on 3 noisy copies, no Jacobian
     }
-    assert not estimate.exact and "111 images" in estimate.note
+    assert not estimate.exact and "222 images" in estimate.note
     base = estimate.unit("base")
-    assert base.passes(0, 2) == 10 and base.passes(2, 5) == 2 * 5 + 111  # phase, then pixels
+    assert base.passes(0, 2) == 10 and base.passes(2, 5) == 2 * 5 + 222  # phase, then pixels
     no_entry = _estimates(session, settings, doc)["fourier_lens"]  # no preprocessing known
     assert no_entry.forward_passes == (2 * 5 * 2 + 55 + 2) + (2 * 5 * 2 + 55) * 3
     assert "lower bound" in no_entry.note

@@ -12,8 +12,8 @@ import pytest
 from service_factories import tiny_definition
 from sqlalchemy.orm import Session
 
-from certbench.fourier_protocol import PROTOCOLS
-from certbench.spectral import BAND_EDGES
+from certbench.fourier.protocol import PROTOCOLS
+from certbench.fourier.spectral import BAND_EDGES
 from models.catalog import parse_definition, upsert_benchmark
 from models.errors import BenchmarkDefinitionError
 from models.stages import registry
@@ -21,8 +21,9 @@ from models.stages.fourier_sensitivity import SHARD_FORWARD_PASSES, point_range
 from models.stages.fourier_text import band_edges
 
 STAGE = "fourier_sensitivity"
-README = Path(__file__).resolve().parents[2] / "README.md"
-#: The block README.md shows for CIFAR-10 (its test below checks they agree).
+GUIDE_PAGE = Path(__file__).resolve().parents[2] / "docs" / "researchers" / "fourier-sensitivity.md"
+#: The block the guide's Fourier sensitivity page shows for CIFAR-10 (its test below checks they
+#: agree).
 EXAMPLE = {"protocol": "quick", "repo": "uoft-cs/cifar10"}
 
 
@@ -138,11 +139,11 @@ def test_band_edges_are_the_corruption_sets():
     assert band_edges(64) == pytest.approx(tuple(2 * e for e in BAND_EDGES))
 
 
-def test_the_readme_example_block_is_this_one_and_loads():
-    text = README.read_text(encoding="utf-8")
+def test_the_guides_example_block_is_this_one_and_loads():
+    text = GUIDE_PAGE.read_text(encoding="utf-8")
     blocks = re.findall(r"```json\n(.*?)```", text, flags=re.S)
     examples = [json.loads(b) for b in blocks if f'"{STAGE}"' in b]
-    assert examples, "README.md shows no fourier_sensitivity block"
+    assert examples, f"{GUIDE_PAGE.name} shows no fourier_sensitivity block"
     assert examples[0] == {"stages": {STAGE: EXAMPLE}}
     doc = tiny_definition()
     doc.update(examples[0])

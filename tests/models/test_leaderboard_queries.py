@@ -6,7 +6,7 @@ import pytest
 from service_factories import finished_submission, load_tiny, make_user
 from sqlalchemy.orm import Session
 
-from models.entities import Role
+from models.entities import Role, Submission
 from models.errors import IntakeError
 from models.leaderboard import LeaderboardQuery, leaderboard, results_of
 from models.settings import Settings
@@ -40,14 +40,14 @@ def board(session: Session, settings: Settings) -> dict:
 
 
 def names(page) -> list[str]:
-    return [row.submission.model_name for row in page.rows]
+    return [row.model_name for row in page.rows]
 
 
 def test_sort_order_and_ranks(session: Session, board: dict):
     page = leaderboard(session, board["benchmark"], LeaderboardQuery(), viewer=None)
     assert names(page) == ["best-net", "mid-net", "weak-net"]
     assert [r.rank for r in page.rows] == [1, 2, 3] and page.total == 3
-    macrs = [r.entry.macr for r in page.rows]
+    macrs = [r.figures["macr"] for r in page.rows]
     assert macrs == sorted(macrs, reverse=True) and macrs[0] > macrs[-1]
     asc = leaderboard(
         session, board["benchmark"], LeaderboardQuery(sort="abstain_rate", order="asc"),
@@ -97,7 +97,7 @@ def test_private_and_hidden_entries(session: Session, board: dict, settings: Set
     set_moderation(session, board["ids"]["mid"], flagged=True, flag_reason="suspicious")
     public = leaderboard(session, bench, LeaderboardQuery(), viewer=None)
     assert names(public) == ["mid-net", "weak-net"]
-    assert public.rows[0].submission.flag_reason == "suspicious"
+    assert public.rows[0].flag_reason == "suspicious"
     flagged = leaderboard(session, bench, LeaderboardQuery(flagged=False), viewer=None)
     assert names(flagged) == ["weak-net"]
 
@@ -106,5 +106,5 @@ def test_unknown_sort_and_results(session: Session, board: dict):
     with pytest.raises(IntakeError, match=r"not a sort key of benchmark .*valid keys: macr, "):
         leaderboard(session, board["benchmark"], LeaderboardQuery(sort="nope"), viewer=None)
     page = leaderboard(session, board["benchmark"], LeaderboardQuery(limit=1), viewer=None)
-    results = results_of(session, page.rows[0].submission)
+    results = results_of(session, session.get_one(Submission, page.rows[0].submission_id))
     assert [r.test_set.name for r in results] == ["set0", "set1"]

@@ -1,5 +1,6 @@
 """The ``stages.fourier_lens`` definition block: validation, presets, the stored plan, and the
-example block the README gives for the packaged CIFAR-10/100 definitions."""
+example block the guide gives (docs/researchers/fourier-lens.md) for the packaged CIFAR-10/100
+definitions."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from models.errors import BenchmarkDefinitionError
 from models.stages import registry
 from models.stages.fourier_lens import PRESETS
 
-#: The blocks recommended for the packaged clean benchmarks (README "Fourier lens" section).
+#: The blocks recommended for the packaged clean benchmarks (the guide's Fourier lens page).
 CIFAR10_BLOCK = {"repo": "uoft-cs/cifar10", "preset": "paper"}
 CIFAR100_BLOCK = {"repo": "uoft-cs/cifar100", "preset": "paper", "pixel_pairs": 10}
-#: The README's complete example (the paper protocol plus the smoothed classifier's paths).
+#: The guide's complete example (the paper protocol plus the smoothed classifier's paths).
 README_BLOCK = {"repo": "uoft-cs/cifar10", "preset": "paper", "smoothed": True, "noise_samples": 16}
 
 
@@ -95,7 +96,7 @@ def test_a_protocol_the_clean_set_cannot_hold_is_refused_at_load(session: Sessio
 
 
 def test_recommended_packaged_blocks_load_next_to_the_packaged_definitions(session: Session):
-    """The README's blocks for cifar10 and cifar100 validate against those definitions."""
+    """The guide's blocks for cifar10 and cifar100 validate against those definitions."""
     by_name = {d.name: d.model_dump(mode="json") for d in packaged_definitions()}
     for name, block, units in (
         ("cifar10", CIFAR10_BLOCK, {"base": 21_400}),

@@ -10,7 +10,7 @@ from service_factories import load_tiny, make_user, record_shard, run_pipeline, 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from certbench.records import read_table
+from certbench.smoothing.records import read_table
 from models import pipeline, storage
 from models import shards as shard_store
 from models.base import utcnow

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from models import pipeline, shards
 from models.base import utcnow
 from models.entities import ShardDispatch
-from models.reconcile import reconcile
+from models.reconcile import reconcile, release_node
 from models.settings import Settings
 from models.states import Reason, SubmissionState
 from models.submission_intake import create_submission
@@ -127,3 +127,61 @@ def test_validation_that_lost_its_worker_is_retried_then_failed(
     now += timedelta(seconds=settings.lease_seconds + 1)
     assert reconcile(session, settings=settings, now=now).failed == [submission_id]
     assert pipeline.get_state(session, submission_id) == S.FAILED
+
+
+def test_a_backlog_is_not_multiplied_by_the_sweeps(session: Session, settings: Settings):
+    """Issue 27 §5: shards whose messages wait behind a backlog (no worker takes them) draw at
+    most one re-send per shard and lease period after the first, not one per
+    ``reconcile_after``: over 5 lease periods of sweeps every 30 s, 10 submissions' shards."""
+    settings = settings.model_copy(
+        update={"reconcile_after_seconds": 60, "lease_seconds": 300, "quota_concurrent": 100,
+                "quota_submissions_per_day": 100}
+    )  # fmt: skip
+    benchmark = load_tiny(session)
+    user, _ = make_user(session, "alice")
+    planned = []
+    for i in range(10):
+        sid = create_submission(
+            session, user=user, benchmark=benchmark, upload=upload(seed=i), settings=settings
+        ).id
+        planned += [(sid, spec.key) for spec in _running_with_dispatch(session, sid, settings)]
+    start, sweeps, periods = utcnow(), 50, 5
+    resent: dict[tuple, list[int]] = {}
+    for sweep in range(1, sweeps + 1):
+        now = start + timedelta(seconds=30 * sweep)
+        for sid, spec in reconcile(session, settings=settings, now=now).shards:
+            resent.setdefault((sid, spec.key), []).append(sweep)
+    assert set(resent) == set(planned)  # every message counted as lost was sent again
+    for key, when in resent.items():
+        assert len(when) <= 1 + periods, (key, when)
+        assert when[0] == 2  # the first re-send still comes after reconcile_after (60 s)
+    last_period = [s for when in resent.values() for s in when if s > sweeps - 10]
+    assert len(last_period) <= len(planned)  # the queue does not grow
+
+
+def test_a_starting_worker_releases_the_leases_of_its_node(
+    session: Session, settings: Settings, submission_id: int
+):
+    """Issue 27 §5: a worker restarted under the same node name ends the claims its dead
+    process held; the next sweep re-sends them at once instead of after the lease."""
+    plan = _running_with_dispatch(session, submission_id, settings)
+    node = "certbench-auto@host_1"
+    assert shards.claim(session, submission_id, plan[0], worker=f"{node}/4242",
+                        settings=settings) is None  # fmt: skip
+    assert (
+        shards.claim(
+            session, submission_id, plan[1], worker="certbench-auto@hostX1/7", settings=settings
+        )
+        is None
+    )  # fmt: skip (another node; `_` is no wildcard)
+    soon = utcnow() + timedelta(seconds=1)
+    assert not reconcile(session, settings=settings, now=soon).shards  # both leases alive
+    assert release_node(session, node) == 1
+    actions = reconcile(session, settings=settings, now=utcnow() + timedelta(seconds=1))
+    assert [spec.key for _, spec in actions.shards] == [plan[0].key]
+    row = session.get(ShardDispatch, (submission_id, *plan[0].key))
+    session.refresh(row)
+    assert row.expired_claims == 1 and row.history[-1]["worker"] == f"{node}/4242"
+    other = session.get(ShardDispatch, (submission_id, *plan[1].key))
+    session.refresh(other)
+    assert other.claimed_by == "certbench-auto@hostX1/7"

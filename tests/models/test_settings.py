@@ -21,7 +21,7 @@ def test_defaults_live_under_data_dir(tmp_path: Path):
 def test_datasets_dir_defaults_under_data_dir_as_the_fetch_command_assumes(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
-    from certbench.hub_fetch import default_datasets_dir
+    from certbench.data.fetch import default_datasets_dir
 
     monkeypatch.delenv("CERTBENCH_DATASETS_DIR", raising=False)
     monkeypatch.setenv("CERTBENCH_DATA_DIR", str(tmp_path / "d"))

@@ -12,7 +12,7 @@ import pytest
 from service_factories import tiny_definition
 from sqlalchemy.orm import Session
 
-from certbench.weather import WEATHERS
+from certbench.weather.simulator import WEATHERS
 from models.catalog import packaged_definitions, parse_definition, upsert_benchmark
 from models.errors import BenchmarkDefinitionError
 from models.settings import Settings

@@ -169,6 +169,15 @@ def page(browser: Any, server: str, console: list[str]) -> Iterator[Any]:
     assert not console, f"browser console errors: {console}"
 
 
+def drawn(page: Any) -> None:
+    """Wait until vega-embed has drawn every figure of the page (certbench.js marks
+    ``<html data-charts>``); fails when a figure could not be drawn."""
+    if page.locator("div.vega-chart").count() == 0:
+        return
+    page.wait_for_function("document.documentElement.dataset.charts", timeout=60_000)
+    assert page.evaluate("document.documentElement.dataset.charts") == "drawn"
+
+
 def screenshot(page: Any, name: str, *, full_page: bool = True) -> Path:
     """Save a screenshot under test-artifacts/web/ for a reviewer to look at."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,10 @@
-"""Figure data: the fast certified-accuracy grid equals certbench.metrics; CIFAR-F grids and band
-tables aggregate the per-test-set results correctly."""
+"""Figure data: the fast certified-accuracy grid equals certbench.smoothing.metrics; CIFAR-F grids
+and band tables aggregate the per-test-set results correctly."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -18,7 +21,7 @@ from api.web.figures import (
     is_fourier,
 )
 from certbench.errors import RecordsError
-from certbench.metrics import certified_accuracy
+from certbench.smoothing.metrics import certified_accuracy
 
 
 def _table(n: int, seed: int) -> pa.Table:
@@ -122,11 +125,29 @@ def test_many_test_sets_are_grouped_by_band_plus_mean() -> None:
         SetCurves(r.test_set, RADIUS_GRID, np.linspace(1, 0, len(RADIUS_GRID)), None, True)
         for r in results
     ]
-    svg = str(certified_accuracy_chart(public, curves))
-    labels = [part.split('"')[0] for part in svg.split('data-label="')[1:]]
+    figure = certified_accuracy_chart(public, curves)
+    labels = list(dict.fromkeys(row["series"] for row in figure.spec["data"]["values"]))
     assert labels == [
         "low band (3 sets)",
         "mid band (3 sets)",
         "high band (3 sets)",
         "mean over 9 test sets",
     ]
+
+
+def test_the_spectrum_says_radial_and_an_empty_bin_does_not_squash_the_axis(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Generated digits hold no energy at one radial bin (log10 ≈ −11): that bin is left out
+    and named, instead of stretching the axis to −11 (issue 25 §1)."""
+    from api.web import datasets
+
+    profile = 10.0 ** np.r_[2.5, np.linspace(1.2, 0.4, 21), -11.0]
+    monkeypatch.setattr(datasets, "_spectrum", lambda *args: profile)
+    local = {"default": datasets.LocalConfig("default", tmp_path, "test")}
+    figure = datasets.spectra_chart(local)
+    spec = figure.spec
+    assert spec["layer"][0]["encoding"]["x"]["title"] == "radial frequency f (cycles per image)"
+    assert spec["layer"][0]["encoding"]["y"]["scale"]["domain"] == [0.0, 3.0]
+    assert "1 value(s) more than 4 decades below the median" in figure.description
+    assert "azimuthal" not in json.dumps(spec)

@@ -5,20 +5,16 @@ every entry on the compare page, and the same half-width in ``GET /api/v1/result
 
 from __future__ import annotations
 
-import re
-from html import unescape
-
 import pytest
 from conftest import Site
 from fastapi.testclient import TestClient
+from figure_specs import rows, specs
 
-from certbench.figure_intervals import mean_pa_band
-from certbench.intervals import pa_band
-from certbench.records import read_table
+from certbench.smoothing.records import read_table
+from certbench.stats.entry_intervals import mean_pa_band
+from certbench.stats.intervals import pa_band
 from models.db import session_scope
 from models.leaderboard import certification_results
-
-BAND = re.compile(r'<polygon class="band" points="[^"]+"[^>]*><title>([^<]+)</title>')
 
 
 @pytest.fixture
@@ -27,8 +23,13 @@ def anonymous(client: TestClient) -> TestClient:
     return client
 
 
-def _chart(html: str, chart_id: str) -> str:
-    return html[html.index(f'id="{chart_id}"') :].split("</svg>")[0]
+def _bands(html: str, chart_id: str) -> list[str]:
+    """ "label: what the band is" of every shaded curve of a figure."""
+    found = {}
+    for row in rows(specs(html)[chart_id]):
+        if "band" in row:
+            found[row["series"]] = f"{row['series']}: {row['band']}"
+    return list(found.values())
 
 
 def _set_bands(site: Site, sid: int) -> dict[str, tuple[int, float]]:
@@ -46,9 +47,9 @@ def _set_bands(site: Site, sid: int) -> dict[str, tuple[int, float]]:
 def test_one_test_set_entry_gets_the_kolmogorov_band(anonymous: TestClient, site: Site) -> None:
     sid = site.seeded.entries["webclean"]["Bravo"]
     ((_, half),) = _set_bands(site, sid).values()
-    bands = BAND.findall(_chart(anonymous.get(f"/models/{sid}").text, "pa-ecdf"))
+    bands = _bands(anonymous.get(f"/models/{sid}").text, "pa-ecdf")
     assert len(bands) == 1  # the page's own entry only; the overlaid entries are unshaded
-    assert unescape(bands[0]).startswith("Bravo") and f"±{half:.3f} (kolmogorov)" in bands[0]
+    assert bands[0].startswith("Bravo") and f"±{half:.3f} (kolmogorov)" in bands[0]
     body = anonymous.get(f"/api/v1/results/{sid}").json()
     assert body["pa_band"] == {
         "half_width": half, "level": 0.95, "method": "kolmogorov", "test_sets": 1,
@@ -66,7 +67,7 @@ def test_a_multi_set_entry_gets_its_bonferroni_band_and_each_sets_own(
     assert method == "kolmogorov, bonferroni over test sets"
     assert half > max(width for _, width in per_set.values())  # each set at 1 − 0.05/6
     html = anonymous.get(f"/models/{sid}").text
-    (band,) = BAND.findall(_chart(html, "pa-ecdf"))
+    (band,) = _bands(html, "pa-ecdf")
     assert f"±{half:.3f} ({method})" in band
     assert "Bonferroni over its 6 test sets" in html
     for name, (_, width) in per_set.items():
@@ -79,5 +80,5 @@ def test_a_multi_set_entry_gets_its_bonferroni_band_and_each_sets_own(
 def test_every_compared_entry_is_shaded(anonymous: TestClient, site: Site) -> None:
     ids = site.seeded.entries["webbands"]
     html = anonymous.get(f"/compare?id={ids['Alpha']}&id={ids['Echo']}").text
-    bands = BAND.findall(_chart(html, "compare-pa"))
-    assert [unescape(b).split(" (#")[0] for b in bands] == ["Alpha", "Echo"]
+    bands = _bands(html, "compare-pa")
+    assert [b.split(" (#")[0] for b in bands] == ["Alpha", "Echo"]

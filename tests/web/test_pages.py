@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 from conftest import Site
 from fastapi.testclient import TestClient
+from figure_specs import curves, rows, specs, texts
 from PIL import Image
 from sqlalchemy import select
 from web_seed import ROBUSTNESS_BANK_SHA256, ROBUSTNESS_PLANS, clean_definition, submit
 
 from api.web.auth import COOKIE_NAME
-from certbench.metrics import PA_GRID, pa_ecdf
-from certbench.records import read_table
+from certbench.smoothing.metrics import PA_GRID, pa_ecdf
+from certbench.smoothing.records import read_table
 from models.catalog import get_benchmark, parse_definition, upsert_benchmark
 from models.db import session_scope
 from models.entities import LeaderboardEntry, Submission
@@ -142,10 +143,9 @@ def test_model_page_shows_results_versions_and_records(anonymous: TestClient, si
 def test_pa_curve_on_the_page_is_the_records_ecdf(anonymous: TestClient, site: Site) -> None:
     sid = site.seeded.entries["webclean"]["Bravo"]
     html = anonymous.get(f"/models/{sid}").text
-    svg = html[html.index('id="pa-ecdf"') :].split("</svg>")[0]
-    first = re.search(r"data-label=\"([^\"]+)\"[^>]*data-xy='([^']+)'", svg)
-    assert first.group(1).startswith("Bravo")
-    points = np.array(json.loads(unescape(first.group(2))))
+    label, drawn_rows = next(iter(curves(specs(html)["pa-ecdf"]).items()))
+    assert label.startswith("Bravo")
+    points = np.array([[r["x"], r["y"]] for r in drawn_rows])
     with session_scope(site.settings) as session:
         result = certification_results(session, sid)[0]
         path = site.settings.artifacts_dir / result.records_path
@@ -162,7 +162,7 @@ def test_fourier_heatmap_cells_are_mean_acr_over_severities(
 ) -> None:
     sid = site.seeded.entries["webf"]["Charlie"]
     html = anonymous.get(f"/models/{sid}").text
-    values = [float(v) for v in re.findall(r'<g class="cell" data-value="([0-9.]+)"', html)]
+    values = [r["value"] for r in rows(specs(html)["fourier-heatmap"])]
     with session_scope(site.settings) as session:
         acrs = [r.acr for r in certification_results(session, sid)]
     assert sorted(values) == pytest.approx(sorted(acrs), abs=1e-4)  # one severity per cell
@@ -285,7 +285,8 @@ def test_owner_cancels_from_the_status_page(client: TestClient, site: Site) -> N
 def test_compare_page_and_its_errors(anonymous: TestClient, site: Site) -> None:
     ids = site.seeded.entries["webbands"]
     html = anonymous.get(f"/compare?id={ids['Alpha']}&id={ids['Echo']}").text
-    assert html.count('<g class="series"') == 4  # 2 certified-accuracy + 2 p_A curves
+    figures = specs(html)
+    assert len(curves(figures["compare-cert-acc"])) == len(curves(figures["compare-pa"])) == 2
     one = anonymous.get(f"/compare?id={ids['Alpha']}")
     assert one.status_code == 422 and "2 to 4" in one.text
     mixed = anonymous.get(f"/compare?id={ids['Alpha']}&id={site.seeded.entries['webf']['Alpha']}")
@@ -430,12 +431,10 @@ def test_model_page_shows_robustness_table_chart_and_protocol(
     threat8 = section[section.index('<tr data-eps="8">') :].split("</tr>")[0]
     assert "none found" in threat8
     assert f'data-key="threat">{figures["linf_pd_threat_median_16"]:.3f}<' in section
-    svg = section[section.index('<svg class="chart bar-chart" id="robustness-bars"') :]
-    svg = svg[: svg.index("</svg>")]
-    assert svg.count('<rect class="bar-rect"') == 6  # clean, ℓ∞, ℓ∞ ∩ PD at 8/255 and 16/255
-    values = [
-        float(v) for v in re.findall(r'<rect class="bar-rect"[^>]*data-value="([0-9.]+)"', svg)
-    ]
+    chart = specs(section)["robustness-bars"]
+    bars = rows(chart)
+    assert len(bars) == 6  # clean, ℓ∞, ℓ∞ ∩ PD at 8/255 and 16/255
+    values = [b["value"] for b in bars]
     clean = figures["clean_accuracy"]
     assert values == pytest.approx(
         [
@@ -445,8 +444,9 @@ def test_model_page_shows_robustness_table_chart_and_protocol(
         ],
         abs=1e-4,
     )
-    assert 'aria-labelledby="robustness-bars-title robustness-bars-desc"' in svg
-    assert "units of 1/255" in svg and "url(#robustness-bars-fill-1)" in svg
+    assert 'id="robustness-bars" role="img" aria-label="Accuracy of the base classifier' in section
+    assert "ℓ∞ radius ε (units of 1/255)" in texts(chart)
+    assert f'href="/models/{sid}/figures/robustness-bars.pdf"' in section
     protocol = section[section.index('id="robustness-protocol"') :]
     assert "k = 2 per class, seed 0" in protocol and "10 iterations" in protocol
     assert f"sha256:{ROBUSTNESS_BANK_SHA256[:12]}…" in protocol
@@ -462,9 +462,9 @@ def test_model_page_says_when_robustness_is_absent(anonymous: TestClient, site: 
     legacy = anonymous.get(f"/models/{site.seeded.entries['webclean']['Alpha']}").text
     assert "Robustness of the base classifier (Projected Displacement, Muthukumar et al.)" in legacy
     assert "Not measured for this entry" in legacy and 'id="robustness-bars"' not in legacy
+    # a benchmark without the stage: no empty section (issue 25 §2, the demo's model page)
     plain = anonymous.get(f"/models/{site.seeded.entries['webbands']['Alpha']}").text
-    assert "This benchmark has no robustness stage" in plain
-    assert 'id="robustness-table"' not in plain
+    assert 'id="robustness"' not in plain and "Muthukumar" not in plain.split("<footer")[0]
 
 
 def test_compare_page_has_robustness_rows(anonymous: TestClient, site: Site) -> None:
@@ -474,8 +474,78 @@ def test_compare_page_has_robustness_rows(anonymous: TestClient, site: Site) -> 
     assert "Base classifier, not smoothed (Projected Displacement, Muthukumar et al.)" in html
     for key in ROBUSTNESS_KEYS:
         row = html[html.index(f'<tr data-key="{key}">') :].split("</tr>")[0]
-        cells = re.findall(r'<td class="num">([^<]*)</td>', row)
-        assert cells == ["–", f"{getattr(entries[ids['Echo']], key) * 100:.1f}%"], key
+        cells = re.findall(r'<td class="num"[^>]*>(.*?)</td>', row)
+        assert "not measured" in cells[0] and "/rerun" in row, key  # Alpha predates the stage
+        assert cells[1] == f"{getattr(entries[ids['Echo']], key) * 100:.1f}%", key
     bands = site.seeded.entries["webbands"]
     other = anonymous.get(f"/compare?id={bands['Alpha']}&id={bands['Echo']}").text
     assert "Muthukumar" not in other and 'data-key="pd_acc_8"' not in other
+
+
+# ---- pages that fit and read (issue 25 §2) -------------------------------------------------
+
+
+def test_sort_accepts_the_labels_users_see(anonymous: TestClient) -> None:
+    by_key = anonymous.get("/leaderboards/webbands?sort=macr").text
+    for typed in ("acr", "ACR", "mACR"):
+        page = anonymous.get(f"/leaderboards/webbands?sort={typed}")
+        assert page.status_code == 200, typed
+        assert 'id="sorted-by" data-key="macr"' in page.text
+        assert re.findall(r'<tr data-id="(\d+)"', page.text) == re.findall(
+            r'<tr data-id="(\d+)"', by_key
+        )
+    radius = anonymous.get("/leaderboards/webbands?sort=r%20%3D%200.5")
+    assert 'data-key="cert_acc_050"' in radius.text.split('id="sorted-by"')[1][:40]
+    assert anonymous.get("/leaderboards/webbands?sort=nope").status_code == 422
+
+
+def test_compare_paired_tests_name_figures_as_users_see_them(
+    anonymous: TestClient, site: Site
+) -> None:
+    ids = site.seeded.entries["webbands"]
+    html = anonymous.get(f"/compare?id={ids['Alpha']}&id={ids['Echo']}").text
+    table = html[html.index('id="paired-tests"') :].split("</table>")[0]
+    assert "<caption>A = Alpha (#" in table and ", B = Echo (#" in table
+    assert table.count("Alpha (#") == 1  # the names once, in the caption, not on every row
+    heads = re.findall(r'<th scope="row" title="([^"]+)">([^<]+)</th>', table)
+    assert ("macr", "mACR") in heads and ("cert_acc_000", "r = 0") in heads
+    assert "&amp;amp;" not in html and "Müller &amp; Vechev" in html
+
+
+def test_model_page_reads_as_a_page(anonymous: TestClient, site: Site) -> None:
+    html = anonymous.get(f"/models/{site.seeded.entries['webclean']['Bravo']}").text
+    manifest = html[html.index('id="manifest"') :].split("</dl>")[0]
+    assert "<dt>smoothing › sigma</dt><dd>0.25</dd>" in manifest
+    assert "\\u03c3" not in html and "\\u2113" not in html
+    assert "pd_robustness images" not in html  # stages by their titles
+
+
+def test_datasets_count_and_explain_their_configs(anonymous: TestClient) -> None:
+    listing = anonymous.get("/datasets").text
+    row = listing[listing.index('data-repo="certbench/web-clean"') :].split("</tr>")[0]
+    assert '<td class="num">1</td>' in row  # never "Configs 0"
+    page = anonymous.get("/datasets/certbench/web-f").text
+    assert page.count("load_dataset(") == 1  # one snippet for the 6 configs
+    table = page[page.index('id="configs"') :].split("</table>")[0]
+    assert table.count("<tr>") == 7 and '<td class="num">0.5</td>' in table
+    assert "f_c</strong> is the centre frequency" in page and "ε = 8, 10, 12" in page
+
+
+def test_not_found_pages_speak_to_researchers(anonymous: TestClient) -> None:
+    analysis = anonymous.get("/analysis/webbands")
+    assert analysis.status_code == 404
+    assert "id_benchmark" not in analysis.text and "out-of-distribution" in analysis.text
+    typo = anonymous.get("/leaderboards/webbnads")
+    assert typo.status_code == 404 and "did you mean &#39;webbands&#39;" in typo.text
+
+
+def test_an_ended_run_that_was_rejected_offers_no_reproduction() -> None:
+    from types import SimpleNamespace
+
+    from api.web.rendering import templates
+
+    macro = templates.env.get_template("_provenance.html").module.seed_fact
+    seed = SimpleNamespace(kind="secret", revealed=True, value="0xab", commitment="cd")
+    assert "Reproduce with" in str(macro(seed, "finished"))
+    rejected = str(macro(seed, "rejected"))
+    assert "Reproduce" not in rejected and "ended rejected" in rejected

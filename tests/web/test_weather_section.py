@@ -95,5 +95,10 @@ def test_panels_link_to_the_stage_file_route_and_absent_results_give_no_section(
     [panel] = context["weather_panels"]
     assert panel.url == "/models/9/files/weather_attack/examples-rain-5.png"
     assert panel.images[0]["attacked_prediction"] == 2
+    # labelled by test position (every skip-th source image), not by source index
+    skipped = section.panels(9, [examples], skip=4)[0].images
+    stored["images"][0]["index"] = 12
+    assert section.panels(9, [examples], skip=4)[0].images[0]["position"] == 3
+    assert skipped[0]["position"] == 0
     assert context["weather_seconds"] == 2.0 and not context["weather_smoothed"]
     assert section.context(_results([])) == {}

@@ -2,10 +2,11 @@
 
 Benchmarks are loaded from definitions (``models.catalog``), submissions created by
 ``models.submission_intake.create_submission`` and driven through the real pipeline functions
-(``models.pipeline`` transitions, shard records written with ``certbench.records``, aggregation by
+(``models.pipeline`` transitions, shard records written with ``certbench.smoothing.records``,
+aggregation by
 ``models.results.complete_submission``), so every number on a page comes from the same code path as
 in production. Records are realistic: counts drawn per image, bounds and radii from
-``certbench.smoothing``.
+``certbench.smoothing.core``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,13 @@ from service_factories import RobustnessPlan, record_robustness_shard, seed_meta
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from certbench.records import write_records
-from certbench.smoothing import ABSTAIN, CertifyRecord, certified_radius, lower_confidence_bound
+from certbench.smoothing.core import (
+    ABSTAIN,
+    CertifyRecord,
+    certified_radius,
+    lower_confidence_bound,
+)
+from certbench.smoothing.records import write_records
 from generators import hub
 from models import pipeline, progress, shards, storage
 from models.accounts import create_token, create_user
@@ -105,6 +111,23 @@ def clean_definition(folder: Path, *, version: int = 1, robustness: bool = False
         ],
         **extra,
     )
+
+
+def upgraded_definition(folder: Path, *, version: int) -> str:
+    """webup: one clean test set; version 2 adds the Fourier sensitivity stage (the documented
+    upgrade path, ``certbench benchmarks load v2.json``): its entries, all finished under
+    version 1, lack the stage's figures."""
+    extra: dict[str, Any] = {"version": version}
+    if version > 1:
+        extra["stages"] = {
+            "fourier_sensitivity": {
+                "protocol": "quick", "smoothed": False, "stride": 8, "repo": "certbench/web-clean",
+                "folder": str(folder), "config": "clean", "source_size": 16, "skip": 2,
+            }
+        }  # fmt: skip
+    sets = [{"name": "clean", "repo": "certbench/web-clean", "folder": str(folder),
+             "config": "clean", "source_size": 16}]  # fmt: skip
+    return _definition("webup", "Web upgraded", sets, **extra)
 
 
 def bands_definition() -> str:
@@ -362,6 +385,22 @@ ENTRIES = {
 }
 
 
+def _seed_upgrade(
+    session: Session, settings: Settings, folder: Path, users: dict[str, User]
+) -> dict[str, int]:
+    """Two entries of webup v1, then the upgrade to v2 (a stage added after they finished)."""
+    bench = upsert_benchmark(session, parse_definition(upgraded_definition(folder, version=1)))
+    ids = {}
+    for i, name in enumerate(("Alpha", "Bravo")):
+        quality, sigma, arch, _ = ENTRIES[name]
+        sid = submit(session, user=users["alice"], benchmark=bench, settings=settings, name=name,
+                     seed=700 + i, sigma=sigma, architecture=arch)  # fmt: skip
+        finish(session, sid, settings=settings, quality=quality, sigma=sigma)
+        ids[name] = sid
+    upsert_benchmark(session, parse_definition(upgraded_definition(folder, version=2)))
+    return ids
+
+
 def seed_database(session: Session, settings: Settings, dataset_folder: Path) -> Seeded:
     """Three benchmarks, three users, finished, private, flagged, baseline and running entries.
 
@@ -402,6 +441,7 @@ def seed_database(session: Session, settings: Settings, dataset_folder: Path) ->
             finish(session, sid, settings=settings, quality=quality, sigma=sigma, robustness=plan)
             ids[name] = sid
         seeded.entries[bench.name] = ids
+    seeded.entries["webup"] = _seed_upgrade(session, settings, dataset_folder, users)
     bands = seeded.entries["webbands"]
     set_moderation(session, bands["Delta"], is_baseline=True)
     set_moderation(session, bands["Echo"], flagged=True, flag_reason="weights do not match paper")

@@ -122,7 +122,7 @@ def count_shards(session: Session, stage: str, sid: int | None = None) -> int:
 def unpinned_hashes(dataset: Path, config: str = TEST_SETS[0]) -> dict[str, str]:
     """What a stage result computed on a config of a local folder without a pin records
     (``models.stages.inputs.data_hashes``): the content hash, the kind of source, no pin."""
-    from certbench.provenance import config_sha256
+    from certbench.data.provenance import config_sha256
 
     return {
         "sha256": config_sha256(dataset, config),

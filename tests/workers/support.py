@@ -19,8 +19,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from torch import nn
 
-from certbench.architectures import build_classifier
-from certbench.loading import save_weights
+from certbench.nets.architectures import build_classifier
+from certbench.nets.loading import save_weights
 from models import pipeline, run_seeds, submission_intake
 from models.accounts import create_user
 from models.catalog import get_benchmark, parse_definition, upsert_benchmark

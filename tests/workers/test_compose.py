@@ -11,8 +11,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from certbench.cli import app as cli_app
-from certbench.cli import register_plugins
+from certbench.cli.app import app as cli_app
+from certbench.cli.app import register_plugins
 from models.settings import Settings
 from workers.config import WorkerSettings, check_timing
 

@@ -6,6 +6,7 @@ import os
 import time
 
 from models.artifacts import INCOMING_DIR
+from workers.app import app
 from workers.watchdog import sweep
 
 
@@ -17,5 +18,5 @@ def test_sweep_removes_stale_partial_uploads(settings):
     live.write_bytes(b"\0" * 1024)
     old = time.time() - settings.partial_upload_grace_seconds - 60
     os.utime(stale, (old, old))
-    assert sweep(settings) == []
+    assert sweep(settings, app) == []
     assert not stale.exists() and live.exists()

@@ -32,8 +32,8 @@ from typer.testing import CliRunner
 
 from api.main import create_app
 from api.web.auth import COOKIE_NAME
-from certbench.cli import app as cli
-from certbench.records import read_table
+from certbench.cli.app import app as cli
+from certbench.smoothing.records import read_table
 from models import pipeline, run_seeds, storage
 from models.accounts import create_token
 from models.entities import RunSeed, Submission, User

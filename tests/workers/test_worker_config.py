@@ -8,8 +8,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from certbench.cli import app as cli_app
-from certbench.cli import register_plugins
+from certbench.cli.app import app as cli_app
+from certbench.cli.app import register_plugins
 from models.settings import Settings
 from models.stages import registry
 from workers.config import WorkerSettings, batch_size_for, celery_config, check_timing

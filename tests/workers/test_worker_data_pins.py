@@ -26,8 +26,8 @@ from support import (
 )
 
 from api.main import create_app
-from certbench.pinned_sources import CIFAR10
-from certbench.provenance import config_sha256, find_local_paths
+from certbench.data.pins import CIFAR10
+from certbench.data.provenance import config_sha256, find_local_paths
 from models.catalog import get_benchmark, parse_definition
 from models.entities import StageResult, Submission
 from models.errors import BenchmarkDefinitionError, DatasetMismatchError

@@ -35,17 +35,17 @@ from support import (
 from typer.testing import CliRunner
 
 from api.main import create_app
-from certbench.data import load_images
-from certbench.figure_terms import figure_interval
-from certbench.fourier_commands import register
-from certbench.fourier_heatmap import assemble_heatmap, summarize_heatmap
-from certbench.fourier_protocol import get_protocol
-from certbench.fourier_records import read_sensitivity_records
-from certbench.fourier_sensitivity import sensitivity_records
-from certbench.image_set import Subset
-from certbench.provenance import config_sha256
-from certbench.records import read_metadata
-from certbench.stage_terms import sensitivity_terms
+from certbench.cli.fourier import register
+from certbench.data.image_set import Subset
+from certbench.data.provenance import config_sha256
+from certbench.data.sources import load_images
+from certbench.fourier.heatmap import assemble_heatmap, summarize_heatmap
+from certbench.fourier.protocol import get_protocol
+from certbench.fourier.records import read_sensitivity_records
+from certbench.fourier.sensitivity import sensitivity_records
+from certbench.fourier.terms import sensitivity_terms
+from certbench.smoothing.records import read_metadata
+from certbench.stats.terms import figure_interval
 from models import pipeline, run_seeds, storage
 from models.entities import MetricValue, StageResult, Submission
 from models.interval_backfill import backfill_entry, entries_to_backfill
@@ -246,7 +246,7 @@ def test_pinned_stage_images_are_verified_and_other_bytes_fail_the_run(
     assert _result(session, sid).data_hashes == {**unpinned_hashes(dataset), "verified": "sha256"}
     with TestClient(create_app(settings)) as client:
         page = client.get(f"/models/{sid}").text
-    assert '<tr data-test-set="fourier_sensitivity images">' in page and pinned in page
+    assert '<tr data-test-set="Fourier sensitivity heatmaps: images">' in page and pinned in page
 
     definition = tiny_definition(dataset)
     definition["version"] = 2  # the same block pinned to other bytes
@@ -374,19 +374,23 @@ def test_heatmaps_reach_rest_the_leaderboard_and_the_web_pages(
             assert f'data-key="fourier_acr_{band}"' in board_html
             assert f'data-key="fourier_base_{band}"' not in board_html
 
-        page = client.get(f"/models/{first}")
-        assert page.status_code == 200
-        html = page.text
-        assert 'id="fourier-sensitivity"' in html and "not the paper" in html
-        assert html.count('class="chart heatmap frequency-map"') == 2  # ACR and base maps
-        assert 'id="fourier-bands"' in html and "A Spectral View of Randomized Smoothing" in html
-
         page = client.get("/compare", params=[("id", first), ("id", second)])
         assert page.status_code == 200
         html = page.text
         assert 'id="compare-fourier"' in html and 'data-kind="acr"' in html
+        assert "Signs: per-image" in html  # both maps drawn under the paper's convention
         for chart in ("compare-fourier-0", "compare-fourier-1", "compare-fourier-diff-1"):
             assert f'id="{chart}"' in html
+
+        page = client.get(f"/models/{first}")
+        assert page.status_code == 200
+        html = page.text
+        assert 'id="fourier-sensitivity"' in html and "not the paper" in html
+        # the sign convention is stated (issue 26 §2): the paper's release, one sign per image
+        assert "signs: per-image" in html and "published heatmaps" in html
+        for chart in ("fourier-acr", "fourier-base-accuracy"):  # ACR and base maps
+            assert f'data-figure="{chart}"' in html
+        assert 'id="fourier-bands"' in html and "A Spectral View of Randomized Smoothing" in html
 
 
 def test_the_backfill_restores_the_band_intervals_and_terms(

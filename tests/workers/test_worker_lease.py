@@ -14,6 +14,7 @@ from models import pipeline, shards, storage
 from models.base import utcnow
 from models.entities import ShardDispatch, Submission
 from models.states import Reason, SubmissionState
+from workers.app import app
 from workers.errors import ShardCancelled
 from workers.lease import ShardLease
 from workers.watchdog import WatchdogThread, sweep
@@ -136,7 +137,7 @@ def test_watchdog_resends_a_shard_whose_worker_died_then_fails_with_history(
 ):
     """Issue 19 §5: a lapsed shard claim is re-sent (not the whole run failed at once); after
     max_shard_attempts lost workers the run fails and names them."""
-    assert sweep(settings) == []
+    assert sweep(settings, app) == []
     spec = shards.plan(session, running, settings=settings)[0]
     for attempt in range(1, settings.max_shard_attempts + 1):
         assert shards.claim(session, running, spec, worker=f"w{attempt}", settings=settings) is None
@@ -146,7 +147,7 @@ def test_watchdog_resends_a_shard_whose_worker_died_then_fails_with_history(
             .values(claimed_until=utcnow() - timedelta(seconds=1))
         )
         session.commit()
-        thread = WatchdogThread(settings, interval=0.1)
+        thread = WatchdogThread(app, settings, interval=0.1)
         thread.start()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -159,4 +160,4 @@ def test_watchdog_resends_a_shard_whose_worker_died_then_fails_with_history(
     row = _row(session, running)
     assert row.state == S.FAILED and row.reason == Reason.LEASE_EXPIRED
     assert "lost its worker" in row.message and "w1" in row.message
-    assert sweep(settings) == []  # idempotent
+    assert sweep(settings, app) == []  # idempotent

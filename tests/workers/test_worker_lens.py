@@ -32,8 +32,6 @@ from stage_support import (
 )
 from support import (
     CIFAR10_CLASSES,
-    CIFAR_MEAN,
-    CIFAR_STD,
     SOURCE_SIZE,
     TEST_SETS,
     load_benchmark,
@@ -45,8 +43,9 @@ from support import (
 from typer.testing import CliRunner
 
 from api.main import create_app
-from certbench.data import load_images
-from certbench.fourier_lens import (
+from certbench.cli.lens import register
+from certbench.data.sources import load_images
+from certbench.lens.lens import (
     LensRecord,
     lens_plan,
     lens_records,
@@ -54,7 +53,6 @@ from certbench.fourier_lens import (
     read_lens_records,
     summarize,
 )
-from certbench.lens_commands import register
 from models import pipeline, run_seeds, storage
 from models.entities import LeaderboardEntry, MetricValue, StageResult, StageShard
 from models.settings import Settings, get_settings
@@ -102,7 +100,7 @@ def _direct(
 ) -> list[LensRecord]:
     """One unsharded ``lens_records`` call with the stage's protocol: the pairs from the
     benchmark's public seed, the noise from the run's seed."""
-    from certbench.fourier_lens import LensProtocol
+    from certbench.lens.lens import LensProtocol
 
     images = load_images(dataset, config=TEST_SETS[0])
     kinds = ("amplitude", "phase") + (("jacobian",) if unit == "base" else ())
@@ -111,8 +109,8 @@ def _direct(
         sigma=0.25 if unit == "smoothed" else None,
     )  # fmt: skip
     return lens_records(
-        tiny_model(seed=model_seed), images.as_float(), images.labels, mean=CIFAR_MEAN,
-        std=CIFAR_STD, protocol=protocol, seed=run_seed, pairs_seed=BENCH_SEED,
+        tiny_model(seed=model_seed), images.as_float(), images.labels,
+        protocol=protocol, seed=run_seed, pairs_seed=BENCH_SEED,
         indices=images.indices, batch_size=7,
     )  # fmt: skip
 
@@ -168,11 +166,13 @@ def test_lens_shards_run_on_their_queue_and_merge_to_one_direct_run(
 
     entry = session.get(LeaderboardEntry, sid)
     base = [r for r in merged["base"] if r.kind == "amplitude"]
-    assert entry.hff_amplitude == pytest.approx(sum(r.hff for r in base) / 2)
+    # the headline HFF is the released code's (Nyquist bin left out), the equation's beside it
+    assert entry.hff_amplitude == pytest.approx(sum(r.hff_released for r in base) / 2)
+    assert entry.metrics["hff_amplitude_nyquist"] == pytest.approx(sum(r.hff for r in base) / 2)
     assert entry.cd_amplitude == pytest.approx(sum(r.cd for r in base) / 2)
     jac = [r.jacobian_sq for r in merged["base"] if r.kind == "jacobian"]
     assert entry.jacobian_norm == pytest.approx(math.sqrt(sum(jac) / 2))
-    smoothed = [r.hff for r in merged["smoothed"] if r.kind == "phase"]
+    smoothed = [r.hff_released for r in merged["smoothed"] if r.kind == "phase"]
     assert entry.metrics["hff_phase_smoothed"] == pytest.approx(sum(smoothed) / 2)
     # kinds the protocol leaves out are stored as "not measured"
     assert entry.hff_pixel_within is None and entry.metrics["hff_pixel_between_smoothed"] is None
@@ -346,6 +346,7 @@ def test_lens_figures_are_rest_fields_sort_keys_and_a_model_page_section(
             assert body["higher_is_better"]["hff_amplitude"] is False
         row = body["rows"][0]["metrics"]
         assert {"hff_amplitude", "jacobian_norm", "hff_amplitude_smoothed"} <= row.keys()
+        assert "hff_amplitude_nyquist" in row  # the equation's HFF, secondary (issue 26 §2)
 
         result = client.get(f"/api/v1/results/{first}").json()
         lens = {s["unit"]: s for s in result["stages"] if s["stage"] == "fourier_lens"}
@@ -359,6 +360,26 @@ def test_lens_figures_are_rest_fields_sort_keys_and_a_model_page_section(
         section = section[: section.index("</section>")]
         assert 'id="lens-base"' in section and 'id="lens-smoothed"' in section
         assert f"{figure['mean']:.3f}" in section and "paper+custom" in section
+        # headline HFF: the released code's (Nyquist bin left out); the equation's beside it
+        summary = lens["base"]["summary"]
+        assert summary["hff_convention"] == "nyquist-dropped"
+        stored = session.scalars(
+            select(StageResult).where(
+                StageResult.submission_id == first,
+                StageResult.stage == STAGE,
+                StageResult.unit == "base",
+            )
+        ).one()
+        records = read_lens_records(storage.resolve(settings.artifacts_dir, stored.records_path))
+        amplitude = [r for r in records if r.kind == "amplitude"]
+        assert summary["metrics"]["hff_amplitude"]["mean"] == pytest.approx(
+            np.mean([r.hff_released for r in amplitude])
+        )
+        assert summary["nyquist"]["hff_amplitude_nyquist"]["mean"] == pytest.approx(
+            np.mean([r.hff for r in amplitude])
+        )
+        assert "HFF, Nyquist kept (equation)" in section and 'data-key="nyquist"' in section
+        assert "per unit pixel, [0,1] scale" in section  # the Jacobian's unit (§1)
         assert "2 Fourier pairs × 10 images" in section and "2 Jacobian images (exact)" in section
         assert "pixel pairs" not in section  # kinds the benchmark does not run are not described
         assert f"public seed {BENCH_SEED}" in section and "this run's noise seed" in section
@@ -390,15 +411,17 @@ def test_a_plan_that_contradicts_the_clean_set_fails_the_run(
 
 
 def test_stage_constants_match_the_core():
-    from certbench import lens_metrics
+    from certbench.lens import lens as lens_core
+    from certbench.lens import metrics as lens_metrics
     from models.stages import fourier_lens
 
     assert fourier_lens.KINDS == lens_metrics.KINDS
+    assert fourier_lens.LENS_VERSION == lens_core.PROTOCOL_VERSION
     assert {k: kind for k, (kind, _) in lens_metrics.METRICS.items()} == fourier_lens.METRICS
 
 
 def test_stored_plan_size_equals_lens_plan_on_balanced_cifar_labels():
-    from certbench.fourier_lens import LensProtocol
+    from certbench.lens.lens import LensProtocol
     from models.catalog import parse_definition
     from models.stages.fourier_lens import FourierLens
 

@@ -34,13 +34,13 @@ from support import (
 )
 from typer.testing import CliRunner
 
-from certbench.attacks import RobustnessReport, robust_accuracy
-from certbench.cli import app as cli
-from certbench.data import load_images
-from certbench.image_set import Subset
-from certbench.pd_anchors import AnchorBank, build_anchor_bank
-from certbench.pd_threat import PDThreat
-from certbench.random_streams import derive_seed
+from certbench.cli.app import app as cli
+from certbench.data.image_set import Subset
+from certbench.data.sources import load_images
+from certbench.pd.anchors import AnchorBank, build_anchor_bank
+from certbench.pd.evaluation import RobustnessReport, robust_accuracy
+from certbench.pd.threat import PDThreat
+from certbench.smoothing.streams import derive_seed
 from models import pipeline, run_seeds, shards, storage
 from models.entities import LeaderboardEntry, StageShard
 from models.errors import StorageError

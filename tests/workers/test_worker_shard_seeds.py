@@ -18,7 +18,7 @@ from stage_support import fresh, submit, write_model_labelled_dataset
 from support import load_benchmark, tiny_definition, tiny_robustness, write_tiny_train_split
 from test_worker_fourier import tiny_fourier
 
-from certbench.records import METADATA_KEY
+from certbench.smoothing.records import METADATA_KEY
 from models import run_seeds, storage
 from models.entities import StageResult, StageShard
 from models.errors import StorageError

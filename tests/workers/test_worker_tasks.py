@@ -24,11 +24,11 @@ from support import (
     write_hub_folder,
 )
 
-from certbench.data import load_images
+from certbench.data.image_set import Subset
+from certbench.data.sources import load_images
 from certbench.errors import DataSourceError, DataUnavailableError
-from certbench.image_set import Subset
-from certbench.records import read_records
-from certbench.smoothing import certify
+from certbench.smoothing.core import certify
+from certbench.smoothing.records import read_records
 from models import pipeline, storage
 from models.entities import Artifact, LeaderboardEntry, StageResult, StageShard, Submission
 from models.leaderboard import certification_results

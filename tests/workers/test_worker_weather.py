@@ -38,17 +38,17 @@ from support import (
 from typer.testing import CliRunner
 
 from api.main import create_app
-from certbench.data import load_images
-from certbench.figure_terms import figure_interval, terms_from_table
-from certbench.image_set import Subset
-from certbench.records import read_metadata, read_table
-from certbench.stage_terms import weather_terms
-from certbench.weather_attack import attack_base, attack_smoothed
-from certbench.weather_commands import RECORDS, register
-from certbench.weather_examples import read_examples
-from certbench.weather_records import read_weather_records, summarize_weather
-from certbench.weather_search import AttackConfig
-from certbench.weather_threat import Particles, WeatherSet
+from certbench.cli.weather import RECORDS, register
+from certbench.data.image_set import Subset
+from certbench.data.sources import load_images
+from certbench.smoothing.records import read_metadata, read_table
+from certbench.stats.terms import figure_interval, terms_from_table
+from certbench.weather.attack import attack_base, attack_smoothed
+from certbench.weather.examples import read_examples
+from certbench.weather.records import read_weather_records, summarize_weather
+from certbench.weather.search import AttackConfig
+from certbench.weather.terms import weather_terms
+from certbench.weather.threat import Particles, WeatherSet
 from models import pipeline, run_seeds, shards, storage
 from models.entities import LeaderboardEntry, StageResult
 from models.settings import Settings, get_settings

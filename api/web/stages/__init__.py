@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -50,9 +51,14 @@ def sections(results: ResultsPublic, benchmark: BenchmarkPublic) -> list[Section
     return out
 
 
-def compare_sections(entries: Sequence[ResultsPublic], benchmark: BenchmarkPublic) -> list[Section]:
+def compare_sections(
+    entries: Sequence[ResultsPublic],
+    benchmark: BenchmarkPublic,
+    records_of: Callable[[int, str], Path | None] | None = None,
+) -> list[Section]:
     """The compare-page sections of the stages that have one, when the benchmark runs the stage
-    or a compared entry has its result (context empty: the partial says what is missing)."""
+    or a compared entry has its result (context empty: the partial says what is missing).
+    ``records_of(submission id, stage)`` finds a stage's per-image records (paired tests)."""
     by_stage = {module.STAGE: module for module in _modules()}
     stored = {s.stage for entry in entries for s in entry.stages}
     out = []
@@ -62,7 +68,8 @@ def compare_sections(entries: Sequence[ResultsPublic], benchmark: BenchmarkPubli
             continue
         if stage.name not in benchmark.stages and stage.name not in stored:
             continue
-        out.append(Section(stage.name, module.COMPARE_TEMPLATE, module.compare_context(entries)))
+        context = module.compare_context(entries, records_of)
+        out.append(Section(stage.name, module.COMPARE_TEMPLATE, context))
     return out
 
 
@@ -75,7 +82,9 @@ def data_pins_rows(results: ResultsPublic) -> list[dict[str, Any]]:
         if row.stage == "certification" and row.data_hashes
     ]
     stages: dict[str, dict[str, Any]] = {}
+    names = {stage.name for stage in registry.all_stages()}
     for row in results.stages:
         if row.stage != "certification" and row.data_hashes:
-            stages.setdefault(row.stage, {"unit": f"{row.stage} images", "hashes": row.data_hashes})
+            title = registry.get(row.stage).title if row.stage in names else row.stage
+            stages.setdefault(row.stage, {"unit": f"{title}: images", "hashes": row.data_hashes})
     return rows + list(stages.values())

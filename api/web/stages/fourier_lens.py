@@ -11,6 +11,9 @@ from typing import Any
 from api.result_schemas import ResultsPublic, StageResultPublic
 from models.stages.fourier_lens import BASE, METRICS, PAPER, figure_specs
 
+JACOBIAN_UNIT = "per unit pixel, [0,1] scale"
+"""``certbench.lens.JACOBIAN_UNIT`` (not imported: the web page does not load torch)."""
+
 STAGE = "fourier_lens"
 TEMPLATE = "stages/fourier_lens.html"
 UNIT_TITLES = {
@@ -22,7 +25,8 @@ UNIT_TITLES = {
 @dataclass(frozen=True)
 class LensRow:
     """One figure: its metric key, column label, mean, 95 % interval, paths or images averaged,
-    the released code's HFF (Nyquist bin left out) where it differs, and its direction."""
+    for HFF the paper equation's value (Nyquist bin kept; the headline ``mean`` leaves it out,
+    as the released code behind the published values does), and its direction."""
 
     key: str
     label: str
@@ -31,7 +35,7 @@ class LensRow:
     low: float | None
     high: float | None
     count: int | None
-    released: float | None
+    nyquist: float | None
     higher_is_better: bool
 
 
@@ -58,6 +62,8 @@ def context(results: ResultsPublic) -> dict[str, Any]:
         "lens_protocol": stored[0].protocol,
         "lens_work": work_description(stored[0].protocol),
         "lens_paper": PAPER,
+        "lens_jacobian_unit": JACOBIAN_UNIT,
+        "lens_pixel_space": stored[0].protocol.get("lens_version", 1) >= 2,
     }
 
 
@@ -82,11 +88,26 @@ def work_description(protocol: dict[str, Any]) -> list[str]:
     return out
 
 
+def headline_figures(summary: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(headline figures, the equation's HFF by headline key) of a stored summary.
+
+    Summaries since ``hff_convention`` hold the released code's HFF in ``metrics`` and the
+    equation's in ``nyquist``; older ones held the equation's in ``metrics`` and the code's in
+    ``released``, so they are read the other way round and show the same convention."""
+    figures = dict(summary.get("metrics", {}))
+    if "hff_convention" in summary:
+        nyquist = summary.get("nyquist", {})
+        return figures, {k.removesuffix("_nyquist"): v for k, v in nyquist.items()}
+    released = summary.get("released", {})
+    equation = {k: figures[k] for k in released if k in figures}
+    figures.update(released)
+    return figures, equation
+
+
 def lens_unit(result: StageResultPublic) -> LensUnit:
     label = result.summary.get("label", "paper")
     specs = figure_specs(label)
-    figures = result.summary.get("metrics", {})
-    released = result.summary.get("released", {})
+    figures, nyquist = headline_figures(result.summary)
     rows = []
     for key in METRICS:
         if key not in figures:
@@ -101,7 +122,7 @@ def lens_unit(result: StageResultPublic) -> LensUnit:
                 low=figure.get("low"),
                 high=figure.get("high"),
                 count=figure.get("count"),
-                released=(released.get(key) or {}).get("mean"),
+                nyquist=(nyquist.get(key) or {}).get("mean"),
                 higher_is_better=spec.higher_is_better,
             )
         )

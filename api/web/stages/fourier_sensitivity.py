@@ -4,20 +4,30 @@ side on one colour scale with each entry's difference to the first.
 
 The data is the stage's stored summary (``models.stages.fourier_sensitivity``), the same JSON
 ``/api/v1/results/{id}`` serves in its ``stages`` list; maps are drawn by
-``api.web.frequency_heatmap``.
+``certbench.figures.frequency_heatmap``, difference maps with their noise floor
+(``certbench.figures.difference``, from the entries' per-image records).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from markupsafe import Markup
 
 from api.result_schemas import ResultsPublic
-from api.web.frequency_heatmap import frequency_heatmap
+from certbench.figures import (
+    CellTests,
+    Figure,
+    cell_outcomes,
+    frequency_heatmap,
+    paired_cell_tests,
+    unpaired_cell_tests,
+)
+from certbench.fourier import SIGN_NAMES, SIGN_TEXT
 from models.stages.fourier_sensitivity import BANDS, MERGED
 from models.stages.fourier_text import band_edges, cost_text
 
@@ -54,6 +64,16 @@ class FourierMaps:
     bands: dict[str, Any]
     evaluator_version: str
     seconds: float
+    signs: str = "independent"
+    """``channel_signs`` of the stored protocol (rows from before the field: per channel)."""
+
+    @property
+    def signs_name(self) -> str:
+        return SIGN_NAMES.get(self.signs, self.signs)  # type: ignore[call-overload]
+
+    @property
+    def signs_text(self) -> str:
+        return SIGN_TEXT.get(self.signs, self.signs)  # type: ignore[call-overload]
 
     @property
     def paper(self) -> bool:
@@ -101,6 +121,7 @@ def fourier_maps(results: ResultsPublic) -> FourierMaps | None:
         bands=summary["bands"],
         evaluator_version=row.evaluator_version,
         seconds=row.seconds,
+        signs=str(protocol.get("channel_signs", "independent")),
     )
 
 
@@ -121,16 +142,20 @@ def _map_chart(
     chart_id: str,
     name: str,
     scale: tuple[float, float, float],
-    tooltips: bool = True,
-) -> Markup:
+    side: int = 300,
+) -> Figure:
     what, label, percent = MAPS[kind]
     values = maps.values(kind)
     assert values is not None
     low, centre, high = scale
-    return frequency_heatmap(
+    description = (
+        f"Fourier sensitivity heatmap of {name}: {what} under x + r·ε·U_ij, ε = "
+        f"{maps.epsilon:g}, for each Fourier basis image U_ij, over {maps.images} images; "
+        "centre = lowest frequency."
+    )
+    spec = frequency_heatmap(
         values,
         maps.frequencies,
-        chart_id=chart_id,
         title=f"{name}: {what}",
         value_label=label,
         vmin=low,
@@ -138,13 +163,10 @@ def _map_chart(
         center=centre,
         size=maps.size,
         percent=percent,
-        tooltips=tooltips,
-        description=(
-            f"Fourier sensitivity heatmap of {name}: {what} under x + r·ε·U_ij, ε = "
-            f"{maps.epsilon:g}, for each Fourier basis image U_ij, over {maps.images} images; "
-            "centre = lowest frequency."
-        ),
+        description=description,
+        side=side,
     )
+    return Figure(chart_id, spec, description)
 
 
 @dataclass(frozen=True)
@@ -193,59 +215,125 @@ def context(results: ResultsPublic) -> dict[str, Any]:
 
 # ---- compare page --------------------------------------------------------------------------
 
+RecordsOf = Callable[[int, str], Path | None]
+"""(submission id, stage) → the stage's merged per-image records on this server, or None."""
+
 
 @dataclass(frozen=True)
 class CompareMaps:
     """The compared entries' maps of one kind (the smoothed ACR when every entry with a result
     has it, else the base accuracy) on one colour scale, then each later entry minus the first
-    (``differences``; an entry on another grid gets none)."""
+    (``differences``, with their noise floors in ``tests``; an entry on another grid gets
+    none)."""
 
     kind: str
     title: str
-    panels: list[Markup]
-    differences: list[Markup]
+    panels: list[Figure]
+    differences: list[Figure]
+    tests: list[CellTests]
 
 
-def compare_context(entries: Sequence[ResultsPublic]) -> dict[str, Any]:
-    """Side-by-side maps of every compared entry that has them, and difference maps. Cells carry
-    no tooltips here (up to seven maps of 1,024 cells); the model pages have them."""
-    named = [(f"{e.model_name} (#{e.submission_id})", fourier_maps(e)) for e in entries]
-    present = [(name, maps) for name, maps in named if maps is not None]
+def compare_context(
+    entries: Sequence[ResultsPublic], records_of: RecordsOf | None = None
+) -> dict[str, Any]:
+    """Side-by-side maps of every compared entry that has them, and difference maps whose
+    cells within the noise floor are washed out (``certbench.figures.difference``)."""
+    named = [(e, f"{e.model_name} (#{e.submission_id})", fourier_maps(e)) for e in entries]
+    present = [(e, name, maps) for e, name, maps in named if maps is not None]
     if not present:
         return {}
-    kind = "acr" if all(maps.acr is not None for _, maps in present) else "base_accuracy"
+    kind = "acr" if all(maps.acr is not None for _, _, maps in present) else "base_accuracy"
     return {
-        "maps": _compare_maps(kind, present),
-        "missing": [name for name, maps in named if maps is None],
-        "labels": sorted({maps.label for _, maps in present}),
+        "maps": _compare_maps(kind, present, records_of),
+        "missing": [name for _, name, maps in named if maps is None],
+        "labels": sorted({maps.label for _, _, maps in present}),
+        "signs": sorted({maps.signs_name for _, _, maps in present}),
     }
 
 
-def _compare_maps(kind: str, present: list[tuple[str, FourierMaps]]) -> CompareMaps:
-    arrays = [maps.values(kind) for _, maps in present]
+@lru_cache(maxsize=64)
+def _outcomes(
+    path: str, mtime_ns: int, kind: str, size: int, freqs: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-image values of a records file on the heatmap grid (cached per file version)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path, columns=["u", "v", "index", "base_correct", "radius", "correct"])
+    column = lambda name: table.column(name).to_numpy(zero_copy_only=False)  # noqa: E731
+    if kind == "acr":
+        values = np.nan_to_num(column("radius").astype(float)) * column("correct").astype(bool)
+    else:
+        values = column("base_correct").astype(float)
+    return cell_outcomes(column("u"), column("v"), column("index"), values, np.array(freqs), size)
+
+
+def _paired(
+    path: Path | None, kind: str, maps: FourierMaps
+) -> tuple[np.ndarray, np.ndarray] | None:
+    if path is None:
+        return None
+    freqs = tuple(maps.frequencies)
+    return _outcomes(str(path), path.stat().st_mtime_ns, kind, maps.size, freqs)
+
+
+def cell_tests(
+    kind: str,
+    first: tuple[ResultsPublic, FourierMaps],
+    other: tuple[ResultsPublic, FourierMaps],
+    records_of: RecordsOf | None,
+) -> CellTests | None:
+    """Which cells of ``other − first`` differ beyond run-to-run noise: paired over the images
+    both runs share when both records are here, else from the cells' binomial intervals (an
+    accuracy map only; None for an ACR map without records)."""
+    (entry_a, maps_a), (entry_b, maps_b) = first, other
+    if records_of is not None:
+        a = _paired(records_of(entry_a.submission_id, STAGE), kind, maps_a)
+        b = _paired(records_of(entry_b.submission_id, STAGE), kind, maps_b)
+        if a is not None and b is not None:
+            shared, in_a, in_b = np.intersect1d(a[1], b[1], return_indices=True)
+            if shared.size >= 2:
+                return paired_cell_tests(
+                    b[0][:, :, in_b], a[0][:, :, in_a], binary=kind == "base_accuracy"
+                )
+    if kind == "base_accuracy":
+        return unpaired_cell_tests(
+            maps_b.base_accuracy, maps_b.images, maps_a.base_accuracy, maps_a.images
+        )
+    return None
+
+
+def _compare_maps(
+    kind: str,
+    present: list[tuple[ResultsPublic, str, FourierMaps]],
+    records_of: RecordsOf | None,
+) -> CompareMaps:
+    arrays = [maps.values(kind) for _, _, maps in present]
     scale = _scale(kind, [a for a in arrays if a is not None])
     panels = [
-        _map_chart(
-            maps, kind, chart_id=f"compare-fourier-{k}", name=name, scale=scale, tooltips=False
-        )
-        for k, (name, maps) in enumerate(present)
+        _map_chart(maps, kind, chart_id=f"compare-fourier-{k}", name=name, scale=scale, side=260)
+        for k, (_, name, maps) in enumerate(present)
     ]
-    first_name, first = present[0]
+    first_entry, first_name, first = present[0]
     reference = first.values(kind)
     assert reference is not None
-    diffs = []
-    for name, maps in present[1:]:
-        values = maps.values(kind)
-        if values is not None and maps.frequencies == first.frequencies:
-            diffs.append((name, values - reference))
-    finite = [float(np.nanmax(np.abs(d))) for _, d in diffs if np.isfinite(d).any()]
-    bound = max([*finite, 0.0]) or 1e-3
     what, label, percent = MAPS[kind]
-    differences = [
-        frequency_heatmap(
+    differences, tests = [], []
+    for k, (entry, name, maps) in enumerate(present[1:], start=1):
+        values = maps.values(kind)
+        if values is None or maps.frequencies != first.frequencies:
+            continue
+        diff = values - reference
+        finite = np.abs(diff[np.isfinite(diff)])
+        bound = float(finite.max()) if finite.size and finite.max() > 0 else 1e-3
+        test = cell_tests(kind, (first_entry, first), (entry, maps), records_of)
+        description = (
+            f"Difference of the {what} maps, {name} minus {first_name}: blue where {name} is "
+            "higher, red where it is lower."
+            + (f" {test.sentence()}" if test else " No noise floor: per-image records missing.")
+        )
+        spec = frequency_heatmap(
             diff,
             first.frequencies,
-            chart_id=f"compare-fourier-diff-{k}",
             title=f"{name} − {first_name}",
             value_label=f"Δ {label}",
             vmin=-bound,
@@ -253,12 +341,11 @@ def _compare_maps(kind: str, present: list[tuple[str, FourierMaps]]) -> CompareM
             center=0.0,
             size=first.size,
             percent=percent,
-            tooltips=False,
-            description=(
-                f"Difference of the {what} maps, {name} minus {first_name}: blue where "
-                f"{name} is higher, red where it is lower."
-            ),
+            description=description,
+            significant=test.significant if test else None,
+            p_values=test.p_adjusted if test else None,
+            side=260,
         )
-        for k, (name, diff) in enumerate(diffs, start=1)
-    ]
-    return CompareMaps(kind, what, panels, differences)
+        differences.append(Figure(f"compare-fourier-diff-{k}", spec, description))
+        tests.append(test)
+    return CompareMaps(kind, what, panels, differences, tests)

@@ -10,11 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from markupsafe import Markup
-
 from api.result_schemas import ResultsPublic, RobustnessPublic
-from api.web.bar_chart import Bars, bar_chart
-from api.web.plots import Axis, Layout
+from certbench.figures import Axis, Bars, Figure, bar_chart
 
 STAGE = "pd_robustness"
 TEMPLATE = "stages/pd_robustness.html"
@@ -67,7 +64,7 @@ def robustness_rows(robustness: RobustnessPublic) -> list[RobustnessRow]:
     ]
 
 
-def robustness_chart(robustness: RobustnessPublic, *, chart_id: str = "robustness-bars") -> Markup:
+def robustness_chart(robustness: RobustnessPublic, *, chart_id: str = "robustness-bars") -> Figure:
     """Clean vs ℓ∞ vs ℓ∞ ∩ PD accuracy of the base classifier, one group of bars per ε."""
     rows = robustness_rows(robustness)
     groups = [f"ε = {row.eps}/255" for row in rows]
@@ -79,19 +76,19 @@ def robustness_chart(robustness: RobustnessPublic, *, chart_id: str = "robustnes
     values = "; ".join(
         f"ε = {row.eps}/255: ℓ∞ {_pct(row.linf)}, ℓ∞ ∩ PD {_pct(row.pd)}" for row in rows
     )
-    return bar_chart(
+    description = (
+        f"Accuracy of the base classifier (not smoothed) on {robustness.count} clean images: "
+        f"clean {_pct(robustness.base_accuracy)}; {values}."
+    )
+    spec = bar_chart(
         groups,
         series,
-        chart_id=chart_id,
         title="Base classifier: clean vs ℓ∞ vs ℓ∞ ∩ PD accuracy",
-        description=(
-            f"Accuracy of the base classifier (not smoothed) on {robustness.count} clean images: "
-            f"clean {_pct(robustness.base_accuracy)}; {values}."
-        ),
+        description=description,
         x_label="ℓ∞ radius ε (units of 1/255)",
         y=Axis("accuracy (base classifier)", 0.0, 1.0, percent=True),
-        layout=Layout(width=560, height=300, legend_columns=3),
     )
+    return Figure(chart_id, spec, description)
 
 
 def _pct(value: float | None) -> str:

@@ -13,11 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from markupsafe import Markup
-
 from api.result_schemas import ResultsPublic, StageResultPublic
-from api.web.bar_chart import Bars, bar_chart
-from api.web.plots import Axis, Layout
+from certbench.figures import Axis, Bars, Figure, bar_chart
 
 STAGE = "weather_attack"
 TEMPLATE = "stages/weather_attack.html"
@@ -67,7 +64,9 @@ def context(results: ResultsPublic) -> dict[str, Any]:
     return {
         "weather_rows": rows,
         "weather_chart": weather_chart(rows),
-        "weather_panels": panels(results.submission_id, mine),
+        "weather_panels": panels(
+            results.submission_id, mine, skip=int(attacks[0].protocol.get("subset_skip") or 1)
+        ),
         "weather_protocol": protocol,
         "weather_certify": next(
             (s.protocol.get("certify") for s in attacks if s.summary["kind"] == "smoothed"), None
@@ -125,27 +124,31 @@ def weather_rows(attacks: list[StageResultPublic]) -> list[WeatherRow]:
     return rows
 
 
-def weather_chart(rows: list[WeatherRow], *, chart_id: str = "weather-bars") -> Markup:
+def weather_chart(rows: list[WeatherRow], *, chart_id: str = "weather-bars") -> Figure:
     """Random vs worst-case accuracy of the base classifier, one group of bars per set."""
     sets = [r for r in rows if r.severity is not None]
-    return bar_chart(
+    description = "; ".join(
+        f"{r.weather} {r.severity}: random {_pct(r.random)}, worst case {_pct(r.worst)}"
+        for r in sets
+    )
+    spec = bar_chart(
         [f"{r.weather} {r.severity}" for r in sets],
-        [Bars("random weather", [r.random for r in sets]),
-         Bars("worst case (simulation attack)", [r.worst for r in sets])],
-        chart_id=chart_id,
+        [
+            Bars("random weather", [r.random for r in sets]),
+            Bars("worst case (simulation attack)", [r.worst for r in sets]),
+        ],
         title="Base classifier: random vs worst-case weather accuracy",
-        description="; ".join(
-            f"{r.weather} {r.severity}: random {_pct(r.random)}, worst case {_pct(r.worst)}"
-            for r in sets
-        ),
+        description=description,
         x_label="weather and severity",
         y=Axis("accuracy (base classifier)", 0.0, 1.0, percent=True),
-        layout=Layout(width=max(420, 70 * len(sets) + 100), height=300, legend_columns=2),
-    )  # fmt: skip
+    )
+    return Figure(chart_id, spec, description)
 
 
-def panels(submission_id: int, mine: list[StageResultPublic]) -> list[Panel]:
-    """The example panels the stage drew, with the route that serves them."""
+def panels(submission_id: int, mine: list[StageResultPublic], *, skip: int = 1) -> list[Panel]:
+    """The example panels the stage drew, with the route that serves them; each image also
+    gets its ``position`` in the stage's test subset (every ``skip``-th source image), the
+    number researchers match against the records."""
     out = []
     for result in mine:
         if result.summary.get("kind") != "examples":
@@ -156,7 +159,10 @@ def panels(submission_id: int, mine: list[StageResultPublic]) -> list[Panel]:
                     weather=panel["weather"],
                     severity=panel["severity"],
                     url=FILE_URL.format(submission_id=submission_id, name=panel["file"]),
-                    images=list(panel["images"]),
+                    images=[
+                        {**image, "position": image["index"] // max(skip, 1)}
+                        for image in panel["images"]
+                    ],
                 )
             )
     return out

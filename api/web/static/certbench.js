@@ -2,67 +2,34 @@
 (function () {
   "use strict";
 
-  function fmt(value, percent) {
-    return percent ? (value * 100).toFixed(1) + "%" : value.toFixed(3);
-  }
-
-  /* Value of a piecewise-linear series at x (series are compacted, so interpolate between kept points). */
-  function valueAt(points, x) {
-    if (!points.length || x < points[0][0] || x > points[points.length - 1][0]) return null;
-    for (var i = 1; i < points.length; i++) {
-      if (points[i][0] >= x) {
-        var a = points[i - 1], b = points[i];
-        if (b[0] === a[0]) return b[1];
-        return a[1] + (b[1] - a[1]) * (x - a[0]) / (b[0] - a[0]);
-      }
+  /* Figures: each <div class="vega-chart"> is drawn by vega-embed from the Vega-Lite spec in the
+     JSON block beside it (SVG renderer, so text stays text). Tooltips are the hover read-outs.
+     <html data-charts="drawn"> (or "failed") says when every figure is done. */
+  function drawCharts() {
+    var charts = document.querySelectorAll("div.vega-chart");
+    if (!charts.length) return;
+    if (typeof window.vegaEmbed !== "function") {
+      document.documentElement.dataset.charts = "failed";
+      return;
     }
-    return points[points.length - 1][1];
-  }
-
-  /* Hover read-out on line charts: the value of every series at the pointer's x. */
-  function enhanceChart(svg) {
-    var figure = svg.closest("figure");
-    if (!figure || !svg.dataset.plot) return;
-    var plot = svg.dataset.plot.split(" ").map(Number);
-    var x0 = Number(svg.dataset.x0), x1 = Number(svg.dataset.x1);
-    var percent = svg.dataset.percent === "1";
-    var series = Array.prototype.map.call(svg.querySelectorAll("g.series"), function (g) {
-      return { label: g.dataset.label, colour: g.dataset.colour, points: JSON.parse(g.dataset.xy || "[]") };
+    var drawn = Array.prototype.map.call(charts, function (div) {
+      var spec = JSON.parse(document.getElementById(div.dataset.spec).textContent);
+      return window.vegaEmbed(div, spec, { renderer: "svg", actions: false, tooltip: { theme: "light" } })
+        .then(function (result) {
+          var svg = div.querySelector("svg");
+          if (svg) {
+            svg.setAttribute("role", "img");
+            svg.setAttribute("aria-label", div.getAttribute("aria-label") || "");
+          }
+          return result;
+        });
     });
-    var tip = document.createElement("div");
-    tip.className = "chart-tip";
-    tip.hidden = true;
-    tip.setAttribute("role", "status");
-    figure.appendChild(tip);
-    svg.addEventListener("mousemove", function (event) {
-      var box = svg.getBoundingClientRect();
-      var scale = svg.viewBox.baseVal.width / box.width;
-      var px = (event.clientX - box.left) * scale;
-      if (px < plot[0] || px > plot[0] + plot[2]) { tip.hidden = true; return; }
-      var x = x0 + (px - plot[0]) / plot[2] * (x1 - x0);
-      tip.textContent = "";
-      var head = document.createElement("div");
-      head.textContent = svg.dataset.xlabel + ": " + x.toFixed(3);
-      tip.appendChild(head);
-      series.forEach(function (s) {
-        var y = valueAt(s.points, x);
-        if (y === null) return;
-        var line = document.createElement("div");
-        var swatch = document.createElement("span");
-        swatch.className = "swatch";
-        swatch.style.background = s.colour;
-        line.appendChild(swatch);
-        line.appendChild(document.createTextNode(s.label + ": " + fmt(y, percent)));
-        tip.appendChild(line);
-      });
-      var fbox = figure.getBoundingClientRect();
-      tip.hidden = false;
-      var left = event.clientX - fbox.left + 14;
-      if (left + tip.offsetWidth > fbox.width) left = Math.max(0, event.clientX - fbox.left - tip.offsetWidth - 14);
-      tip.style.left = left + "px";
-      tip.style.top = (event.clientY - fbox.top + 10) + "px";
+    Promise.all(drawn).then(function () {
+      document.documentElement.dataset.charts = "drawn";
+    }, function (error) {
+      document.documentElement.dataset.charts = "failed";
+      console.error("figure not drawn: " + error);
     });
-    svg.addEventListener("mouseleave", function () { tip.hidden = true; });
   }
 
   /* Leaderboard filters apply as soon as they change (the Apply button stays for no-JS use). */
@@ -130,7 +97,7 @@
   }
 
   document.addEventListener("DOMContentLoaded", function () {
-    document.querySelectorAll("svg.chart:not(.heatmap)").forEach(enhanceChart);
+    drawCharts();
     var filters = document.querySelector("form.filters");
     if (filters) enhanceFilters(filters);
     var compare = document.getElementById("compare-form");

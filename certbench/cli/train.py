@@ -1,0 +1,208 @@
+"""``certbench train`` (entry point ``train``): train a reference model with a paper's recipe.
+
+Only typer at import time; torch and the training code are imported inside the command, so
+registering it costs nothing for ``certbench --help``.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from certbench.cli.app import dataset_name, user_errors
+from certbench.cli.checks import output_folder
+
+RECIPE_NAMES = (
+    "gaussian",
+    "gaussian-jsd",
+    "augmix-jsd",
+    "augmix-hcr",
+    "fouriermix-jsd",
+    "fouriermix-hcr",
+)
+"""``certbench.training.recipes.RECIPES``' names, repeated to keep this module light (a test
+keeps them equal)."""
+
+RecipeName = StrEnum("RecipeName", [(name, name) for name in RECIPE_NAMES])  # type: ignore[misc]
+
+
+class Normalization(StrEnum):
+    center = "center"
+    standardize = "standardize"
+    none = "none"
+
+
+@user_errors
+def train_command(
+    recipe: Annotated[
+        RecipeName,  # type: ignore[valid-type]
+        typer.Option(
+            help="gaussian (Cohen et al. 2019), gaussian-jsd (Jeong & Shin 2020), "
+            "augmix-jsd, augmix-hcr, fouriermix-jsd, fouriermix-hcr (Sun et al. 2022)."
+        ),
+    ],
+    dataset: Annotated[
+        str,
+        typer.Option(
+            help="cifar10, cifar100, a Hub id, a Hub-layout or torchvision folder.",
+            callback=dataset_name,
+        ),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="Output folder (weights, manifest, log, checkpoint); not inside a Python package.",
+            callback=output_folder,
+        ),
+    ],
+    arch: Annotated[str, typer.Option(help="Registry architecture.")] = "cifar_resnet110",
+    arch_kwarg: Annotated[
+        list[str] | None,
+        typer.Option(help="Architecture kwarg NAME=VALUE (repeatable), e.g. depth=10."),
+    ] = None,
+    sigma: Annotated[float, typer.Option(help="Noise level σ (training and manifest).")] = 0.25,
+    train_sigma: Annotated[
+        float | None, typer.Option(help="Training noise if not σ (0: no noise).")
+    ] = None,
+    epochs: Annotated[int, typer.Option(help="Epochs (paper: 200).")] = 200,
+    batch_size: Annotated[
+        int | None, typer.Option(help="Images per SGD step (recipe default: 256, 128).")
+    ] = None,
+    lr: Annotated[float, typer.Option(help="Initial learning rate (×0.1 at 50 % and 75 %).")] = 0.1,
+    momentum: float = 0.9,
+    weight_decay: float = 1e-4,
+    lbd: Annotated[
+        float | None, typer.Option(help="Consistency weight λ (recipe/paper default).")
+    ] = None,
+    eta: Annotated[float | None, typer.Option(help="HCR η / entropy weight (default).")] = None,
+    seed: int = 0,
+    normalize: Annotated[
+        Normalization, typer.Option(help="Input layer: center (paper), standardize, none.")
+    ] = Normalization.center,
+    config: Annotated[str | None, typer.Option(help="Dataset config.")] = None,
+    revision: Annotated[str | None, typer.Option(help="Hub revision of the dataset.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Train on the first N images only.")] = None,
+    augmix_variant: Annotated[
+        str, typer.Option(help="hendrycks (AugMix paper) or reference (Sun et al.'s release).")
+    ] = "hendrycks",
+    benchmark: Annotated[
+        str | None,
+        typer.Option(
+            help="Manifest benchmark name, as the server calls it (default: the one the data "
+            "folder's card names, e.g. demo-digits for `certbench datasets demo`; else the "
+            "folder's name or the dataset id)."
+        ),
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option(help="cpu, cuda, cuda:1 (default: cuda if any).")
+    ] = None,
+    amp: Annotated[str, typer.Option(help="bf16, none or auto (bf16 on CUDA).")] = "auto",
+    channels_last: Annotated[
+        bool | None, typer.Option(help="channels_last memory format (default: on CUDA).")
+    ] = None,
+    compile: Annotated[bool, typer.Option(help="torch.compile the model.")] = False,
+    workers: Annotated[
+        int | None, typer.Option(help="DataLoader workers (default: 0 on CPU, up to 8 on CUDA).")
+    ] = None,
+    augment_device: Annotated[
+        str | None, typer.Option(help="cpu or cuda: where FourierMix runs (default: device).")
+    ] = None,
+    eval_split: Annotated[
+        str, typer.Option(help="Split evaluated after each epoch; 'none' to skip.")
+    ] = "test",
+    eval_limit: Annotated[int | None, typer.Option(help="Evaluate the first N images.")] = None,
+    checkpoint_every: Annotated[int, typer.Option(help="Checkpoint every N epochs.")] = 1,
+    resume: Annotated[bool, typer.Option(help="Continue from OUT/checkpoint.")] = False,
+    deterministic: Annotated[
+        bool, typer.Option(help="Deterministic kernels (slower on CUDA).")
+    ] = False,
+    threads: Annotated[
+        int | None,
+        typer.Option(help="CPU threads for torch (1 is fastest on a busy small machine)."),
+    ] = None,
+) -> None:
+    """Train a base classifier for randomized smoothing (paper schedule by default).
+
+    Writes OUT/model.safetensors + OUT/manifest.json (for certify and the REST API),
+    OUT/train_log.jsonl and OUT/checkpoint/ (for --resume).
+    """
+    from certbench.errors import TrainingError
+    from certbench.training import RunOptions, TrainConfig, train
+
+    kwargs: dict[str, int | float] = {}
+    for item in arch_kwarg or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise TrainingError(f"--arch-kwarg {item!r}: write NAME=VALUE, e.g. depth=10")
+        try:
+            kwargs[name] = int(value)
+        except ValueError:
+            try:
+                kwargs[name] = float(value)
+            except ValueError as err:
+                raise TrainingError(f"--arch-kwarg {item!r}: VALUE must be a number") from err
+    if amp not in ("bf16", "none", "auto"):
+        raise TrainingError(f"--amp {amp!r}: use bf16, none or auto (fp16 needs loss scaling)")
+    if augment_device not in (None, "cpu", "cuda"):
+        raise TrainingError(f"--augment-device {augment_device!r}: use cpu or cuda")
+    cfg = TrainConfig(
+        recipe=recipe.value,
+        dataset=dataset,
+        arch=arch,
+        arch_kwargs=kwargs,
+        sigma=sigma,
+        train_sigma=train_sigma,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        lbd=lbd,
+        eta=eta,
+        seed=seed,
+        normalize=normalize.value,  # type: ignore[arg-type]
+        config=config,
+        revision=revision,
+        limit=limit,
+        benchmark=benchmark,
+        augmix_variant=augmix_variant,  # type: ignore[arg-type]
+    )
+    options = RunOptions(
+        device=device,
+        amp=None if amp == "none" else amp,  # type: ignore[arg-type]
+        channels_last=channels_last,
+        compile=compile,
+        workers=workers,
+        augment_device=augment_device,  # type: ignore[arg-type]
+        eval_split=None if eval_split == "none" else eval_split,
+        eval_limit=eval_limit,
+        checkpoint_every=checkpoint_every,
+        resume=resume,
+        deterministic=deterministic,
+        threads=threads,
+    )
+    result = train(cfg, out, options)
+    last = result.last
+    summary = ", ".join(
+        f"{key} {last[key]:.4f}"
+        for key in ("train_loss", "eval_clean_accuracy", "eval_noisy_accuracy")
+        if isinstance(last.get(key), float)
+    )
+    typer.echo(
+        f"epochs done: {result.epochs_done}/{cfg.epochs}" + (f"; {summary}" if summary else "")
+    )
+    typer.echo(f"wrote {result.weights}, {result.manifest}, {result.log}")
+    written = json.loads(result.manifest.read_text(encoding="utf-8"))["benchmark"]
+    typer.echo(
+        f"manifest benchmark: {written!r} (submit it to that benchmark; --benchmark NAME or the "
+        'manifest\'s "benchmark" field changes it)'
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Entry point ``certbench.commands:train``."""
+    app.command("train")(train_command)

@@ -1,0 +1,52 @@
+"""Networks: the architecture registry, safe loading of submissions, batch-invariant evaluation.
+
+- :mod:`~certbench.nets.architectures`: the registry of architectures a manifest may name;
+- :mod:`~certbench.nets.manifest`: the JSON manifest, validated without torch;
+- :mod:`~certbench.nets.loading`: manifest + safetensors weights → a model (never pickle);
+- :mod:`~certbench.nets.header`: a safetensors header read and checked without its tensors;
+- :mod:`~certbench.nets.fit`: whether a header's tensors fit an architecture (``meta`` device);
+- :mod:`~certbench.nets.batch_invariance`: fixed-shape chunks keyed by row (``RowSlots``), so a
+  row's result never depends on its batch.
+
+Ground floor (imports no other certbench package). Public face: ``__all__``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from certbench import public_face
+
+if TYPE_CHECKING:
+    from certbench.nets.architectures import available_architectures, build_classifier, check_kwargs
+    from certbench.nets.batch_invariance import (
+        RowSlots,
+        canonical_layout,
+        chunk_rows,
+        near_ties,
+        packed_keys,
+        stable_argmax,
+    )
+    from certbench.nets.fit import check_fit, max_tensors
+    from certbench.nets.folding import batchnorm_count, fold_batchnorm
+    from certbench.nets.header import (
+        FILES_SWAPPED,
+        FLOAT_DTYPES,
+        looks_like_json,
+        looks_like_safetensors,
+        read_header,
+    )
+    from certbench.nets.loading import load_model, save_weights
+    from certbench.nets.manifest import (
+        ARCHITECTURE_NAMES,
+        PRINTABLE_PATTERN,
+        Architecture,
+        Manifest,
+        Metadata,
+        Preprocessing,
+        Smoothing,
+        clean_text,
+        load_manifest,
+    )
+
+__getattr__, __dir__, __all__ = public_face(__name__, __file__)

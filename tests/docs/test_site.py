@@ -1,0 +1,125 @@
+"""The documentation site: ``mkdocs build --strict`` passes (a broken link, a missing page or a
+page left out of the nav fails it), its reference pages cover the code they are generated from,
+and ``certbench serve``'s app serves the built site at ``/guide`` (and nothing there without it).
+
+One build per module (about 15 s of CPU, most of it importing the service to read its OpenAPI
+document), reused by every test here.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from doc_blocks import ROOT
+from fastapi.testclient import TestClient
+
+from api.main import create_app
+from models.settings import Settings
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("site")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return folder
+
+
+def test_the_site_builds_strictly_with_every_section(site: Path):
+    for page in (
+        "index.html",
+        "getting-started.html",
+        "researchers/certify.html",
+        "datasets/generate.html",
+        "operators/deployment.html",
+        "architecture/index.html",
+        "reference/cli.html",
+        "reference/rest.html",
+        "reference/settings.html",
+        "benchmarks/results.html",
+    ):
+        assert (site / page).is_file(), page
+    assert (site / "assets" / "leaderboard.png").is_file()
+    assert not (site / "hooks").exists(), "the build hook is not a page"
+
+
+def test_pages_load_nothing_from_other_hosts(site: Path):
+    """The guide works offline: no script, stylesheet or font from a CDN (links are fine)."""
+    pattern = re.compile(r'<(?:script|link)[^>]+(?:src|href)="(https?:)?//', re.I)
+    offending = [
+        str(page.relative_to(site))
+        for page in site.rglob("*.html")
+        if pattern.search(page.read_text(encoding="utf-8"))
+    ]
+    assert not offending, offending
+
+
+#: Internal names a public page must not show: the project's own seed-paper numbering, and
+#: absolute paths of the machine the site was built on.
+PRIVATE_TEXT = re.compile(r"\bseeds?\s+0\d\d\b|(?<![\w.])/(?:work|root|home|tmp|usr)/", re.I)
+
+
+def test_pages_cite_papers_not_seed_numbers_and_show_no_local_paths(site: Path):
+    found = [
+        (str(page.relative_to(site)), match.group())
+        for page in site.rglob("*.html")
+        for match in PRIVATE_TEXT.finditer(page.read_text(encoding="utf-8"))
+    ]
+    assert not found, found
+
+
+def test_the_cli_reference_lists_every_command(site: Path):
+    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
+    from reference import _walk, cli_command
+
+    text = (site / "reference" / "cli.html").read_text(encoding="utf-8")
+    for path, command in _walk(cli_command(), ["certbench"]):
+        assert " ".join(path) in text
+        for param in command.params:
+            for option in getattr(param, "opts", []):
+                if option.startswith("--") and not param.hidden:
+                    assert option in text, (path, option)
+
+
+def test_the_rest_reference_lists_every_route(site: Path):
+    app = create_app(Settings(data_dir=site.parent / "rest-data"))
+    text = (site / "reference" / "rest.html").read_text(encoding="utf-8")
+    for path, item in app.openapi()["paths"].items():
+        for method in item:
+            assert f"{method.upper()} {path}" in text, (method, path)
+
+
+def test_the_settings_reference_lists_every_setting_with_its_description(site: Path):
+    text = (site / "reference" / "settings.html").read_text(encoding="utf-8")
+    for name, field in Settings.model_fields.items():
+        assert field.description, f"Settings.{name} has no description for the reference"
+        assert f"CERTBENCH_{name.upper()}" in text
+
+
+def test_serve_mounts_the_built_site_at_guide(site: Path, tmp_path: Path):
+    with TestClient(create_app(Settings(data_dir=tmp_path, guide_dir=site))) as client:
+        home = client.get("/guide/")
+        assert home.status_code == 200 and "certbench" in home.text
+        assert home.headers["content-type"].startswith("text/html")
+        page = client.get("/guide/reference/cli.html")
+        assert page.status_code == 200 and "certbench certify" in page.text
+        assert client.get("/guide/assets/leaderboard.png").content[:8] == b"\x89PNG\r\n\x1a\n"
+        assert client.get("/guide/no-such-page.html").status_code == 404
+
+
+def test_without_a_built_site_guide_is_not_found(tmp_path: Path):
+    settings = Settings(data_dir=tmp_path, guide_dir=tmp_path / "not-built")
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/guide/").status_code == 404
