@@ -22,6 +22,7 @@ from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workers"))
 
+import redis_claims
 from flow import free_port, put_benchmark, settings_from_env
 from processes import BIN, Service, service_env, start_worker, wait_for
 
@@ -33,9 +34,8 @@ from models.settings import Settings
 
 POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
-REDIS_LOCK = "certbench-e2e-owner"
 #: Databases the e2e tests may claim: 14, 15 and 1..9 (10..13 belong to the API tests, one per
-#: pytest-xdist worker; see tests/api/conftest.py).
+#: pytest-xdist worker, see tests/api/conftest.py; 0 holds the claims, see redis_claims.py).
 E2E_REDIS_DATABASES = [15, 14, *range(9, 0, -1)]
 
 START_POSTGRES = (
@@ -95,26 +95,25 @@ def postgres_database() -> Iterator[str]:
 
 @contextmanager
 def redis_database() -> Iterator[str]:
-    """An idle Redis database index on the local server, claimed with a lock key, then flushed."""
-    token = uuid.uuid4().hex
+    """A Redis database index of E2E_REDIS_DATABASES that no other stack uses, claimed in a
+    registry that survives the claimed database being flushed (``redis_claims``), emptied,
+    and emptied and given back afterwards."""
     try:
         redis.Redis(REDIS_HOST, REDIS_PORT, socket_connect_timeout=5).ping()
     except redis.exceptions.ConnectionError as err:
         pytest.fail(START_REDIS.format(err=err), pytrace=False)
-    for index in E2E_REDIS_DATABASES:
-        client = redis.Redis(REDIS_HOST, REDIS_PORT, db=index)
-        if client.dbsize() == 0 and client.set(REDIS_LOCK, token, nx=True, ex=3600):
-            break
-    else:
+    held = redis_claims.claim(REDIS_HOST, REDIS_PORT, E2E_REDIS_DATABASES)
+    if held is None:
         pytest.fail(
-            f"every Redis database of {E2E_REDIS_DATABASES} is in use; flush an unused one",
+            f"every Redis database of {E2E_REDIS_DATABASES} is claimed by a running test "
+            f"session (keys {redis_claims.CLAIM_KEY.format(index='*')} in database "
+            f"{redis_claims.REGISTRY_DB}); delete the claims of sessions that are gone",
             pytrace=False,
         )
     try:
-        yield f"redis://{REDIS_HOST}:{REDIS_PORT}/{index}"
+        yield f"redis://{REDIS_HOST}:{REDIS_PORT}/{held.index}"
     finally:
-        if client.get(REDIS_LOCK) == token.encode():
-            client.flushdb()
+        redis_claims.release(REDIS_HOST, REDIS_PORT, held)
 
 
 @pytest.fixture(scope="session")
