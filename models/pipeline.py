@@ -71,6 +71,7 @@ def transition(
     message: str = "",
     worker: str | None = None,
     settings: Settings | None = None,
+    commit: bool = True,
 ) -> bool:
     """Move a submission to ``to_state`` iff it is currently in one of ``from_states``.
 
@@ -78,6 +79,8 @@ def transition(
     callers then stop quietly. Raises InvalidTransitionError when a listed move is illegal (a bug
     in the caller, not a race). Entering validating/running starts a lease of
     ``settings.lease_seconds`` (``settings`` required then); terminal states set ``finished_at``.
+    With ``commit=False`` the move is only flushed, for a caller that must finish more work in
+    the same transaction before anyone sees the new state (``reject``).
     """
     sources = frozenset(from_states)
     illegal = sorted(str(s) for s in sources if not can_transition(s, to_state))
@@ -129,6 +132,9 @@ def transition(
             message=message,
         )
     )
+    if not commit:
+        session.flush()
+        return True
     session.commit()
     session.expire_all()
     return True
@@ -186,7 +192,13 @@ def reject(
 ) -> bool:
     """Reject an unusable upload and delete its stored weights (unless a submission of any
     artifact sharing the file may still need it). False if the submission was no longer
-    submitted/validating."""
+    submitted/validating.
+
+    One transaction: the state moves, the file goes, then both commit, so nobody can see a
+    rejected submission whose weights are still on disk (CI once read the state between the two
+    and found the file).
+    """
+    artifact_id = get_submission(session, submission_id).artifact_id
     moved = transition(
         session,
         submission_id,
@@ -194,10 +206,10 @@ def reject(
         to_state=S.REJECTED,
         reason=reason,
         message=message,
+        commit=False,
     )
     if moved:
-        artifact_id = get_submission(session, submission_id).artifact_id
-        release_artifact(session, artifact_id, settings=settings)
+        release_artifact(session, artifact_id, settings=settings)  # commits the move with it
     return moved
 
 

@@ -238,6 +238,34 @@ def test_reject_deletes_the_weights(session: Session, settings: Settings, submis
         pipeline.reset_for_rerun(session, submission_id, fresh=False, settings=settings)
 
 
+def test_nobody_sees_a_rejected_submission_whose_weights_are_still_on_disk(
+    session: Session, settings: Settings, submission_id: int, monkeypatch: pytest.MonkeyPatch
+):
+    """The e2e test once read 'rejected' between the state's commit and the file's deletion."""
+    path = get_work_item(session, submission_id, settings=settings).weights_path
+    assert pipeline.transition(
+        session, submission_id, from_states={S.SUBMITTED}, to_state=S.VALIDATING, settings=settings
+    )
+    seen: list[tuple[SubmissionState, bool]] = []
+    real_lock = pipeline.artifacts.lock
+
+    def lock_and_look(*args, **kwargs):
+        """What another client sees just before the file is deleted."""
+        with session_scope(settings) as other:
+            seen.append((pipeline.get_state(other, submission_id), path.exists()))
+        return real_lock(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline.artifacts, "lock", lock_and_look)
+    assert pipeline.reject(
+        session, submission_id, reason=Reason.NON_FINITE_OUTPUT.value, message="nan",
+        settings=settings,
+    )  # fmt: skip
+    assert seen == [(S.VALIDATING, True)]
+    assert not path.exists()
+    with session_scope(settings) as other:
+        assert pipeline.get_state(other, submission_id) == S.REJECTED
+
+
 def test_rerun_resumes_or_starts_fresh(session: Session, settings: Settings, submission_id: int):
     run_pipeline(session, submission_id, settings=settings)
     assert pipeline.reset_for_rerun(session, submission_id, fresh=False, settings=settings)
