@@ -13,7 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # a subprocess that imports torch and runs for a minute
 ABSENT_ON_THE_GPU_IMAGE = (
     "pydantic", "pydantic_settings", "pydantic_core", "fastapi", "sqlalchemy", "celery",
     "redis", "datasets", "alembic", "psycopg", "uvicorn", "multipart", "fastapi_offline",

@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from certbench.training import RECIPES
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # a subprocess that imports torch and runs for a minute
 
 
 def test_gpu_check_dry_run_writes_both_reports(tmp_path):
