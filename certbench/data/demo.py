@@ -26,6 +26,7 @@ Layout: one ``default`` config with ``train`` and ``test`` splits in the Hub lay
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,10 +70,7 @@ class DemoDataset:
 
 def demo_images() -> tuple[np.ndarray, np.ndarray]:
     """All 1,797 digits as uint8 ``(N, 3, 32, 32)`` images and int64 labels, in sklearn order."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    values = np.asarray(digits.images, dtype=np.float64)
+    values, target = _digits()
     if values.shape[1:] != (8, 8) or values.min() < 0 or values.max() > MAX_VALUE:
         raise DataSourceError(
             f"scikit-learn's digits have shape {values.shape} and range "
@@ -82,7 +80,38 @@ def demo_images() -> tuple[np.ndarray, np.ndarray]:
     grey = np.floor(values * 255.0 / MAX_VALUE + 0.5).astype(np.uint8)
     big = grey.repeat(UPSCALE, axis=1).repeat(UPSCALE, axis=2)
     rgb = np.ascontiguousarray(np.repeat(big[:, None], 3, axis=1))
-    return rgb, np.asarray(digits.target, dtype=np.int64)
+    return rgb, target
+
+
+DIGITS_FILE = ("datasets", "data", "digits.csv.gz")
+"""Where scikit-learn keeps the digits, inside its package: 64 pixel values then the digit, one
+image per line, comma-separated (what ``load_digits`` parses)."""
+
+
+def _digits() -> tuple[np.ndarray, np.ndarray]:
+    """``load_digits().images`` and ``.target``, read from the file scikit-learn ships without
+    importing scikit-learn: that import (scipy and more) took 6 of the 6.3 s every first start
+    of ``serve`` and every ``certbench datasets demo`` spent here; the file takes 0.03 s.
+    ``tests/certbench/test_demo_data.py`` holds the two equal."""
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise DataSourceError(
+            "the demo data set is built from scikit-learn's digits, and scikit-learn is not "
+            "installed: `uv sync` installs it"
+        )
+    path = Path(spec.submodule_search_locations[0]).joinpath(*DIGITS_FILE)
+    try:
+        table = np.loadtxt(path, delimiter=",", ndmin=2)
+    except (OSError, ValueError) as err:
+        raise DataSourceError(
+            f"cannot read scikit-learn's digits at {path} ({err}); reinstall scikit-learn"
+        ) from err
+    if table.shape[1] != 65:
+        raise DataSourceError(
+            f"scikit-learn's digits at {path} have {table.shape[1]} columns, expected 65 "
+            "(64 pixels and the digit); reinstall scikit-learn"
+        )
+    return table[:, :-1].reshape(-1, 8, 8), table[:, -1].astype(np.int64)
 
 
 def demo_splits(labels: np.ndarray) -> dict[str, np.ndarray]:

@@ -12,8 +12,10 @@ from sklearn.datasets import load_digits
 from typer.testing import CliRunner
 
 from certbench.cli.datasets import register
+from certbench.data import demo as demo_module
 from certbench.data.demo import TEST_EVERY, UPSCALE, demo_images, write_demo_dataset
 from certbench.data.sources import load_images
+from certbench.errors import DataSourceError
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +96,31 @@ def test_certbench_demo_modules_import_nothing_from_generators_and_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_digits_file_is_what_load_digits_returns():
+    values, target = demo_module._digits()
+    digits = load_digits()
+    np.testing.assert_array_equal(values, digits.images)
+    np.testing.assert_array_equal(target, digits.target)
+    assert target.dtype == np.int64
+
+
+def test_building_the_demo_images_does_not_import_scikit_learn():
+    """Its import cost 6 s of every first start of serve (scipy and more come with it)."""
+    probe = (
+        "import sys\n"
+        "from certbench.data.demo import demo_images\n"
+        "images, labels = demo_images()\n"
+        "assert images.shape == (1797, 3, 32, 32), images.shape\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'scipy')))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
+
+
+def test_a_missing_digits_file_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(demo_module, "DIGITS_FILE", ("no", "such", "digits.csv.gz"))
+    with pytest.raises(DataSourceError, match="reinstall scikit-learn"):
+        demo_module.demo_images()
