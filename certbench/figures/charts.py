@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
-from scipy.stats import norm
 
 from certbench.figures.spec import (
     DASHES,
@@ -29,7 +29,7 @@ from certbench.figures.spec import (
 
 #: Accuracies that may label a probit axis.
 PROBIT_TICKS = (0.001, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999)
-PROBIT_LIMIT = float(norm.ppf(0.999))
+PROBIT_LIMIT = NormalDist().inv_cdf(0.999)
 #: The faintest a fit line is drawn (R² ≈ 0 would otherwise vanish, which reads as "no fit").
 MIN_OPACITY = 0.12
 BAND_OPACITY = 0.18
@@ -374,7 +374,8 @@ class FitLine:
 
 def probit(p: float) -> float:
     """Φ⁻¹(p), clipped to ±Φ⁻¹(0.999) so 0 and 1 stay on the axis."""
-    return float(min(max(norm.ppf(min(max(p, 1e-12), 1 - 1e-12)), -PROBIT_LIMIT), PROBIT_LIMIT))
+    z = NormalDist().inv_cdf(min(max(p, 1e-12), 1 - 1e-12))
+    return float(min(max(z, -PROBIT_LIMIT), PROBIT_LIMIT))
 
 
 def probit_axis(label: str, values: Sequence[float]) -> Axis:

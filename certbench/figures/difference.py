@@ -26,7 +26,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 LEVEL = 0.05
 """Family-wise error level over the cells of one map."""
@@ -72,6 +71,8 @@ def holm(p_values: np.ndarray) -> np.ndarray:
 
 
 def _critical(level: float, cells: int) -> float:
+    from scipy import stats  # on first use: importing the figures stays light
+
     return float(stats.norm.isf(level / (2 * max(cells, 1))))
 
 
@@ -81,6 +82,8 @@ def paired_cell_tests(
     """Tests of ``a − b`` per cell from per-image values on the same images, shaped
     (K, K, images) (NaN: a cell not computed). ``binary``: 0/1 correctness (exact McNemar),
     else a mean of per-image radii (paired t-test). Raises ValueError for mismatched shapes."""
+    from scipy import stats  # on first use: importing the figures stays light
+
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.shape != b.shape or a.ndim != 3:
         raise ValueError(
@@ -131,6 +134,8 @@ def unpaired_cell_tests(
     a cell differs when its two Clopper–Pearson intervals at level ``level / (2 m)`` are
     disjoint (m tested cells, Bonferroni). Raises ValueError for mismatched shapes or no
     images."""
+    from scipy import stats  # on first use: importing the figures stays light
+
     pa_, pb_ = np.asarray(accuracy_a, dtype=float), np.asarray(accuracy_b, dtype=float)
     if pa_.shape != pb_.shape or images_a < 1 or images_b < 1:
         raise ValueError(

@@ -13,7 +13,9 @@ classifiers at different noise levels lie on different lines, so mixing them rai
 
 Normal and Student quantiles come from ``scipy.special`` (``ndtri``, ``ndtr``, ``stdtrit``, the
 functions behind ``scipy.stats.norm``/``t``): the same numbers at a fraction of the per-call cost,
-which matters because the service refits a whole leaderboard on every read.
+which matters because the service refits a whole leaderboard on every read. SciPy is imported
+on the first fit, not with this module: the API imports ``Accuracy`` at start-up, and scipy.stats
+made 2 of the 7 s that every API process spent importing the app.
 """
 
 from __future__ import annotations
@@ -25,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from scipy.special import ndtr, ndtri, stdtrit
-from scipy.stats import beta, linregress
 
 from certbench.errors import EffectiveRobustnessError
 
@@ -44,6 +44,8 @@ def _probits(accuracies: Sequence[Accuracy]) -> tuple[np.ndarray, np.ndarray]:
     correct = np.array([a.correct for a in accuracies], dtype=np.float64)
     total = np.array([a.total for a in accuracies], dtype=np.float64)
     p = np.clip(correct / total, 0.5 / total, 1 - 0.5 / total)
+    from scipy.special import ndtri
+
     z = ndtri(p)
     density = np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
     return z, np.sqrt(p * (1 - p) / total) / density
@@ -75,15 +77,19 @@ class Accuracy:
         return min(max(self.value, half), 1 - half)
 
     def probit(self) -> float:
+        from scipy.special import ndtri
+
         return float(ndtri(self._clipped()))
 
     def probit_se(self) -> float:
         """Delta-method standard error of the probit: √(p(1−p)/n) / φ(Φ⁻¹(p))."""
         p = self._clipped()
-        return math.sqrt(p * (1 - p) / self.total) / _normal_pdf(float(ndtri(p)))
+        return math.sqrt(p * (1 - p) / self.total) / _normal_pdf(self.probit())
 
     def clopper_pearson(self, level: float = LEVEL) -> tuple[float, float]:
         """Two-sided exact interval (what seed 003's figures draw around accuracies)."""
+        from scipy.stats import beta
+
         a = (1 - level) / 2
         k, n = self.correct, self.total
         low = float(beta.ppf(a, k, n - k + 1)) if k > 0 else 0.0
@@ -147,6 +153,8 @@ def fit_line(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -
     sxx = float(((xs - xs.mean()) ** 2).sum())
     if sxx <= 0:
         raise EffectiveRobustnessError("every entry has the same x value: no line can be fitted")
+    from scipy.stats import linregress
+
     result = linregress(xs, ys)
     residuals = ys - (result.intercept + result.slope * xs)
     return LinearFit(
@@ -215,6 +223,8 @@ def effective_robustness(entries: Sequence[Entry], ood_set: str, level: float = 
     Welch–Satterthwaite degrees of freedom, ν = se⁴ / (se_line⁴ / (n − 2)) (the binomial
     terms are known variances), so few entries give wide intervals.
     """
+    from scipy.special import ndtr, ndtri, stdtrit
+
     sigma = single_sigma(entries)
     rows = [e for e in entries if ood_set in e.ood]
     if len(rows) < 3:

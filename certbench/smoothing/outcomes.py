@@ -4,7 +4,9 @@ Kept free of torch (and of ``scipy.stats``) so that reading records and computin
 ``certbench metrics``, ``certbench compare``, the service's figures — does not pay for
 importing the sampling machinery: the Clopper-Pearson bound is ``scipy.special.betaincinv`` and
 Φ⁻¹ is ``scipy.special.ndtri``, the very functions behind ``scipy.stats.beta.ppf`` and
-``scipy.stats.norm.ppf`` (equal bit for bit; ``tests/certbench/test_outcomes.py``). Definitions:
+``scipy.stats.norm.ppf`` (the same values to 1e-12: ``tests/certbench/test_smoothing.py``),
+imported on first use so the API's pages, which import this module, start without SciPy.
+Definitions:
 Cohen, Rosenfeld & Kolter, "Certified Adversarial Robustness via Randomized Smoothing", ICML
 2019, https://arxiv.org/abs/1902.02918 (CERTIFY, Theorem 1).
 """
@@ -13,8 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-
-from scipy.special import betaincinv, ndtri
 
 __all__ = [
     "ABSTAIN",
@@ -71,11 +71,15 @@ def lower_confidence_bound(n_a: int, n: int, alpha: float) -> float:
     """One-sided (1−α) Clopper-Pearson lower bound on p_A: the α quantile of Beta(n_a, n−n_a+1)."""
     if n_a <= 0:
         return 0.0
+    from scipy.special import betaincinv  # on first use: the service's pages import this module
+
     return float(betaincinv(n_a, n - n_a + 1, alpha))
 
 
 def certified_radius(pa_lower: float, sigma: float) -> float:
     """σ·Φ⁻¹(p̲_A), or 0 when the bound does not exceed 1/2 (abstain)."""
+    from scipy.special import ndtri
+
     return float(sigma * ndtri(pa_lower)) if pa_lower >= 0.5 else 0.0
 
 
