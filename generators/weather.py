@@ -16,23 +16,13 @@ import numpy as np
 import torch
 
 from certbench.errors import GeneratorError
-from certbench.weather import (  # noqa: F401  (re-exported: the generator's public names)
-    BANK_SIZE,
-    CONTENT_RADIUS,
-    FAMILY,
+from certbench.weather import (
     LEVELS,
-    PATCH,
-    RAIN_LEVELS,
-    SNOW_LEVELS,
-    SPRITE,
     WEATHERS,
-    WeatherLevel,
     composite,
     particle_rngs,
-    rain_sprite,
     render_mask,
     sample_particles,
-    snow_sprite,
     sprite_bank,
     weather_level,
 )
@@ -82,7 +72,7 @@ Each image gets N particles, each a bank sprite rotated (image fall direction ±
 jitter) and translated (uniform over the image plus a 3 px margin), resampled with bilinear
 `grid_sample` and splatted; mask o = 1 − Π(1 − a·s_i) ≤ 1; image x' = o + x(1 − o), rounded
 to uint8. The same renderer is differentiable in particle positions and rotations
-(`generators.weather.render_mask`) for attacks.
+(`certbench.weather.render_mask`) for attacks.
 
 | weather | level | particles | opacity a | length (px) |
 |---|---|---|---|---|
