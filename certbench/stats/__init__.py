@@ -24,8 +24,8 @@ if TYPE_CHECKING:
         figure_intervals,
         image_terms,
         mean_pa_band,
-        set_arrays,
     )
+    from certbench.stats.image_arrays import SetArrays, set_arrays
     from certbench.stats.intervals import (
         LEVEL,
         PairedTest,

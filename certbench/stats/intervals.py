@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 import numpy as np
-import pyarrow as pa
 from scipy.special import bdtr, betaincinv, ndtri
 
 from certbench.errors import RecordsError
-from certbench.smoothing import PA_GRID, RADII, CertifyRecord
+from certbench.smoothing import PA_GRID, RADII, Records
+from certbench.stats.image_arrays import SetArrays, set_arrays
 
 LEVEL = 0.95
 RESAMPLES = 1000
@@ -48,7 +48,6 @@ ALPHA_TIE = 0.05
 _MAX_DRAWS = 1 << 22
 """Bootstrap index draws per chunk (16 MiB of int32): bounds memory for any batch of rows."""
 
-Records: TypeAlias = Sequence[CertifyRecord] | pa.Table
 Benchmark: TypeAlias = Mapping[str, Records]
 
 
@@ -116,48 +115,6 @@ class PairedTest:
 # --------------------------------------------------------------------------- per-image arrays
 
 
-@dataclass(frozen=True)
-class _Images:
-    """One test set's records as arrays sorted by image index."""
-
-    index: np.ndarray
-    correct: np.ndarray
-    radius: np.ndarray
-    pa_hat: np.ndarray
-
-    @property
-    def score(self) -> np.ndarray:
-        """radius·1[correct]: the per-image term of ACR."""
-        return np.where(self.correct, self.radius, 0.0)
-
-    def certified(self, radius: float) -> np.ndarray:
-        """1[correct ∧ radius ≥ r]: the per-image term of certified accuracy at r."""
-        return (self.correct & (self.radius >= radius)).astype(np.float64)
-
-
-def _images(records: Records) -> _Images:
-    names = ("index", "correct", "radius", "n_y", "n")
-    if isinstance(records, pa.Table):
-        missing = [name for name in names if name not in records.column_names]
-        if missing:
-            raise RecordsError(f"records are missing columns {missing} needed for intervals")
-        c = {name: records.column(name).to_numpy() for name in names}
-    else:
-        c = {name: np.array([getattr(r, name) for r in records]) for name in names}
-    if len(c["index"]) == 0:
-        raise RecordsError("no records: intervals need at least one certified image")
-    order = np.argsort(c["index"], kind="stable")
-    index = c["index"][order].astype(np.int64)
-    if len(np.unique(index)) != len(index):
-        raise RecordsError("records repeat an image index; merge shards without overlap first")
-    return _Images(
-        index=index,
-        correct=c["correct"][order].astype(bool),
-        radius=c["radius"][order].astype(np.float64),
-        pa_hat=c["n_y"][order] / np.maximum(c["n"][order], 1),
-    )
-
-
 def _check_level(level: float) -> None:
     if not 0 < level < 1:
         raise RecordsError(f"level must lie in (0, 1), got {level}; e.g. 0.95")
@@ -184,7 +141,7 @@ def certified_accuracy_intervals(
     records: Records, radii: Sequence[float] = RADII, level: float = LEVEL
 ) -> dict[float, Interval]:
     """Certified accuracy at each radius of one test set with its Clopper-Pearson interval."""
-    images = _images(records)
+    images = set_arrays(records)
     n = len(images.index)
     counts = np.array([images.certified(r).sum() for r in radii])
     low, high = clopper_pearson(counts, n, level)
@@ -233,7 +190,7 @@ def acr_interval(
     seed: int = BOOTSTRAP_SEED,
 ) -> Interval:
     """ACR of one test set with its percentile-bootstrap interval over images."""
-    score = _images(records).score
+    score = set_arrays(records).score
     replicates = bootstrap_means(score, resamples, np.random.default_rng(seed))
     low, high = percentile_bounds(replicates, level)
     return Interval(float(score.mean()), float(low), float(high), level, "bootstrap")
@@ -246,7 +203,7 @@ def pa_band(records: Records, grid: np.ndarray = PA_GRID, level: float = LEVEL) 
     p̂_A); DKW-Massart's sqrt(ln(2/(1−level))/(2n)) would be slightly wider.
     """
     _check_level(level)
-    images = _images(records)
+    images = set_arrays(records)
     n = len(images.index)
     values = np.sort(np.where(images.correct, images.pa_hat, -1.0))
     curve = (n - np.searchsorted(values, grid - 1e-12, side="left")) / n
@@ -278,7 +235,7 @@ class _Matrix:
     """Per-image terms of several test sets: (sets, images) when the sets share images."""
 
     names: tuple[str, ...]
-    sets: tuple[_Images, ...]
+    sets: tuple[SetArrays, ...]
     shared: bool
 
     def terms(self, radius: float | None) -> list[np.ndarray]:
@@ -290,7 +247,7 @@ def _matrix(benchmark: Benchmark) -> _Matrix:
     if not benchmark:
         raise RecordsError("a benchmark needs records of at least one test set")
     names = tuple(sorted(benchmark))
-    sets = tuple(_images(benchmark[name]) for name in names)
+    sets = tuple(set_arrays(benchmark[name]) for name in names)
     shared = all(np.array_equal(s.index, sets[0].index) for s in sets)
     return _Matrix(names, sets, shared)
 

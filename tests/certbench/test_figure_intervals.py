@@ -15,13 +15,13 @@ from certbench.errors import RecordsError
 from certbench.smoothing.metrics import RADII, summarize
 from certbench.smoothing.records import records_to_table, table_to_records
 from certbench.stats.entry_intervals import (
-    SetArrays,
     _quantile_intervals,
     compare_terms,
     figure_intervals,
     image_terms,
     mean_pa_band,
 )
+from certbench.stats.image_arrays import SetArrays
 from certbench.stats.intervals import (
     LEVEL,
     acr_interval,
