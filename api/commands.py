@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from certbench.errors import CertbenchError
-from models.roles import Role
+from models.db.roles import Role
 
 if TYPE_CHECKING:
-    from models.settings import Settings
+    from models.core.settings import Settings
 
 WORKER_STOP_SECONDS = 20
 DEFAULT_MAX_API_WORKERS = 8
@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
 def _settings() -> Settings:
     from pydantic import ValidationError
 
-    from models.settings import get_settings
+    from models.core.settings import get_settings
 
     try:
         return get_settings()
@@ -74,9 +74,9 @@ def load_packaged_benchmarks(settings: Settings) -> list[str]:
     above the packaged one (an admin's own edit) is left alone."""
     from sqlalchemy import select
 
-    from models.catalog import packaged_definitions, upsert_benchmark
-    from models.db import session_scope
-    from models.entities import Benchmark
+    from models.catalog.benchmarks import packaged_definitions, upsert_benchmark
+    from models.db.engine import session_scope
+    from models.db.entities import Benchmark
 
     loaded = []
     with session_scope(settings) as session:
@@ -97,8 +97,8 @@ def prepare_service(
     between API processes), then submit the packaged reference entries not submitted yet
     (``demo_references``, default ``settings.demo_references``)."""
     import migrations
-    from models.artifacts import remove_stale_partials
-    from models.queue import prepare_embedded_broker
+    from models.core.queue import prepare_embedded_broker
+    from models.submissions.artifacts import remove_stale_partials
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     migrations.upgrade(settings)
@@ -116,12 +116,12 @@ def prepare_service(
 
 
 def generate_datasets(settings: Settings) -> list[str]:
-    """Write the generated data sets (``models.generated_datasets``) that loaded benchmarks name
+    """Write the generated data sets (``models.benchmarks.generated``) that loaded benchmarks name
     and this machine lacks. A failure is reported, not fatal: the other benchmarks still serve,
     and workers try again when they need the data."""
-    from models.catalog import list_benchmarks
-    from models.db import session_scope
-    from models.generated_datasets import ensure_for_folders, folders_of
+    from models.benchmarks.generated import ensure_for_folders, folders_of
+    from models.catalog.benchmarks import list_benchmarks
+    from models.db.engine import session_scope
 
     with session_scope(settings) as session:
         folders = set().union(
@@ -270,8 +270,8 @@ def create_user(
     token: Annotated[bool, typer.Option("--token/--no-token", help="Also issue a token.")] = True,
 ) -> None:
     """Create a user (and print a new API token for it)."""
-    from models import accounts
-    from models.db import session_scope
+    from models.db import accounts
+    from models.db.engine import session_scope
 
     settings = _settings()
     with session_scope(settings) as session:
@@ -292,9 +292,9 @@ def create_token(
     expires_in_days: Annotated[int | None, typer.Option(min=1, help="Expiry.")] = None,
 ) -> None:
     """Issue an API token for a user; prints the secret (shown only once)."""
-    from models import accounts
-    from models.base import utcnow
-    from models.db import session_scope
+    from models.db import accounts
+    from models.db.base import utcnow
+    from models.db.engine import session_scope
 
     settings = _settings()
     with session_scope(settings) as session:
@@ -311,8 +311,8 @@ def create_token(
 @admin_app.command("revoke-token")
 def revoke_token(token_id: Annotated[int, typer.Argument(help="Token id.")]) -> None:
     """Revoke an API token."""
-    from models import accounts
-    from models.db import session_scope
+    from models.db import accounts
+    from models.db.engine import session_scope
 
     settings = _settings()
     with session_scope(settings) as session:
@@ -326,8 +326,8 @@ def revoke_token(token_id: Annotated[int, typer.Argument(help="Token id.")]) -> 
 @admin_app.command("list-users")
 def list_users() -> None:
     """List users and their roles."""
-    from models import accounts
-    from models.db import session_scope
+    from models.db import accounts
+    from models.db.engine import session_scope
 
     settings = _settings()
     with session_scope(settings) as session:
@@ -344,8 +344,8 @@ def load(
     files: Annotated[list[Path], typer.Argument(help="Definition files (JSON or YAML).")],
 ) -> None:
     """Create or update benchmarks from definition files (a changed file needs a new version)."""
-    from models.catalog import load_definition, upsert_benchmark
-    from models.db import session_scope
+    from models.catalog.benchmarks import load_definition, upsert_benchmark
+    from models.db.engine import session_scope
 
     settings = _settings()
     try:
@@ -392,7 +392,7 @@ def pin(
 ) -> None:
     """Pin each test set of DEFINITION to the bytes in DATA: writes provenance.sha256 (and
     hub_commit) per test set and bumps version; refuses when a config is missing."""
-    from models.definition_pins import pin_definition
+    from models.catalog.pins import pin_definition
 
     target = out or definition
     try:
@@ -413,8 +413,8 @@ def pin(
 @benchmarks_app.command("list")
 def list_all() -> None:
     """List benchmarks in the database."""
-    from models.catalog import list_benchmarks
-    from models.db import session_scope
+    from models.catalog.benchmarks import list_benchmarks
+    from models.db.engine import session_scope
 
     settings = _settings()
     with session_scope(settings) as session:

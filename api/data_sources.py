@@ -6,7 +6,7 @@ say "uoft-cs/cifar10 (Hub)" for data read from a folder on this server, so every
 its source: a Hub repo with the revision loaded (the pinned commit when the definition pins one),
 a local folder identified by the SHA-256 of its content (never by its path, which is this
 deployment's business), or a data set this server generates itself (the demo's digits,
-``models.generated_datasets``), whose ``repo`` is a name only: nothing is published under it.
+``models.benchmarks.generated``), whose ``repo`` is a name only: nothing is published under it.
 Only a Hub source gets a Hub link (:attr:`DataSourcePublic.hub_url`).
 """
 
@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from models.data_pins import pinned_revision
-from models.generated_datasets import GENERATED, generated_name
+from models.benchmarks.data_pins import pinned_revision
+from models.benchmarks.generated import GENERATED, generated_name
 
 #: A Hub dataset's page.
 HUB_URL = "https://huggingface.co/datasets/{repo}"
@@ -79,7 +79,7 @@ class DataSourcePublic(BaseModel):
         name: str,
     ) -> DataSourcePublic:
         """The source of a test set from its definition fields (``folder`` wins over ``repo``,
-        as in ``models.work.dataset_source``)."""
+        as in ``models.benchmarks.sources.dataset_source``)."""
         sha256 = provenance.get("sha256")
         generated = generated_name(folder)
         if generated is not None:

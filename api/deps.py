@@ -17,11 +17,11 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from api.queue import JobQueue
-from models.accounts import authenticate
-from models.db import get_sessionmaker
-from models.entities import Role, User
-from models.errors import AuthenticationError, PermissionDeniedError
-from models.settings import Settings
+from models.core.errors import AuthenticationError, PermissionDeniedError
+from models.core.settings import Settings
+from models.db.accounts import authenticate
+from models.db.engine import get_sessionmaker
+from models.db.entities import Role, User
 
 OPTIONAL_SCHEME = "OptionalHTTPBearer"
 TOKEN_HELP = "API token: `Authorization: Bearer cb_...`"

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from certbench.errors import CertbenchError, ManifestError, ModelLoadError
-from models.errors import (
+from models.core.errors import (
     AuthenticationError,
     BenchmarkDefinitionError,
     ConflictError,

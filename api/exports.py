@@ -12,10 +12,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from api.benchmark_schemas import BenchmarkPublic
-from api.comparison_schemas import ComparisonPublic
-from api.leaderboard_schemas import LeaderboardPublic, Metrics
-from api.result_schemas import ResultsPublic
+from api.schemas.benchmark import BenchmarkPublic
+from api.schemas.comparison import ComparisonPublic
+from api.schemas.leaderboard import LeaderboardPublic, Metrics
+from api.schemas.result import ResultsPublic
 from api.web.leaderboard_view import Column as PageColumn
 from api.web.leaderboard_view import metric_columns
 from certbench.figures import (

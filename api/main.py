@@ -31,7 +31,7 @@ from api.routes import (
 )
 from api.url_guard import ControlCharacterGuard
 from api.web import mount_web
-from models.settings import Settings, get_settings
+from models.core.settings import Settings, get_settings
 
 API_PREFIX = "/api/v1"
 #: Multipart framing on top of the two parts' own caps.

@@ -1,6 +1,6 @@
 """Send jobs to the workers by Celery task *name*; the API never imports ``workers``.
 
-The client app is configured from the same ``models.queue.celery_config`` as the workers, so in
+The client app is configured from the same ``models.core.queue.celery_config`` as the workers, so in
 embedded mode both sides use the same filesystem broker folder.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 from celery import Celery
 from kombu.exceptions import KombuError
 
-from models.errors import ServiceUnavailableError
-from models.queue import CONTROL_QUEUE, TASK_VALIDATE, celery_config, ensure_embedded_queue
-from models.settings import Settings
+from models.core.errors import ServiceUnavailableError
+from models.core.queue import CONTROL_QUEUE, TASK_VALIDATE, celery_config, ensure_embedded_queue
+from models.core.settings import Settings
 
 
 class JobQueue:

@@ -24,7 +24,7 @@ server of ``--postgres-url``, dropped afterwards) migrated with Alembic and seed
 manifests, submissions, leaderboard entries, every figure of the benchmark as a
 ``metric_values`` row (a tenth without the robustness stage's figures, as entries finished
 before a stage was added) and the read model's rows by its own writer
-(``models.leaderboard_rows.refresh``). Reads cycle through sort keys, orders, deep pages,
+(``models.boards.read_model.refresh``). Reads cycle through sort keys, orders, deep pages,
 filters and search. The service function called without HTTP in this process shows what the
 web stack adds. Intake (``--uploads``, 0 by default) posts distinct valid safetensors uploads (a
 cifar_resnet20, ~1 MB) through the full path; with PostgreSQL its Celery messages go to
@@ -58,12 +58,14 @@ from sqlalchemy.orm import Session
 
 import migrations
 from api.services.leaderboard_page import leaderboard_json as leaderboard_service
-from models import leaderboard_rows
-from models.accounts import create_token, create_user
-from models.base import utcnow
-from models.catalog import packaged_definitions, upsert_benchmark
-from models.db import dispose_engines, session_scope
-from models.entities import (
+from models.boards import read_model as leaderboard_rows
+from models.boards.leaderboard import LeaderboardQuery, benchmark_metric_specs
+from models.catalog.benchmarks import packaged_definitions, upsert_benchmark
+from models.core.settings import Settings
+from models.db.accounts import create_token, create_user
+from models.db.base import utcnow
+from models.db.engine import dispose_engines, session_scope
+from models.db.entities import (
     Artifact,
     Benchmark,
     LeaderboardEntry,
@@ -72,9 +74,7 @@ from models.entities import (
     Submission,
     User,
 )
-from models.leaderboard import LeaderboardQuery, benchmark_metric_specs
-from models.settings import Settings
-from models.states import SubmissionState
+from models.db.states import SubmissionState
 
 BENCHMARK = "cifar10"
 POSTGRES_URL = os.environ.get(

@@ -30,13 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import migrations
 from api.services import analysis
 from api.services import leaderboard_page as page_service
-from models.base import utcnow
-from models.catalog import packaged_definitions, upsert_benchmark
-from models.db import dispose_engines, session_scope
-from models.entities import Artifact, LeaderboardEntry, MetricValue, Submission, User
-from models.leaderboard import LeaderboardQuery
-from models.settings import Settings
-from models.states import SubmissionState
+from models.boards.leaderboard import LeaderboardQuery
+from models.catalog.benchmarks import packaged_definitions, upsert_benchmark
+from models.core.settings import Settings
+from models.db.base import utcnow
+from models.db.engine import dispose_engines, session_scope
+from models.db.entities import Artifact, LeaderboardEntry, MetricValue, Submission, User
+from models.db.states import SubmissionState
 
 KEYS = (
     "macr", "cert_acc_025", "cert_acc_050", "cert_acc_075", "cert_acc_100", "clean_accuracy",

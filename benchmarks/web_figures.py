@@ -41,8 +41,8 @@ def _seed(folder: Path) -> tuple[Any, dict[str, dict[str, int]]]:
     from web_seed import seed_database
 
     import migrations
-    from models.db import session_scope
-    from models.settings import Settings
+    from models.core.settings import Settings
+    from models.db.engine import session_scope
 
     settings = Settings(data_dir=folder / "data", environment="test")
     migrations.upgrade(settings)

@@ -32,12 +32,12 @@ from api_load import store_figures  # the same figures and read model as the RES
 from sqlalchemy import insert
 
 import migrations
-from models.base import utcnow
-from models.catalog import packaged_definitions, upsert_benchmark
-from models.db import dispose_engines, session_scope
-from models.entities import Artifact, LeaderboardEntry, Submission, User
-from models.settings import Settings
-from models.states import SubmissionState
+from models.catalog.benchmarks import packaged_definitions, upsert_benchmark
+from models.core.settings import Settings
+from models.db.base import utcnow
+from models.db.engine import dispose_engines, session_scope
+from models.db.entities import Artifact, LeaderboardEntry, Submission, User
+from models.db.states import SubmissionState
 
 BENCHMARK = "cifar10-c"
 ARCHITECTURES = ("cifar_resnet20", "cifar_resnet56", "cifar_resnet110", "wrn")

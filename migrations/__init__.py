@@ -12,7 +12,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
-from models.settings import Settings
+from models.core.settings import Settings
 
 SCRIPT_LOCATION = Path(__file__).resolve().parent
 

@@ -1,13 +1,13 @@
-"""Alembic environment: the database URL comes from ``models.settings.Settings`` (or from the
+"""Alembic environment: the database URL comes from ``models.core.settings.Settings`` (or from the
 caller via ``config.attributes['database_url']``), never from alembic.ini."""
 
 from __future__ import annotations
 
 from alembic import context
 
-from models.db import create_db_engine
-from models.entities import Base
-from models.settings import Settings
+from models.core.settings import Settings
+from models.db.engine import create_db_engine
+from models.db.entities import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -8,7 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from models.settings import Settings
+from models.core.settings import Settings
 from models.stages import registry
 from workers.config import WorkerSettings
 

@@ -17,9 +17,9 @@ from typing import Any
 from celery import Celery
 from celery.signals import celeryd_init, worker_process_init, worker_process_shutdown
 
-from models.db import dispose_engines, session_scope
-from models.reconcile import release_node
-from models.settings import get_settings
+from models.core.settings import get_settings
+from models.db.engine import dispose_engines, session_scope
+from models.runs.reconcile import release_node
 from workers.config import celery_config
 from workers.watchdog import WatchdogThread
 

@@ -26,7 +26,7 @@ import typer
 from workers.errors import WorkerConfigError
 
 if TYPE_CHECKING:
-    from models.settings import Settings
+    from models.core.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +68,9 @@ def worker(
     from celery.utils.nodenames import host_format
     from pydantic import ValidationError
 
-    from models.queue import celery_config as broker_config
-    from models.queue import ensure_embedded_queue
-    from models.settings import get_settings
+    from models.core.queue import celery_config as broker_config
+    from models.core.queue import ensure_embedded_queue
+    from models.core.settings import get_settings
     from workers.config import check_timing
     from workers.names import QUEUES
 

@@ -1,12 +1,12 @@
 """Worker-side Celery configuration, layered on the broker config the API uses too.
 
-``models.queue.celery_config(settings)`` is the single source of truth for how the API and the
+``models.core.queue.celery_config(settings)`` is the single source of truth for how the API and the
 workers reach the broker (Redis, or the embedded transport when ``CERTBENCH_BROKER_URL`` is
 unset). This module adds what only a consuming worker needs: late acks, requeue on worker loss,
 prefetch 1, time limits, and, on the embedded transport, no broadcast remote control.
 
-The timing settings live in ``models.settings.Settings`` (one environment for everything); their
-order is what makes a crash recoverable:
+The timing settings live in ``models.core.settings.Settings`` (one environment for everything);
+their order is what makes a crash recoverable:
 
     soft time limit < hard time limit < visibility timeout   (checked by Settings)
     2 × heartbeat <= lease                                   (checked here)
@@ -15,10 +15,10 @@ order is what makes a crash recoverable:
 - Redis re-delivers an unacknowledged shard only after the visibility timeout, so it exceeds the
   longest possible shard (the hard limit) or a live shard would run twice;
 - a shard's claim lapses ``lease_seconds`` after its worker's last heartbeat; the watchdog's
-  reconciler (``models.reconcile``) then sends the shard again, so a killed worker's run resumes
-  after about the lease (900 s by default), not after the visibility timeout (7,200 s), and fails
-  only after ``max_shard_attempts`` lost workers on one shard. The broker's own redelivery of the
-  dead worker's message, later, finds the shard recorded or claimed and does nothing. So the
+  reconciler (``models.runs.reconcile``) then sends the shard again, so a killed worker's run
+  resumes after about the lease (900 s by default), not after the visibility timeout (7,200 s), and
+  fails only after ``max_shard_attempts`` lost workers on one shard. The broker's own redelivery of
+  the dead worker's message, later, finds the shard recorded or claimed and does nothing. So the
   defaults are consistent: lease < visibility timeout, and neither decides whether a run fails.
 """
 
@@ -31,8 +31,8 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from models.queue import celery_config as broker_config
-from models.settings import Settings
+from models.core.queue import celery_config as broker_config
+from models.core.settings import Settings
 from models.stages.base import Stage
 from workers.errors import WorkerConfigError
 

@@ -5,7 +5,7 @@ A shard can run for minutes inside one ``certify`` or ``robust_accuracy`` call, 
 renewed by a background thread every ``heartbeat_seconds`` rather than by that loop. The stage's
 progress callback (per record, per attacked batch) lands in ``on_progress``: at most every
 ``cancel_check_seconds`` it checks the submission's state and writes the shard's images and
-forward passes so far to its dispatch row (``models.progress.record_partial``: what the
+forward passes so far to its dispatch row (``models.runs.progress.record_partial``: what the
 progress, throughput and ETA views read). Once the submission stopped wanting the shard it raises
 ``ShardCancelled`` naming why: cancelled, failed (the watchdog gave up on it, or another shard
 failed it), finished elsewhere, or taken over by another worker after this one's claim lapsed.
@@ -23,11 +23,12 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from models import pipeline, progress, shards
-from models.db import session_scope
-from models.entities import ShardDispatch, StageShard, Submission
-from models.settings import Settings
-from models.states import Reason, SubmissionState
+from models.core.settings import Settings
+from models.db.engine import session_scope
+from models.db.entities import ShardDispatch, StageShard, Submission
+from models.db.states import Reason, SubmissionState
+from models.runs import progress, shards
+from models.submissions import lifecycle as pipeline
 from workers.errors import ShardCancelled
 
 log = logging.getLogger(__name__)

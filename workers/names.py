@@ -1,14 +1,14 @@
 """Task and queue names.
 
 The names the API also uses (validate, aggregate, the control and default queues) come from
-``models.queue`` so both sides share one definition; the shard and watchdog tasks are internal to
-the workers. Every stage's shards run through ONE task, ``RUN_SHARD``, sent to the queue the stage
-declares (``models.stages``), so a deployment routes stages to workers by queue.
+``models.core.queue`` so both sides share one definition; the shard and watchdog tasks are internal
+to the workers. Every stage's shards run through ONE task, ``RUN_SHARD``, sent to the queue the
+stage declares (``models.stages``), so a deployment routes stages to workers by queue.
 """
 
 from __future__ import annotations
 
-from models.queue import CONTROL_QUEUE, DEFAULT_QUEUE, TASK_AGGREGATE, TASK_VALIDATE
+from models.core.queue import CONTROL_QUEUE, DEFAULT_QUEUE, TASK_AGGREGATE, TASK_VALIDATE
 from models.stages import registry
 
 QUEUE = DEFAULT_QUEUE

@@ -23,16 +23,18 @@ from kombu.exceptions import OperationalError as BrokerError
 from sqlalchemy.exc import OperationalError as DatabaseError
 from sqlalchemy.orm import Session
 
-from models import pipeline, results, shards, storage
-from models.base import utcnow
-from models.db import session_scope
-from models.entities import Submission
-from models.generated_datasets import ensure_for_work_item
-from models.settings import Settings, get_settings
+from models.benchmarks.generated import ensure_for_work_item
+from models.core.settings import Settings, get_settings
+from models.db.base import utcnow
+from models.db.engine import session_scope
+from models.db.entities import Submission
+from models.db.states import Reason, SubmissionState
+from models.runs import results, shards
 from models.stages import registry
 from models.stages.base import RunContext, ShardOutput, ShardSpec, Stage
-from models.states import Reason, SubmissionState
-from models.work import WorkItem, get_work_item
+from models.stages.work import WorkItem, get_work_item
+from models.submissions import lifecycle as pipeline
+from models.submissions import storage
 from workers import watchdog
 from workers.app import app
 from workers.config import WorkerSettings, batch_size_for

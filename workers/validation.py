@@ -4,7 +4,7 @@ Safe-loads the weights with ``certbench.nets.loading.load_model`` (safetensors o
 architecture, strict state dict, one dummy forward), then forwards a dummy batch the way CERTIFY
 will: noisy inputs at the submission's sigma, unclamped. A model that is finite on clean images but
 NaN under noise would otherwise fail hours later, in the middle of a shard. Every problem becomes
-a ``Rejection`` with a machine-readable reason from ``models.states.Reason``.
+a ``Rejection`` with a machine-readable reason from ``models.db.states.Reason``.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from certbench.errors import (
 )
 from certbench.nets import Manifest, load_manifest, load_model
 from certbench.smoothing import derive_seed, seeded_generator
-from models.states import Reason
-from models.work import WorkItem
+from models.db.states import Reason
+from models.stages.work import WorkItem
 
 DUMMY_BATCH = 8
 """Images in the validation batch: enough to catch batch-dependent failures, cheap on any device."""

@@ -1,4 +1,4 @@
-"""The watchdog: reconcile the database with the work in flight (``models.reconcile``).
+"""The watchdog: reconcile the database with the work in flight (``models.runs.reconcile``).
 
 Shards whose worker stopped heartbeating, and work whose message the broker lost, are sent again;
 a shard that lost ``max_shard_attempts`` workers fails its submission with their history.
@@ -18,11 +18,11 @@ import threading
 from celery import Celery
 from sqlalchemy.exc import SQLAlchemyError
 
-from models import artifacts
-from models.db import session_scope
-from models.reconcile import Actions, reconcile
-from models.settings import Settings
+from models.core.settings import Settings
+from models.db.engine import session_scope
+from models.runs.reconcile import Actions, reconcile
 from models.stages import registry
+from models.submissions import artifacts
 from workers.names import AGGREGATE, CONTROL_QUEUE, RUN_SHARD, VALIDATE
 
 log = logging.getLogger(__name__)

@@ -11,17 +11,17 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, status
 
-from api.benchmark_schemas import BenchmarkPublic
 from api.deps import AdminUser, QueueDep, RowId, SessionDep, SettingsDep
 from api.errors import ERROR_RESPONSES
+from api.schemas.benchmark import BenchmarkPublic
+from api.schemas.submission import ModerationUpdate, RerunRequest, SubmissionPublic
+from api.schemas.user import TokenCreate, TokenIssued, UserCreate, UserPublic
 from api.services import leaderboards as catalog_service
 from api.services import submissions as submission_service
-from api.submission_schemas import ModerationUpdate, RerunRequest, SubmissionPublic
-from api.user_schemas import TokenCreate, TokenIssued, UserCreate, UserPublic
-from models import accounts
-from models.base import utcnow
-from models.catalog import parse_definition, upsert_benchmark
-from models.submissions import set_moderation
+from models.catalog.benchmarks import parse_definition, upsert_benchmark
+from models.db import accounts
+from models.db.base import utcnow
+from models.submissions.queries import set_moderation
 
 router = APIRouter(prefix="/admin", tags=["admin"], responses=ERROR_RESPONSES)
 

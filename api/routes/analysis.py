@@ -8,9 +8,9 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from api.analysis_schemas import EffectiveRobustnessPublic, MetricPredictorsPublic
 from api.deps import OptionalUser, SessionDep
 from api.errors import ERROR_RESPONSES
+from api.schemas.analysis import EffectiveRobustnessPublic, MetricPredictorsPublic
 from api.services import analysis as service
 
 router = APIRouter(prefix="/analysis", tags=["analysis"], responses=ERROR_RESPONSES)

@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from api.benchmark_schemas import BenchmarkPublic, BenchmarkSummary, DatasetPublic
 from api.deps import OptionalUser, SessionDep, SettingsDep
 from api.errors import ERROR_RESPONSES
+from api.schemas.benchmark import BenchmarkPublic, BenchmarkSummary, DatasetPublic
 from api.services import leaderboards as service
 
 router = APIRouter(tags=["benchmarks"], responses=ERROR_RESPONSES)

@@ -19,7 +19,7 @@ from api.routes.leaderboards import _ids
 from api.services import leaderboard_page as page_service
 from api.services import leaderboards as service
 from certbench.smoothing import RADII
-from models.leaderboard import SORT_COLUMNS, LeaderboardQuery
+from models.boards.leaderboard import SORT_COLUMNS, LeaderboardQuery
 
 router = APIRouter(prefix="/leaderboards", tags=["exports"], responses=ERROR_RESPONSES)
 FORMAT_HELP = "latex (a booktabs table float), csv (each figure with _low and _high) or bibtex"

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from api.deps import QueueDep, SessionDep, SettingsDep
-from api.health_schemas import Health, Readiness
+from api.schemas.health import Health, Readiness
 from api.services.health import readiness
 
 router = APIRouter(tags=["health"])

@@ -7,15 +7,15 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Response
 from pydantic import Field
 
-from api.comparison_schemas import ComparisonPublic
 from api.deps import OptionalUser, SessionDep, SettingsDep, parse_id
 from api.errors import ERROR_RESPONSES
-from api.leaderboard_schemas import FacetsPublic, LeaderboardPublic
+from api.schemas.comparison import ComparisonPublic
+from api.schemas.leaderboard import FacetsPublic, LeaderboardPublic
 from api.services import leaderboard_page as page_service
 from api.services import leaderboards as service
 from certbench.smoothing import RADII
-from models.errors import IntakeError
-from models.leaderboard import SORT_COLUMNS, LeaderboardQuery
+from models.boards.leaderboard import SORT_COLUMNS, LeaderboardQuery
+from models.core.errors import IntakeError
 
 router = APIRouter(prefix="/leaderboards", tags=["leaderboards"], responses=ERROR_RESPONSES)
 

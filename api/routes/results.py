@@ -7,7 +7,7 @@ from fastapi.responses import FileResponse
 
 from api.deps import OptionalUser, RowId, SessionDep, SettingsDep
 from api.errors import ERROR_RESPONSES
-from api.result_schemas import ResultsPublic
+from api.schemas.result import ResultsPublic
 from api.services import leaderboards as service
 
 router = APIRouter(prefix="/results", tags=["results"], responses=ERROR_RESPONSES)

@@ -10,11 +10,11 @@ from starlette.concurrency import run_in_threadpool
 from api.deps import CurrentUser, QueueDep, RowId, SessionDep, SettingsDep
 from api.errors import ERROR_RESPONSES
 from api.openapi import submission_request_body
-from api.progress_schemas import ProgressPublic
+from api.schemas.progress import ProgressPublic
+from api.schemas.submission import SubmissionList, SubmissionPublic
+from api.schemas.zoo import WeightsPublication
 from api.services import submissions as service
-from api.submission_schemas import SubmissionList, SubmissionPublic
-from api.zoo_schemas import WeightsPublication
-from models.states import SubmissionState
+from models.db.states import SubmissionState
 
 router = APIRouter(prefix="/submissions", tags=["submissions"], responses=ERROR_RESPONSES)
 

@@ -6,8 +6,8 @@ from fastapi import APIRouter
 
 from api.deps import CurrentUser, SessionDep, SettingsDep
 from api.errors import ERROR_RESPONSES
+from api.schemas.user import MePublic, UserPublic
 from api.services.submissions import quota
-from api.user_schemas import MePublic, UserPublic
 
 router = APIRouter(tags=["users"], responses=ERROR_RESPONSES)
 

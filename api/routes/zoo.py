@@ -3,7 +3,7 @@
 Anyone may download the weights of a finished, public, visible entry whose submitter published
 them under a licence; owners and admins may download their own in any state. Another user's
 private or hidden entry answers 404 like a missing one; a visible entry whose weights are not
-published answers 403 (``models.zoo``).
+published answers 403 (``models.submissions.zoo``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from fastapi.responses import FileResponse, JSONResponse
 
 from api.deps import OptionalUser, RowId, SessionDep, SettingsDep
 from api.errors import ERROR_RESPONSES
-from api.zoo_schemas import EntryWeightsPublic
-from models import zoo
+from api.schemas.zoo import EntryWeightsPublic
+from models.submissions import zoo
 
 router = APIRouter(prefix="/entries", tags=["model zoo"], responses=ERROR_RESPONSES)
 

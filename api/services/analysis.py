@@ -57,9 +57,9 @@ from certbench.lens import (
     metric_predictors,
     per_architecture_predictors,
 )
-from models import board_version
-from models.entities import Benchmark, Role, User
-from models.errors import NotFoundError
+from models.core.errors import NotFoundError
+from models.db import board_version
+from models.db.entities import Benchmark, Role, User
 
 IdSource = Literal["smoothed", "base"]
 Scope = Literal["aggregate", "band", "test_set"]
@@ -301,7 +301,7 @@ def aggregate_er(
     ``viewer`` sees; empty for a clean benchmark or a family without one (no ER is defined).
 
     Every leaderboard page shows this column, and refitting a 10,000-entry board costs seconds,
-    so results are memoised per process under the board counter (``models.board_version``) and
+    so results are memoised per process under the board counter (``models.db.board_version``) and
     what the viewer may see: any new, re-run or moderated entry moves the counter and the next
     read refits.
     """
@@ -358,7 +358,7 @@ def _viewer_key(viewer: User | None) -> tuple[object, ...]:
 def _board_key(
     session: Session, version: tuple[int | None, int] | None = None
 ) -> tuple[object, ...]:
-    """The database and its board counter (``models.board_version``; ``version`` when the
+    """The database and its board counter (``models.db.board_version``; ``version`` when the
     caller read it already), which moves with every committed change of an entry, its figures
     or moderation, or of a definition."""
     version = board_version.current(session) if version is None else version

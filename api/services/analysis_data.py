@@ -21,8 +21,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from certbench.lens import Accuracy
-from models.catalog import get_benchmark, list_benchmarks
-from models.entities import (
+from models.catalog.benchmarks import get_benchmark, list_benchmarks
+from models.core.errors import IntakeError, NotFoundError
+from models.db.entities import (
     Artifact,
     Benchmark,
     LeaderboardEntry,
@@ -31,10 +32,9 @@ from models.entities import (
     Submission,
     User,
 )
-from models.errors import IntakeError, NotFoundError
+from models.db.states import SubmissionState
 from models.stages.fourier_lens import METRICS, SMOOTHED_SUFFIX
-from models.states import SubmissionState
-from models.submissions import visibility_filter
+from models.submissions.queries import visibility_filter
 
 #: The manifest fields that make a classifier (the rest names the benchmark and the authors).
 MODEL_FIELDS = ("architecture", "num_classes", "preprocessing", "input_size")

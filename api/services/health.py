@@ -5,10 +5,10 @@ from __future__ import annotations
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from api.health_schemas import Readiness
 from api.queue import JobQueue
-from models.errors import ServiceUnavailableError
-from models.settings import Settings
+from api.schemas.health import Readiness
+from models.core.errors import ServiceUnavailableError
+from models.core.settings import Settings
 
 
 def readiness(session: Session, queue: JobQueue, *, settings: Settings) -> Readiness:

@@ -2,9 +2,9 @@
 
 Size caps (while the body streams, ``api.services.upload_stream``), manifest schema + registry
 architecture (``certbench.nets.loading.load_manifest``), the benchmark, its class count, allowed σ
-and image shape, whether its data is on this machine (``models.data_availability``: a run that could
-only fail for want of data is refused here, with the command that fixes it), and the safetensors
-header of the staged weights file
+and image shape, whether its data is on this machine (``models.benchmarks.availability``: a run that
+could only fail for want of data is refused here, with the command that fixes it), and the
+safetensors header of the staged weights file
 (``certbench.nets.header.read_header``: bounded by the architecture's tensor count before
 it is parsed; refuses pickles, truncated files, empty files, non-float tensors) and whether its
 tensor names and shapes are the architecture's (``certbench.nets.check_fit``, counted on the
@@ -39,14 +39,14 @@ from certbench.nets import (
     max_tensors,
     read_header,
 )
-from models.catalog import get_benchmark
-from models.data_availability import benchmark_availability
-from models.entities import Benchmark
-from models.errors import IntakeError, NotFoundError
-from models.settings import Settings
-from models.states import Reason
-from models.submission_intake import StagedWeights, Upload
-from models.zoo import check_publication
+from models.benchmarks.availability import benchmark_availability
+from models.catalog.benchmarks import get_benchmark
+from models.core.errors import IntakeError, NotFoundError
+from models.core.settings import Settings
+from models.db.entities import Benchmark
+from models.db.states import Reason
+from models.submissions.intake import StagedWeights, Upload
+from models.submissions.zoo import check_publication
 
 SIGMA_TOLERANCE = 1e-9
 #: Image shape (C, H, W) of each base dataset the benchmarks certify on: a model is fed exactly

@@ -1,8 +1,8 @@
 """A ranked leaderboard page: its rows, "tied with #k" marks and effective robustness, as the
 public model (web pages, exports) or as the REST response's JSON bytes.
 
-Both come from one plan (``_plan``): the rows of the board snapshot (``models.board_index``), the
-tie tests of adjacent rows and the ER cells. The JSON path serialises each entry's row once per
+Both come from one plan (``_plan``): the rows of the board snapshot (``models.boards.snapshots``),
+the tie tests of adjacent rows and the ER cells. The JSON path serialises each entry's row once per
 snapshot (kept in the snapshot's ``memo``) and splices rank, tie and ER into it, so a 50-row page
 costs string joins rather than 50 pydantic models; ``tests/api/test_api_leaderboard_json.py``
 holds it byte-equal to ``LeaderboardPublic.model_dump_json()``.
@@ -16,17 +16,18 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from api.comparison_schemas import PairedTestPublic
-from api.leaderboard_schemas import (
+from api.schemas.comparison import PairedTestPublic
+from api.schemas.leaderboard import (
     ERCellPublic,
     LeaderboardPublic,
     TiePublic,
 )
 from certbench.errors import RecordsError
-from models import board_index, comparisons
-from models import leaderboard as lb
-from models.entities import User
-from models.settings import Settings
+from models.boards import comparisons
+from models.boards import leaderboard as lb
+from models.boards import snapshots as board_index
+from models.core.settings import Settings
+from models.db.entities import User
 
 __all__ = ["leaderboard", "leaderboard_json"]
 
@@ -55,7 +56,7 @@ def leaderboard(
 ) -> LeaderboardPublic:
     """A page of the leaderboard as the public model. With ``settings`` (where the records
     live) each row is marked "tied with #k" when it does not differ significantly from the entry
-    above in the sorted figure (``models.comparisons``); with ``effective_robustness`` an OOD
+    above in the sorted figure (``models.boards.comparisons``); with ``effective_robustness`` an OOD
     benchmark's rows carry their ER (``api.services.analysis.aggregate_er``)."""
     plan = _plan(session, name, query, viewer=viewer, settings=settings,
                  effective_robustness=effective_robustness)  # fmt: skip

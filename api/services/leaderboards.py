@@ -8,38 +8,40 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from api.benchmark_schemas import BenchmarkPublic, BenchmarkSummary, DatasetPublic, TestSetPublic
-from api.comparison_schemas import (
+from api.data_sources import DataSourcePublic
+from api.schemas.benchmark import BenchmarkPublic, BenchmarkSummary, DatasetPublic, TestSetPublic
+from api.schemas.comparison import (
     ComparedEntry,
     ComparisonPublic,
     PairComparisonPublic,
     PairedTestPublic,
 )
-from api.data_sources import DataSourcePublic
-from api.leaderboard_schemas import (
+from api.schemas.leaderboard import (
     FacetsPublic,
     Metrics,
 )
-from api.progress_schemas import EstimatePublic
-from api.result_schemas import (
+from api.schemas.progress import EstimatePublic
+from api.schemas.result import (
     PaBandPublic,
     ResultsPublic,
     RobustnessPublic,
     StageResultPublic,
     TestSetResultPublic,
 )
-from api.submission_schemas import SeedPublic
-from api.zoo_schemas import WeightsLinkPublic
+from api.schemas.submission import SeedPublic
+from api.schemas.zoo import WeightsLinkPublic
 from certbench.errors import RecordsError
-from models import comparisons, estimates, run_seeds, storage
-from models import leaderboard as lb
-from models.catalog import get_benchmark, list_benchmarks
-from models.data_availability import availability_by_id, benchmark_availability, sources_of
-from models.entities import Benchmark, LeaderboardEntry, Submission, User
-from models.errors import IntakeError, NotFoundError
-from models.settings import Settings
-from models.states import SubmissionState
-from models.submissions import get_visible, visibility_filter
+from models.benchmarks.availability import availability_by_id, benchmark_availability, sources_of
+from models.boards import comparisons
+from models.boards import leaderboard as lb
+from models.catalog.benchmarks import get_benchmark, list_benchmarks
+from models.core.errors import IntakeError, NotFoundError
+from models.core.settings import Settings
+from models.db.entities import Benchmark, LeaderboardEntry, Submission, User
+from models.db.states import SubmissionState
+from models.runs import estimates
+from models.submissions import run_seeds, storage
+from models.submissions.queries import get_visible, visibility_filter
 
 RECORDS_URL = "/api/v1/results/{submission_id}/records/{test_set}"
 

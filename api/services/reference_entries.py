@@ -1,4 +1,5 @@
-"""Submit the packaged reference entries (``models.reference_entries``) through the pipeline.
+"""Submit the packaged reference entries (``models.catalog.reference_entries``) through the
+pipeline.
 
 ``certbench serve`` calls this once before the API starts (``CERTBENCH_DEMO_REFERENCES`` /
 ``--no-demo-references`` turn it off): each reference of a loaded benchmark that its account has
@@ -25,10 +26,7 @@ from api.services.intake import (
     check_weights,
     parse_manifest,
 )
-from models.db import session_scope
-from models.entities import Benchmark
-from models.errors import IntakeError, QuotaExceededError, ServiceUnavailableError
-from models.reference_entries import (
+from models.catalog.reference_entries import (
     REFERENCE_LICENSE,
     ReferenceEntry,
     packaged_references,
@@ -36,9 +34,12 @@ from models.reference_entries import (
     reference_user,
     submitted,
 )
-from models.settings import Settings
-from models.states import SubmissionState
-from models.submission_intake import Upload, create_submission, dedup_key, lock_user
+from models.core.errors import IntakeError, QuotaExceededError, ServiceUnavailableError
+from models.core.settings import Settings
+from models.db.engine import session_scope
+from models.db.entities import Benchmark
+from models.db.states import SubmissionState
+from models.submissions.intake import Upload, create_submission, dedup_key, lock_user
 
 log = logging.getLogger(__name__)
 

@@ -6,22 +6,24 @@ from fastapi import Request
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.progress_schemas import ProgressPublic
 from api.queue import JobQueue
+from api.schemas.progress import ProgressPublic
+from api.schemas.submission import SubmissionList, SubmissionPublic
+from api.schemas.user import QuotaPublic
 from api.services.intake import build_upload
 from api.services.upload_stream import ReceivedUpload, receive_upload
-from api.submission_schemas import SubmissionList, SubmissionPublic
-from api.user_schemas import QuotaPublic
-from models import compute_quota, estimates, progress, run_seeds, upload_refusals, zoo
-from models import submission_intake as intake
-from models import submission_quotas as quotas
-from models import submissions as crud
-from models.entities import Submission, User
-from models.errors import IntakeError, ServiceUnavailableError
-from models.pipeline import fail
-from models.progress import ProgressReport
-from models.settings import Settings
-from models.states import Reason, SubmissionState
+from models.core.errors import IntakeError, ServiceUnavailableError
+from models.core.settings import Settings
+from models.db.entities import Submission, User
+from models.db.states import Reason, SubmissionState
+from models.runs import estimates, progress
+from models.runs.progress import ProgressReport
+from models.submissions import compute_quota, run_seeds, zoo
+from models.submissions import intake as intake
+from models.submissions import queries as crud
+from models.submissions import quotas as quotas
+from models.submissions import refusals as upload_refusals
+from models.submissions.lifecycle import fail
 
 
 async def submit(
@@ -37,9 +39,9 @@ async def submit(
 
     The quotas are checked before the body is read (and again, authoritatively, in the
     transaction that creates the rows); the weights stream to a staged file. The work is
-    estimated from the manifest (``models.estimates``) and checked against the daily compute
+    estimated from the manifest (``models.runs.estimates``) and checked against the daily compute
     quota. Every IntakeError is counted against the user's refused-upload rate limit
-    (``models.upload_refusals``), checked first. Raises QuotaExceededError (429, also for too
+    (``models.submissions.refusals``), checked first. Raises QuotaExceededError (429, also for too
     many refused uploads), IntakeError/PayloadTooLargeError (nothing stored; also for
     an estimate beyond the compute quota), and ServiceUnavailableError when the queue is down
     (the submission is then marked failed, and the error names it).
@@ -132,7 +134,7 @@ def public(
     events: bool = False,
     report: ProgressReport | None = None,
 ) -> SubmissionPublic:
-    """Public shape with the live queue position and progress (``models.progress``), as
+    """Public shape with the live queue position and progress (``models.runs.progress``), as
     ``viewer`` may see it: ``duplicate_of`` is hidden (null) when the original is another
     user's private or hidden entry, as its message already is."""
     original = (
@@ -218,7 +220,7 @@ def publish_weights(
     license: str | None,
     settings: Settings,
 ) -> SubmissionPublic:
-    """Publish or withdraw an entry's weights (``models.zoo.set_publication``)."""
+    """Publish or withdraw an entry's weights (``models.submissions.zoo.set_publication``)."""
     submission = zoo.set_publication(
         session, submission_id, by=user, public=publish, license=license
     )

@@ -27,11 +27,11 @@ from python_multipart.multipart import parse_options_header
 from starlette.concurrency import run_in_threadpool
 
 from certbench.nets import FILES_SWAPPED, looks_like_safetensors
-from models.artifacts import INCOMING_DIR, PARTIAL_SUFFIX
-from models.errors import IntakeError, PayloadTooLargeError
-from models.settings import Settings
-from models.states import Reason
-from models.submission_intake import StagedWeights
+from models.core.errors import IntakeError, PayloadTooLargeError
+from models.core.settings import Settings
+from models.db.states import Reason
+from models.submissions.artifacts import INCOMING_DIR, PARTIAL_SUFFIX
+from models.submissions.intake import StagedWeights
 
 #: Code of the refusal of an upload whose weights and manifest parts were exchanged.
 FILES_SWAPPED_CODE = "files_swapped"

@@ -30,8 +30,8 @@ from certbench.figures import (
     scatter_chart,
 )
 from certbench.lens import ID_ACCURACY, ArchitectureFit, PredictorFit
-from models.catalog import list_benchmarks
-from models.errors import IntakeError, NotFoundError
+from models.catalog.benchmarks import list_benchmarks
+from models.core.errors import IntakeError, NotFoundError
 from models.stages.fourier_lens import PAPER
 
 router = APIRouter(route_class=HTMLRoute, include_in_schema=False)

@@ -1,7 +1,7 @@
 """Browser sign-in for the web pages: the user pastes an API token once, we keep it in a cookie.
 
 Why a cookie holding the token (and no server-side session table): the service already stores only
-token hashes and checks tokens with ``models.accounts.authenticate``; a browser session is then
+token hashes and checks tokens with ``models.db.accounts.authenticate``; a browser session is then
 exactly a bearer token the browser sends for us. The cookie is ``HttpOnly`` (scripts cannot read
 it), ``SameSite=Strict`` (other sites cannot make the browser send it, which also guards the
 state-changing forms against CSRF; they additionally check ``Origin``), ``Secure`` when the request
@@ -18,9 +18,9 @@ from fastapi import Depends, Request
 from fastapi.responses import Response
 
 from api.deps import SessionDep
-from models.accounts import authenticate
-from models.entities import User
-from models.errors import AuthenticationError, PermissionDeniedError
+from models.core.errors import AuthenticationError, PermissionDeniedError
+from models.db.accounts import authenticate
+from models.db.entities import User
 
 COOKIE_NAME = "certbench_token"
 COOKIE_MAX_AGE = 12 * 3600

@@ -23,7 +23,7 @@ from api.web.datasets import (
     spectra_chart,
 )
 from api.web.rendering import HTMLRoute, render
-from models.errors import NotFoundError
+from models.core.errors import NotFoundError
 
 router = APIRouter(route_class=HTMLRoute, include_in_schema=False)
 

@@ -3,7 +3,7 @@
 Hub links and configs come from ``api.services.leaderboards.datasets``. Pictures need the images,
 and the service works offline, so they are drawn only from a local copy in the Hub layout
 (``generators.hub`` writes ``data/<config>/test-*.parquet`` and card figures under ``images/``):
-the test set's ``folder`` in the benchmark definition, resolved by ``models.pipeline.
+the test set's ``folder`` in the benchmark definition, resolved by ``models.submissions.lifecycle.
 dataset_source`` exactly as the workers resolve it. Without a local copy the page says so.
 """
 
@@ -21,10 +21,10 @@ from sqlalchemy.orm import Session
 
 from certbench.errors import DataSourceError
 from certbench.figures import Axis, Curve, Figure, line_chart
-from models.catalog import list_benchmarks
-from models.errors import NotFoundError
-from models.settings import Settings
-from models.work import dataset_source
+from models.benchmarks.sources import dataset_source
+from models.catalog.benchmarks import list_benchmarks
+from models.core.errors import NotFoundError
+from models.core.settings import Settings
 
 GRID_SIDE = 4
 GRID_SCALE = 3

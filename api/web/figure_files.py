@@ -25,7 +25,7 @@ from fastapi.responses import Response
 from markupsafe import Markup
 
 from certbench.figures import MEDIA_TYPES, Figure, javascript_bundle, render
-from models.errors import NotFoundError
+from models.core.errors import NotFoundError
 
 router = APIRouter(include_in_schema=False)
 #: The path parameters of every page's figure route (``.../figures/{name}.{fmt}``).

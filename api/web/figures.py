@@ -19,14 +19,14 @@ import numpy as np
 import pyarrow as pa
 from sqlalchemy.orm import Session
 
-from api.result_schemas import ResultsPublic, TestSetResultPublic
+from api.schemas.result import ResultsPublic, TestSetResultPublic
 from api.services import leaderboards as service
 from certbench.errors import RecordsError
 from certbench.figures import Axis, Curve, Figure, grid_heatmap, line_chart
 from certbench.smoothing import PA_GRID, RADII, pa_ecdf, read_table
-from models.entities import User
-from models.errors import NotFoundError
-from models.settings import Settings
+from models.core.errors import NotFoundError
+from models.core.settings import Settings
+from models.db.entities import User
 
 #: Certified accuracy is evaluated on this grid (ℓ2 radius over [0,1] pixels); σ=1 with
 #: n=100,000 and α=0.001 certifies at most ≈3.8, so 4.0 covers every allowed σ.

@@ -15,9 +15,9 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
-from api.benchmark_schemas import BenchmarkPublic
 from api.deps import QueryId, RowId, SessionDep, SettingsDep
-from api.result_schemas import ResultsPublic
+from api.schemas.benchmark import BenchmarkPublic
+from api.schemas.result import ResultsPublic
 from api.services import leaderboard_page as page_service
 from api.services import leaderboards as lb_service
 from api.services import submissions as sub_service
@@ -36,11 +36,11 @@ from api.web.leaderboard_view import (
 from api.web.rendering import MAX_COMPARE, HTMLRoute, render
 from certbench.nets import ARCHITECTURE_NAMES
 from certbench.smoothing import RADII
-from models.catalog import get_benchmark
-from models.errors import IntakeError, NotFoundError
-from models.leaderboard import LeaderboardQuery, benchmark_sort_keys
-from models.states import ACTIVE_STATES
-from models.submissions import get_visible
+from models.boards.leaderboard import LeaderboardQuery, benchmark_sort_keys
+from models.catalog.benchmarks import get_benchmark
+from models.core.errors import IntakeError, NotFoundError
+from models.db.states import ACTIVE_STATES
+from models.submissions.queries import get_visible
 
 router = APIRouter(route_class=HTMLRoute, include_in_schema=False)
 #: Ids in query strings, read like ``RowId`` (``api.deps.parse_id``): a 422 page, never a 500.

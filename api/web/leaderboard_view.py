@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from urllib.parse import urlencode
 
-from api.benchmark_schemas import BenchmarkPublic
-from models.leaderboard import HIGHER_IS_BETTER, SUBMISSION_SORTS, LeaderboardQuery
+from api.schemas.benchmark import BenchmarkPublic
+from models.boards.leaderboard import HIGHER_IS_BETTER, SUBMISSION_SORTS, LeaderboardQuery
 from models.stages import registry
 from models.stages.base import Stage
 

@@ -14,9 +14,9 @@ from api.services import submissions as sub_service
 from api.web.auth import WebViewer, check_same_origin, clear_token_cookie, set_token_cookie
 from api.web.leaderboard_view import DEFAULT_PAGE_SIZE, Pager
 from api.web.rendering import HTMLRoute, render
-from models.accounts import authenticate
-from models.errors import AuthenticationError
-from models.states import ACTIVE_STATES
+from models.core.errors import AuthenticationError
+from models.db.accounts import authenticate
+from models.db.states import ACTIVE_STATES
 
 router = APIRouter(route_class=HTMLRoute, include_in_schema=False)
 

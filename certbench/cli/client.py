@@ -62,7 +62,7 @@ results_app = typer.Typer(
 
 def mount_results(app: typer.Typer) -> typer.Typer:
     """The ``certbench results`` group, added to ``app`` once (other plug-ins add their
-    sub-commands to it, e.g. ``models.results_commands``)."""
+    sub-commands to it, e.g. ``models.boards.commands``)."""
     if not any(group.typer_instance is results_app for group in app.registered_groups):
         app.add_typer(results_app, name="results")
     return results_app

@@ -54,7 +54,8 @@ TEST_EVERY = 5
 """Every TEST_EVERY-th image of each class (by rank within the class) is a test image."""
 MAX_VALUE = 16
 DEMO_BENCHMARK = "demo-digits"
-"""The leaderboard's benchmark for this data (``models/definitions/demo-digits.json``), written
+"""The leaderboard's benchmark for this data (``models/catalog/definitions/demo-digits.json``),
+written
 into the card as ``certbench_benchmark`` so ``certbench train`` puts it in the manifest."""
 DEMO_PRETTY_NAME = "certbench demo: handwritten digits 32×32"
 

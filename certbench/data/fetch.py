@@ -1,11 +1,11 @@
 """Local copies of Hub datasets: ``certbench datasets fetch cifar10``.
 
 The leaderboard service reads a test set that names only a Hub ``repo`` from
-``<datasets dir>/<org>/<name>`` when that folder exists (``models.work.resolve_source``; for a
-test set pinned to a Hub commit, only when a ``sha256`` pin can verify the copy), so one
-download on a machine with network access makes a benchmark work offline, and a copy made
-elsewhere (``hf download REPO --repo-type dataset --revision COMMIT --local-dir DIR``) can be
-carried over.
+``<datasets dir>/<org>/<name>`` when that folder exists
+(``models.benchmarks.sources.resolve_source``; for a test set pinned to a Hub commit, only when a
+``sha256`` pin can verify the copy), so one download on a machine with network access makes a
+benchmark work offline, and a copy made elsewhere (``hf download REPO --repo-type dataset --revision
+COMMIT --local-dir DIR``) can be carried over.
 
 The packaged datasets (``cifar10``, ``cifar100``) are downloaded at the commit the packaged
 definitions pin (``certbench.data.pins``), never at the moving default branch, and their
@@ -91,7 +91,7 @@ def mirror_path(repo: str, datasets_dir: Path) -> Path:
 
 def definition_folder(folder: str, datasets_dir: Path) -> Path:
     """Where the service reads a benchmark definition's ``folder``: under ``datasets_dir`` when
-    relative (as ``models.work.locate_source`` resolves it), as is when absolute.
+    relative (as ``models.benchmarks.sources.locate_source`` resolves it), as is when absolute.
 
     Raises DataSourceError for a folder that climbs out of ``datasets_dir`` (``..``).
     """

@@ -3,10 +3,10 @@
 - ``reference/cli.md`` from the ``certbench`` command's click tree (Typer builds it; the plugin
   groups of the service layers are mounted as the console script mounts them);
 - ``reference/rest.md`` from the service's OpenAPI document (``api.main.create_app().openapi()``);
-- ``reference/settings.md`` from ``models.settings.Settings``' pydantic-settings fields;
+- ``reference/settings.md`` from ``models.core.settings.Settings``' pydantic-settings fields;
 - ``benchmarks/results.md`` from ``benchmarks/RESULTS.md``;
 - the table of packaged benchmarks (``<!-- packaged-benchmarks -->`` in a page) from
-  ``models/definitions/*.json``;
+  ``models/catalog/definitions/*.json``;
 - the layer diagram (``<!-- layers-diagram -->``) from the import-linter ``layers`` contracts in
   ``pyproject.toml``, the same contracts ``lint-imports`` enforces in the test suite;
 - the table of ``certbench`` packages (``<!-- certbench-packages -->``) from their docstrings.
@@ -104,7 +104,7 @@ def packaged_benchmarks() -> str:
         "| benchmark | title | test sets | σ | n0, n, α | images | stages |",
         "|---|---|---|---|---|---|---|",
     ]
-    for path in sorted((ROOT / "models" / "definitions").glob("*.json")):
+    for path in sorted((ROOT / "models" / "catalog" / "definitions").glob("*.json")):
         d = json.loads(path.read_text(encoding="utf-8"))
         p = d["protocol"]
         skip = p.get("skip", 1)
@@ -211,7 +211,7 @@ def _schema_name(schema: dict[str, Any]) -> str:
 def openapi_document() -> dict[str, Any]:
     """The service's OpenAPI document, from an app on throw-away settings (no database opened)."""
     from api.main import create_app
-    from models.settings import Settings
+    from models.core.settings import Settings
 
     with tempfile.TemporaryDirectory() as folder:
         settings = Settings(data_dir=Path(folder), database_url=f"sqlite:///{folder}/x.db")
@@ -276,13 +276,13 @@ def _operation(method: str, path: str, operation: dict[str, Any]) -> list[str]:
 def settings_reference() -> str:
     """Every field of the service settings with its ``CERTBENCH_*`` variable, default and
     description (the fields' own ``description``)."""
-    from models.settings import Settings
+    from models.core.settings import Settings
 
     prefix = Settings.model_config.get("env_prefix", "")
     lines = [
         "# Settings reference",
         "",
-        "Generated from `models/settings.py` when this site was built. The API processes and "
+        "Generated from `models/core/settings.py` when this site was built. The API processes and "
         "the workers read the same variables, so a deployment is configured in one place. With "
         "nothing set, everything lives under `./certbench-data` (SQLite, artifacts, data sets) "
         "and the broker is the embedded one.",

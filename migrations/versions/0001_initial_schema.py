@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import models.base
+import models.db.base
 
 revision: str = "0001"
 down_revision: str | Sequence[str] | None = None
@@ -27,7 +27,7 @@ def upgrade() -> None:
         sa.Column("manifest", sa.JSON(), nullable=False),
         sa.Column("manifest_sha256", sa.String(length=64), nullable=False),
         sa.Column("weights_path", sa.String(length=512), nullable=True),
-        sa.Column("created_at", models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", models.db.base.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_artifacts")),
         sa.UniqueConstraint(
             "sha256", "manifest_sha256", name=op.f("uq_artifacts_sha256_manifest_sha256")
@@ -50,8 +50,8 @@ def upgrade() -> None:
         sa.Column("alpha", sa.Float(), nullable=False),
         sa.Column("seed", sa.Integer(), nullable=False),
         sa.Column("bands", sa.JSON(), nullable=False),
-        sa.Column("created_at", models.base.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", models.db.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", models.db.base.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_benchmarks")),
         sa.UniqueConstraint("name", name=op.f("uq_benchmarks_name")),
     )
@@ -66,7 +66,7 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.Column("is_active", sa.Boolean(), nullable=False),
-        sa.Column("created_at", models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", models.db.base.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_users")),
         sa.UniqueConstraint("name", name=op.f("uq_users_name")),
     )
@@ -77,10 +77,10 @@ def upgrade() -> None:
         sa.Column("token_hash", sa.String(length=64), nullable=False),
         sa.Column("prefix", sa.String(length=16), nullable=False),
         sa.Column("label", sa.String(length=64), nullable=False),
-        sa.Column("created_at", models.base.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("last_used_at", models.base.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("expires_at", models.base.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("revoked_at", models.base.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", models.db.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("last_used_at", models.db.base.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("expires_at", models.db.base.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("revoked_at", models.db.base.UTCDateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["user_id"], ["users.id"], name=op.f("fk_api_tokens_user_id_users"), ondelete="CASCADE"
         ),
@@ -134,12 +134,12 @@ def upgrade() -> None:
         sa.Column("shards_done", sa.Integer(), nullable=False),
         sa.Column("progress", sa.Float(), nullable=False),
         sa.Column("worker", sa.String(length=128), nullable=True),
-        sa.Column("created_at", models.base.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", models.base.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("started_at", models.base.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("finished_at", models.base.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("heartbeat_at", models.base.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("lease_expires_at", models.base.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", models.db.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", models.db.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("started_at", models.db.base.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("finished_at", models.db.base.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("heartbeat_at", models.db.base.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("lease_expires_at", models.db.base.UTCDateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["artifact_id"], ["artifacts.id"], name=op.f("fk_submissions_artifact_id_artifacts")
         ),
@@ -218,7 +218,7 @@ def upgrade() -> None:
         sa.Column("test_sets", sa.Integer(), nullable=False),
         sa.Column("count", sa.Integer(), nullable=False),
         sa.Column("seconds", sa.Float(), nullable=False),
-        sa.Column("finished_at", models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("finished_at", models.db.base.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["benchmark_id"],
             ["benchmarks.id"],
@@ -259,7 +259,7 @@ def upgrade() -> None:
         sa.Column("count", sa.Integer(), nullable=False),
         sa.Column("seconds", sa.Float(), nullable=False),
         sa.Column("records_path", sa.String(length=512), nullable=False),
-        sa.Column("created_at", models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", models.db.base.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["submission_id"],
             ["submissions.id"],
@@ -292,7 +292,7 @@ def upgrade() -> None:
         sa.Column("seconds", sa.Float(), nullable=False),
         sa.Column("records_path", sa.String(length=512), nullable=False),
         sa.Column("worker", sa.String(length=128), nullable=True),
-        sa.Column("created_at", models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", models.db.base.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["submission_id"],
             ["submissions.id"],
@@ -317,7 +317,7 @@ def upgrade() -> None:
         "submission_events",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("submission_id", sa.Integer(), nullable=False),
-        sa.Column("at", models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("at", models.db.base.UTCDateTime(timezone=True), nullable=False),
         sa.Column(
             "from_state",
             sa.Enum(

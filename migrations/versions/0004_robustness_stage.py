@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import models.base
+import models.db.base
 
 revision: str = "0004"
 down_revision: str | Sequence[str] | None = "0003"
@@ -33,7 +33,7 @@ def upgrade() -> None:
         sa.Column("count", sa.Integer(), nullable=False),
         sa.Column("seconds", sa.Float(), nullable=False),
         sa.Column("records_path", sa.String(length=512), nullable=False),
-        sa.Column("created_at", models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", models.db.base.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["submission_id"],
             ["submissions.id"],
@@ -53,7 +53,7 @@ def upgrade() -> None:
         sa.Column("seconds", sa.Float(), nullable=False),
         sa.Column("records_path", sa.String(length=512), nullable=False),
         sa.Column("worker", sa.String(length=128), nullable=True),
-        sa.Column("created_at", models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", models.db.base.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["submission_id"],
             ["submissions.id"],

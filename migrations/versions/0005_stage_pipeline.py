@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-import models.base
+import models.db.base
 
 revision: str = "0005"
 down_revision: str | Sequence[str] | None = "0004"
@@ -39,7 +39,7 @@ METRICS = {
 #: Which of them were indexed (benchmark_id, column).
 INDEXED = [k for k in METRICS if not k.startswith("pa_q")]
 ROBUST_COLUMNS = ("linf_acc_8", "linf_acc_16", "pd_acc_8", "pd_acc_16")
-TIME = models.base.UTCDateTime(timezone=True)
+TIME = models.db.base.UTCDateTime(timezone=True)
 
 
 def _t(name: str, *columns: str, json: Sequence[str] = ()) -> sa.TableClause:

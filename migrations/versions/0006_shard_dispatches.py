@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import models.base
+import models.db.base
 
 revision: str = "0006"
 down_revision: str | Sequence[str] | None = "0005"
@@ -25,10 +25,10 @@ def upgrade() -> None:
         sa.Column("stage", sa.String(length=32), nullable=False),
         sa.Column("unit", sa.String(length=64), nullable=False),
         sa.Column("shard_index", sa.Integer(), nullable=False),
-        sa.Column("dispatched_at", models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("dispatched_at", models.db.base.UTCDateTime(timezone=True), nullable=False),
         sa.Column("dispatches", sa.Integer(), nullable=False),
         sa.Column("claimed_by", sa.String(length=128), nullable=True),
-        sa.Column("claimed_until", models.base.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("claimed_until", models.db.base.UTCDateTime(timezone=True), nullable=True),
         sa.Column("expired_claims", sa.Integer(), nullable=False),
         sa.Column("history", sa.JSON(), nullable=False),
         sa.ForeignKeyConstraint(["submission_id"], ["submissions.id"],

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import models.base
+import models.db.base
 
 revision: str = "0007"
 down_revision: str | Sequence[str] | None = "0006"
@@ -32,7 +32,7 @@ def upgrade() -> None:
         sa.Column("sha256", sa.String(length=64), nullable=False),
         sa.Column("size_bytes", sa.BigInteger(), nullable=False),
         sa.Column("stored", sa.Boolean(), nullable=False),
-        sa.Column("created_at", models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", models.db.base.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("sha256", name=op.f("pk_weights_files")),
     )
     op.execute(

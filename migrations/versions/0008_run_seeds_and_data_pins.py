@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from alembic import op
 
-import models.base
+import models.db.base
 
 revision: str = "0008"
 down_revision: str | Sequence[str] | None = "0007"
@@ -33,7 +33,7 @@ def upgrade() -> None:
         sa.Column("kind", sa.String(length=8), nullable=False),
         sa.Column("seed", sa.String(length=80), nullable=False),
         sa.Column("commitment", sa.String(length=64), nullable=False),
-        sa.Column("drawn_at", models.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("drawn_at", models.db.base.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(["submission_id"], ["submissions.id"],
                                 name=op.f("fk_run_seeds_submission_id_submissions"),
                                 ondelete="CASCADE"),

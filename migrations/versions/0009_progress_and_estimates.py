@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import models.base
+import models.db.base
 
 revision: str = "0009"
 down_revision: str | Sequence[str] | None = "0008"
@@ -37,11 +37,11 @@ def upgrade() -> None:
     )
     op.add_column(
         "shard_dispatches",
-        sa.Column("started_at", models.base.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("started_at", models.db.base.UTCDateTime(timezone=True), nullable=True),
     )
     op.add_column(
         "shard_dispatches",
-        sa.Column("updated_at", models.base.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("updated_at", models.db.base.UTCDateTime(timezone=True), nullable=True),
     )
     op.add_column(
         "submissions", sa.Column("estimated_forward_passes", sa.BigInteger(), nullable=True)

@@ -1,6 +1,6 @@
 """leaderboard read model: one row per entry with its figures and display card
 
-Creates ``leaderboard_rows`` (``models.leaderboard_rows``): each finished entry's figures (its
+Creates ``leaderboard_rows`` (``models.boards.read_model``): each finished entry's figures (its
 ``metric_values`` by key, as one JSON object) and card (the manifest's authors, paper and code
 links; the weights file's SHA-256 and size), and fills it for every entry already on a
 leaderboard, so pages read one row per entry instead of one per figure.

@@ -3,7 +3,7 @@
 Uploads refused by the API's cheap checks create no submission, so no quota saw them (issue 27
 §2: a 24-byte upload declaring a large network cost the API seconds and hundreds of MB, over and
 over). ``upload_refusals`` holds one row per refusal (user, time, code), read by
-``models.upload_refusals`` over a sliding window and pruned as it goes.
+``models.submissions.refusals`` over a sliding window and pruned as it goes.
 
 Revision ID: 0012
 Revises: 0011
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from models.base import UTCDateTime
+from models.db.base import UTCDateTime
 
 revision: str = "0012"
 down_revision: str | Sequence[str] | None = "0011"

@@ -1,9 +1,9 @@
 """leaderboard: one counter of committed board changes, for per-process board snapshots
 
 A leaderboard page is served from a snapshot of its board held by each API process
-(``models.board_index``); ``board_versions`` holds the one counter (row id 1) that tells a
+(``models.boards.snapshots``); ``board_versions`` holds the one counter (row id 1) that tells a
 process its snapshot is stale. Session events increment it in every transaction that changes
-what a board shows (``models.board_version``).
+what a board shows (``models.db.board_version``).
 
 Revision ID: 0013
 Revises: 0012

@@ -17,7 +17,7 @@ A stage turns a submission into leaderboard figures in three steps the pipeline 
 4. ``estimate(item, settings)``: the forward passes each unit's images cost under the stage's
    protocol (a ``StageEstimate``), known before anything runs: summed at intake (the estimate in
    the 202 response, the compute quota), it weights progress (a cheap stage does not count like
-   an expensive one) and turns measured samples/s into an ETA (``models.progress``).
+   an expensive one) and turns measured samples/s into an ETA (``models.runs.progress``).
 
 Plus what the service shows: ``metric_specs(benchmark)`` (leaderboard keys, labels, direction,
 units) and, optionally, a web section (``api/web/stages/<name>.py`` + a template partial).
@@ -37,9 +37,9 @@ from pydantic import BaseModel
 if TYPE_CHECKING:
     import torch
 
-    from models.definitions import BenchmarkSchema
-    from models.settings import Settings
-    from models.work import WorkItem
+    from models.benchmarks.definitions import BenchmarkSchema
+    from models.core.settings import Settings
+    from models.stages.work import WorkItem
 
 MetricKind = Literal["percent", "radius", "probability", "number"]
 CI_LOW, CI_HIGH = "_ci_low", "_ci_high"
@@ -290,7 +290,7 @@ class Stage:
     def estimate(self, item: WorkItem, settings: Settings) -> StageEstimate:
         """Forward passes per unit under this submission's protocol, before anything runs.
 
-        ``item`` may be a planning item (``models.work.planning_item``: no submission yet, at
+        ``item`` may be a planning item (``models.stages.work.planning_item``: no submission yet, at
         intake or for a benchmark page), so only protocol fields may be read. The default, for a
         stage that declares no cost, counts one forward pass per image and says so; built-in
         stages override it with their protocol's count.
@@ -319,7 +319,7 @@ class Stage:
         """The reason code a run fails with when ``run`` raises ``error`` (None: a crash, failed
         as ``worker_error`` with its traceback logged). Missing data is the operator's to fix."""
         from certbench.errors import DataSourceError
-        from models.errors import DatasetMismatchError
+        from models.core.errors import DatasetMismatchError
 
         if isinstance(error, DatasetMismatchError):
             return "dataset_mismatch"
@@ -394,7 +394,7 @@ def check_shard_seed(item: WorkItem, metadata: Mapping[str, Any], where: str) ->
     before commit-reveal) accepts shards without a commitment: their noise came from the public
     seed as well. Raises StorageError naming ``where``.
     """
-    from models.errors import StorageError
+    from models.core.errors import StorageError
 
     found = metadata.get("seed_commitment")
     if found is None and item.seed_kind != "secret":
@@ -416,7 +416,7 @@ def recorded_data_hashes(
     recorded them, skipped). Raises StorageError naming ``where`` when shards were computed on
     different bytes (the data changed during the run): their records must not be merged.
     """
-    from models.errors import StorageError
+    from models.core.errors import StorageError
 
     seen: list[dict[str, str]] = []
     for hashes in found:

@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from models.entities import StageResult, TestSet
-from models.queue import DEFAULT_QUEUE
-from models.settings import Settings
+from models.benchmarks.sources import TestSetSpec
+from models.core.queue import DEFAULT_QUEUE
+from models.core.settings import Settings
+from models.db.entities import StageResult, TestSet
 from models.stages.base import (
     MergeContext,
     MetricSpec,
@@ -41,7 +42,7 @@ from models.stages.base import (
 )
 from models.stages.certification_keys import BANDS, PA_QUANTILES, RADIUS_KEYS
 from models.stages.registry import register
-from models.work import TestSetSpec, WorkItem
+from models.stages.work import WorkItem
 
 
 @register

@@ -1,6 +1,6 @@
 """The certification stage's figure keys, shared by the stage (``models.stages.certification``),
 its intervals (``models.stages.certification_intervals``) and paired comparisons
-(``models.comparisons``), so that none of them imports another for a constant."""
+(``models.boards.comparisons``), so that none of them imports another for a constant."""
 
 #: Certified-accuracy radii of the leaderboard → metric keys.
 RADIUS_KEYS = {0.0: "cert_acc_000", 0.25: "cert_acc_025", 0.5: "cert_acc_050",

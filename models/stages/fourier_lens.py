@@ -21,9 +21,9 @@ define what every entry of the benchmark is measured on, so they come from the b
 ``lens_seed`` (in the fingerprint that makes figures comparable); the *noise* of the smoothed
 unit and the random Jacobian projections (``jacobian_projections`` > 0) are Monte Carlo draws of
 estimators that are only valid when independent of the model, so they come from the run's secret
-seed (``item.seed``, commit-reveal: ``models.run_seeds``). Shard files, written while the run
-goes on, carry the seed's commitment; merged records and stored seeds carry the revealed seed
-(``run_seed_metadata``), and ``certbench fourier-lens --seed <revealed> --pairs-seed
+seed (``item.seed``, commit-reveal: ``models.submissions.run_seeds``). Shard files, written while
+the run goes on, carry the seed's commitment; merged records and stored seeds carry the revealed
+seed (``run_seed_metadata``), and ``certbench fourier-lens --seed <revealed> --pairs-seed
 <lens_seed>`` reproduces them. Exact base-classifier figures (the paper's Jacobian, every path's
 softmax) do not depend on the run seed.
 
@@ -44,9 +44,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from models.definitions import BenchmarkSchema
-from models.errors import BenchmarkDefinitionError, StorageError
-from models.settings import Settings
+from models.benchmarks.definitions import BenchmarkSchema
+from models.benchmarks.sources import TestSetSpec, image_source_spec
+from models.core.errors import BenchmarkDefinitionError, StorageError
+from models.core.settings import Settings
 from models.stages.base import (
     MergeContext,
     MetricSpec,
@@ -81,7 +82,7 @@ from models.stages.lens_block import (
     work_sizes,
 )
 from models.stages.registry import register
-from models.work import TestSetSpec, WorkItem, image_source_spec
+from models.stages.work import WorkItem
 
 __all__ = [
     "BASE", "KINDS", "LENS_VERSION", "METRICS", "NYQUIST_METRICS", "PAPER", "PRESETS", "SMOOTHED",

@@ -5,12 +5,12 @@ The science is ``certbench.fourier.sensitivity`` (one call per grid point, the c
 engine's CERTIFY inside): for every distinct basis image U_ij of the centred grid, each test image
 becomes x + r·ε·U_ij, and the heatmap cell is the smoothed classifier's ACR over the images (at
 the submission's σ) beside the base classifier's accuracy (always computed, one forward pass per
-image). Seeds: the run's secret seed (``item.seed``, commit-reveal: ``models.run_seeds``; shard
-files carry its commitment, merged records the revealed seed) and the stream key
-``<config or "default">/<split>``, the CLI's, so ``certbench fourier-heatmap --seed <revealed>``
-on the same images gives the same records. Both draws come from that seed: CERTIFY's noise and
-each image's random perturbation sign (``certbench.fourier.basis``); the grid and the images are
-fixed by the protocol, so no draw needs the public seed.
+image). Seeds: the run's secret seed (``item.seed``, commit-reveal:
+``models.submissions.run_seeds``; shard files carry its commitment, merged records the revealed
+seed) and the stream key ``<config or "default">/<split>``, the CLI's, so ``certbench
+fourier-heatmap --seed <revealed>`` on the same images gives the same records. Both draws come from
+that seed: CERTIFY's noise and each image's random perturbation sign (``certbench.fourier.basis``);
+the grid and the images are fixed by the protocol, so no draw needs the public seed.
 
 Sharding by grid points. A shard is a few grid points × ALL the images: every unit of the stage
 is a run of consecutive distinct points (``points_per_shard`` of them), computed by one shard.
@@ -38,9 +38,10 @@ from pydantic import BaseModel, Field, model_validator
 
 from certbench.errors import SensitivityError
 from certbench.fourier import ChannelSigns, SensitivityProtocol, get_protocol, stream_key
-from models.definitions import BenchmarkSchema, ImageSource, Samples
-from models.errors import StorageError
-from models.settings import Settings
+from models.benchmarks.definitions import BenchmarkSchema, ImageSource, Samples
+from models.benchmarks.sources import TestSetSpec, image_source_spec
+from models.core.errors import StorageError
+from models.core.settings import Settings
 from models.stages.base import (
     MergeContext,
     MetricSpec,
@@ -61,7 +62,7 @@ from models.stages.base import (
 )
 from models.stages.fourier_text import band_range, protocol_note
 from models.stages.registry import register
-from models.work import TestSetSpec, WorkItem, image_source_spec
+from models.stages.work import WorkItem
 
 if TYPE_CHECKING:
     from certbench.fourier import SensitivityRecord
@@ -82,7 +83,8 @@ KEYS = {
 """Leaderboard metric keys: mean ACR (smoothed) and base accuracy per radial band."""
 
 
-#: Bounds of the block (``models.definitions`` bounds the shared ones): the grid's side and ε.
+#: Bounds of the block (``models.benchmarks.definitions`` bounds the shared ones): the grid's side
+# and ε.
 MAX_GRID = 256
 MAX_EPSILON = 500.0
 

@@ -18,11 +18,12 @@ from torch import nn
 from certbench.data import LOCAL_KINDS, ImageSet, Subset, alias_of, load_images, source_kind
 from certbench.errors import DataSourceError, DataUnavailableError
 from certbench.nets import load_manifest, load_model
-from models.content_hashes import config_content_sha256
-from models.data_availability import worker_advice
-from models.data_pins import UNPINNED, VERIFIED_COMMIT, VERIFIED_SHA256
-from models.errors import DatasetMismatchError
-from models.work import TestSetSpec, WorkItem
+from models.benchmarks.availability import worker_advice
+from models.benchmarks.content_hashes import config_content_sha256
+from models.benchmarks.data_pins import UNPINNED, VERIFIED_COMMIT, VERIFIED_SHA256
+from models.benchmarks.sources import TestSetSpec
+from models.core.errors import DatasetMismatchError
+from models.stages.work import WorkItem
 
 
 @lru_cache(maxsize=1)

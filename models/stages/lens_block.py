@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from models.definitions import ImageSource, Seed, SourceCount
+from models.benchmarks.definitions import ImageSource, Seed, SourceCount
 from models.stages.base import StageEstimate, UnitCost
 
 Kind = Literal["amplitude", "phase", "pixel_within", "pixel_between", "jacobian"]
@@ -101,7 +101,7 @@ class LensBlock(ImageSource):
 
     skip: SourceCount | None = 1
     preset: Literal["paper", "quick"] = "paper"
-    # counts are bounded by what a worker can hold and run (models.definitions' bounds)
+    # counts are bounded by what a worker can hold and run (models.benchmarks.definitions' bounds)
     paths: SourceCount | None = None
     steps: int | None = Field(default=None, ge=2, le=MAX_STEPS)
     low_frequency_fraction: float | None = Field(default=None, gt=0, le=1)

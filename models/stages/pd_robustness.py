@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from models.definitions import MAX_CLASSES, BenchmarkSchema, ImageSource, Seed
-from models.entities import StageResult
-from models.errors import StorageError
-from models.settings import Settings
+from models.benchmarks.definitions import MAX_CLASSES, BenchmarkSchema, ImageSource, Seed
+from models.benchmarks.sources import TestSetSpec, image_source_spec
+from models.core.errors import StorageError
+from models.core.settings import Settings
+from models.db.entities import StageResult
 from models.stages.base import (
     MergeContext,
     MetricSpec,
@@ -47,7 +48,7 @@ from models.stages.base import (
     run_seed_metadata,
 )
 from models.stages.registry import register
-from models.work import TestSetSpec, WorkItem, image_source_spec
+from models.stages.work import WorkItem
 
 if TYPE_CHECKING:
     from certbench.pd import AnchorBank, RobustnessReport

@@ -16,12 +16,12 @@ import threading
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, TypeVar
 
-from models.entities import LeaderboardEntry
-from models.errors import BenchmarkDefinitionError
+from models.core.errors import BenchmarkDefinitionError
+from models.db.entities import LeaderboardEntry
 from models.stages.base import Stage
 
 if TYPE_CHECKING:
-    from models.work import WorkItem
+    from models.stages.work import WorkItem
 
 BUILTIN = (
     "models.stages.certification",

@@ -22,8 +22,8 @@ range cannot change a record.
 Seeds, per draw (``certbench.weather.attack`` says why): restart 0 starts at the published
 random test set's draw (the block's public ``seed``), so every entry's random-weather accuracy
 is measured on the same weather; restarts 1+, SmoothAdv's and CERTIFY's noise come from the
-run's secret seed (``item.seed``, ``models.run_seeds``). Shard files carry its commitment,
-merged records its revealed value (``certbench weather-attack --seed <revealed>
+run's secret seed (``item.seed``, ``models.submissions.run_seeds``). Shard files carry its
+commitment, merged records its revealed value (``certbench weather-attack --seed <revealed>
 --weather-seed <seed>`` reproduces them).
 
 The attack checks every iterate against Δ; a violation (a bug, never the submitter's fault) is
@@ -40,9 +40,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from models.definitions import BenchmarkSchema
-from models.errors import StorageError
-from models.settings import Settings
+from models.benchmarks.definitions import BenchmarkSchema
+from models.core.errors import StorageError
+from models.core.settings import Settings
 from models.stages.base import (
     MergeContext,
     MetricSpec,
@@ -75,7 +75,7 @@ from models.stages.weather_protocol import (
     weather_spec,
     work_estimate,
 )
-from models.work import WorkItem
+from models.stages.work import WorkItem
 
 
 @register

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from models.definitions import ImageSource, Seed
-from models.errors import StorageError
-from models.settings import Settings
+from models.benchmarks.definitions import ImageSource, Seed
+from models.benchmarks.sources import TestSetSpec, image_source_spec
+from models.core.errors import StorageError
+from models.core.settings import Settings
 from models.stages.base import (
     RecordedShard,
     StageEstimate,
@@ -23,7 +24,7 @@ from models.stages.base import (
     recorded_data_hashes,
     run_seed_metadata,
 )
-from models.work import TestSetSpec, WorkItem, image_source_spec
+from models.stages.work import WorkItem
 
 if TYPE_CHECKING:
     from certbench.weather import AttackConfig, WeatherSummary

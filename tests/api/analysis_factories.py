@@ -19,13 +19,15 @@ from api.services import analysis
 from certbench.lens.lens import LensRecord, write_lens_records
 from certbench.smoothing.core import CertifyRecord
 from certbench.smoothing.records import write_records
-from models import pipeline, shards, storage
-from models.catalog import parse_definition, upsert_benchmark
-from models.entities import Benchmark, Role, RunSeed, User
-from models.results import complete_submission
-from models.settings import Settings
-from models.states import SubmissionState
-from models.submission_intake import Upload, create_submission
+from models.catalog.benchmarks import parse_definition, upsert_benchmark
+from models.core.settings import Settings
+from models.db.entities import Benchmark, Role, RunSeed, User
+from models.db.states import SubmissionState
+from models.runs import shards
+from models.runs.results import complete_submission
+from models.submissions import lifecycle as pipeline
+from models.submissions import storage
+from models.submissions.intake import Upload, create_submission
 
 S = SubmissionState
 IMAGES = 400

@@ -17,10 +17,10 @@ from kombu import Connection
 from sqlalchemy.orm import Session
 
 from api.main import create_app
-from models.db import session_scope
-from models.entities import Role
-from models.queue import CONTROL_QUEUE, TASK_VALIDATE, celery_config
-from models.settings import Settings
+from models.core.queue import CONTROL_QUEUE, TASK_VALIDATE, celery_config
+from models.core.settings import Settings
+from models.db.engine import session_scope
+from models.db.entities import Role
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 from service_db import BACKENDS, MigratedTemplates, service_settings, templates

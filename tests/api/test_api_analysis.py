@@ -10,9 +10,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from models.entities import StageResult
-from models.settings import Settings
-from models.submissions import set_moderation
+from models.core.settings import Settings
+from models.db.entities import StageResult
+from models.submissions.queries import set_moderation
 
 
 @pytest.fixture
@@ -198,7 +198,7 @@ def test_errors_say_what_to_fix(
 
     from analysis_factories import definition
 
-    from models.catalog import parse_definition, upsert_benchmark
+    from models.catalog.benchmarks import parse_definition, upsert_benchmark
 
     load_family(session)
     orphan = definition("orphan-c", {"fog": "low"})

@@ -13,8 +13,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.web.auth import COOKIE_NAME
-from models.entities import Submission
-from models.settings import Settings
+from models.core.settings import Settings
+from models.db.entities import Submission
 
 URL = "/api/v1/submissions"
 NAN, INF = float("nan"), float("inf")

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from service_factories import tiny_definition
 from sqlalchemy.orm import Session
 
-from models.catalog import packaged_definitions, parse_definition, upsert_benchmark
+from models.catalog.benchmarks import packaged_definitions, parse_definition, upsert_benchmark
 
 
 def test_the_list_is_slim_and_paged(client: TestClient, actors: Actors, session: Session):

@@ -18,10 +18,10 @@ from service_factories import manifest, tiny_definition, weights_bytes
 from typer.testing import CliRunner
 
 from certbench.cli.app import app, register_plugins
-from models.accounts import authenticate
-from models.catalog import get_benchmark, packaged_definitions, upsert_benchmark
-from models.db import dispose_engines, session_scope
-from models.settings import Settings, get_settings
+from models.catalog.benchmarks import get_benchmark, packaged_definitions, upsert_benchmark
+from models.core.settings import Settings, get_settings
+from models.db.accounts import authenticate
+from models.db.engine import dispose_engines, session_scope
 
 register_plugins(app)
 runner = CliRunner()

@@ -16,7 +16,7 @@ from service_factories import tiny_definition
 from sqlalchemy.orm import Session
 
 from api.data_sources import DataSourcePublic
-from models.catalog import packaged_definitions, parse_definition, upsert_benchmark
+from models.catalog.benchmarks import packaged_definitions, parse_definition, upsert_benchmark
 
 SECRET = "/srv/private-mount/datasets-xyz"
 SHA = "ab" * 32

@@ -17,12 +17,12 @@ from service_factories import finished_submission, upload
 from sqlalchemy.orm import Session
 
 from api.web.auth import COOKIE_NAME
-from models import pipeline
-from models.catalog import get_benchmark
-from models.entities import User
-from models.settings import Settings
-from models.states import Reason, SubmissionState
-from models.submission_intake import create_submission
+from models.catalog.benchmarks import get_benchmark
+from models.core.settings import Settings
+from models.db.entities import User
+from models.db.states import Reason, SubmissionState
+from models.submissions import lifecycle as pipeline
+from models.submissions.intake import create_submission
 
 S = SubmissionState
 FAILED_MESSAGE = "the test set's data is not available on this server: run the fetch command"

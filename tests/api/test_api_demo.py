@@ -18,12 +18,12 @@ from api.commands import prepare_service
 from api.main import create_app
 from api.queue import JobQueue
 from api.services.reference_entries import submit_reference_entries
-from models.catalog import packaged_definitions, upsert_benchmark
-from models.data_availability import clear_cache
-from models.entities import Artifact, Submission
-from models.reference_entries import REFERENCE_USER, packaged_references
-from models.settings import Settings
-from models.states import SubmissionState as S
+from models.benchmarks.availability import clear_cache
+from models.catalog.benchmarks import packaged_definitions, upsert_benchmark
+from models.catalog.reference_entries import REFERENCE_USER, packaged_references
+from models.core.settings import Settings
+from models.db.entities import Artifact, Submission
+from models.db.states import SubmissionState as S
 
 URL = "/api/v1/submissions"
 FIX = "certbench datasets fetch certbench/tiny"

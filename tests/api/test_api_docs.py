@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from api.docs import ASSETS, ASSETS_URL, assets_dir
 from api.main import create_app
-from models.settings import Settings
+from models.core.settings import Settings
 
 #: Any absolute URL (scheme or protocol-relative) in a page's text.
 ABSOLUTE_URL = re.compile(r"(?:https?:)?//[A-Za-z0-9.-]+")

@@ -8,7 +8,7 @@ from conftest import Actors
 from fastapi.testclient import TestClient
 
 from api.main import create_app
-from models.settings import Settings
+from models.core.settings import Settings
 
 
 def test_health_and_ready(client: TestClient):

@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from certbench.nets import architectures, build_classifier, fit
-from models.entities import Submission
+from models.db.entities import Submission
 
 URL = "/api/v1/submissions"
 

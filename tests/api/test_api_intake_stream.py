@@ -32,11 +32,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.main import create_app
-from models.artifacts import INCOMING_DIR
-from models.entities import Submission
-from models.settings import Settings
-from models.states import SubmissionState
-from models.submission_quotas import quota_usage
+from models.core.settings import Settings
+from models.db.entities import Submission
+from models.db.states import SubmissionState
+from models.submissions.artifacts import INCOMING_DIR
+from models.submissions.quotas import quota_usage
 
 URL = "/api/v1/submissions"
 BOUNDARY = "certbench-test-boundary"

@@ -11,9 +11,9 @@ from service_factories import finished_submission, load_tiny
 from certbench.smoothing.records import read_table
 from certbench.stats.entry_intervals import compare_terms, figure_intervals, image_terms
 from certbench.stats.intervals import compare_acr, compare_certified_accuracy
-from models import storage
-from models.entities import StageResult, User
+from models.db.entities import StageResult, User
 from models.stages.certification_intervals import TERMS_UNIT, interval_keys
+from models.submissions import storage
 
 SIZE = 120  # 60 images per test set (skip 2), 2 test sets (bands low and high)
 

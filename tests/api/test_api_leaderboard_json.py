@@ -17,10 +17,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from api.services.leaderboard_page import leaderboard, leaderboard_json
-from models.entities import User
-from models.leaderboard import LeaderboardQuery
-from models.settings import Settings
-from models.submissions import set_moderation
+from models.boards.leaderboard import LeaderboardQuery
+from models.core.settings import Settings
+from models.db.entities import User
+from models.submissions.queries import set_moderation
 
 
 @pytest.fixture

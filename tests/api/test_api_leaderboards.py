@@ -11,9 +11,9 @@ from fastapi.testclient import TestClient
 from service_factories import finished_submission
 from sqlalchemy.orm import Session
 
-from models.catalog import get_benchmark
-from models.entities import User
-from models.settings import Settings
+from models.catalog.benchmarks import get_benchmark
+from models.core.settings import Settings
+from models.db.entities import User
 
 
 @pytest.fixture

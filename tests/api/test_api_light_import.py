@@ -16,7 +16,7 @@ PROBE = textwrap.dedent(
     import sys, tempfile
     import api.main
     from api.main import create_app
-    from models.settings import Settings
+    from models.core.settings import Settings
 
     create_app(Settings(data_dir=tempfile.mkdtemp(), environment="test"))
     heavy = sorted(

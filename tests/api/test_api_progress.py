@@ -21,13 +21,14 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from api.main import create_app
-from models import pipeline, progress, shards
-from models.base import utcnow
-from models.catalog import parse_definition, upsert_benchmark
-from models.entities import ShardDispatch, Submission
-from models.settings import Settings
+from models.catalog.benchmarks import parse_definition, upsert_benchmark
+from models.core.settings import Settings
+from models.db.base import utcnow
+from models.db.entities import ShardDispatch, Submission
+from models.db.states import SubmissionState as S
+from models.runs import progress, shards
 from models.stages.base import ShardSpec
-from models.states import SubmissionState as S
+from models.submissions import lifecycle as pipeline
 
 URL = "/api/v1/submissions"
 #: ``tiny``: 2 test sets × 3 images × (n0 4 + n 16) = 120 forward passes, all certification.

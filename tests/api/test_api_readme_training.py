@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session
 from certbench.data import write_demo_dataset
 from certbench.training import RunOptions, TrainConfig, train
 from certbench.training.trainer import TrainResult
-from models.catalog import packaged_definitions, upsert_benchmark
-from models.settings import Settings
+from models.catalog.benchmarks import packaged_definitions, upsert_benchmark
+from models.core.settings import Settings
 
 
 @pytest.fixture(scope="module")

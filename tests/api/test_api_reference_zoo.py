@@ -14,11 +14,11 @@ from sqlalchemy.orm import Session
 
 from api.queue import JobQueue
 from api.services.reference_entries import submit_reference_entries
-from models.catalog import packaged_definitions, upsert_benchmark
-from models.entities import Submission
-from models.reference_entries import REFERENCE_LICENSE, packaged_references
-from models.settings import Settings
-from models.states import SubmissionState
+from models.catalog.benchmarks import packaged_definitions, upsert_benchmark
+from models.catalog.reference_entries import REFERENCE_LICENSE, packaged_references
+from models.core.settings import Settings
+from models.db.entities import Submission
+from models.db.states import SubmissionState
 
 ENTRIES = "/api/v1/entries"
 

@@ -14,8 +14,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.main import create_app
-from models.entities import UploadRefusal
-from models.settings import Settings
+from models.core.settings import Settings
+from models.db.entities import UploadRefusal
 
 URL = "/api/v1/submissions"
 EMPTY = struct.pack("<Q", 2) + b"{}"
@@ -69,9 +69,9 @@ def test_refusals_older_than_the_window_no_longer_count(
 ):
     from datetime import timedelta
 
-    from models import upload_refusals
-    from models.base import utcnow
-    from models.entities import User
+    from models.db.base import utcnow
+    from models.db.entities import User
+    from models.submissions import refusals as upload_refusals
 
     alice = session.get(User, actors.alice_id)
     tight = settings.model_copy(

@@ -19,16 +19,17 @@ from service_factories import (
 )
 from sqlalchemy.orm import Session
 
-from api.result_schemas import RobustnessPublic
-from models import pipeline, shards
-from models.catalog import get_benchmark, parse_definition, upsert_benchmark
-from models.entities import Benchmark, LeaderboardEntry, User
-from models.leaderboard import robustness_result
-from models.results import complete_submission
-from models.settings import Settings
+from api.schemas.result import RobustnessPublic
+from models.boards.leaderboard import robustness_result
+from models.catalog.benchmarks import get_benchmark, parse_definition, upsert_benchmark
+from models.core.settings import Settings
+from models.db.entities import Benchmark, LeaderboardEntry, User
+from models.db.states import SubmissionState
+from models.runs import shards
+from models.runs.results import complete_submission
 from models.stages.pd_robustness import RobustnessResult
-from models.states import SubmissionState
-from models.submission_intake import create_submission
+from models.submissions import lifecycle as pipeline
+from models.submissions.intake import create_submission
 
 S = SubmissionState
 NAME = "tinyrobust"

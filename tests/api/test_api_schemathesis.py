@@ -23,8 +23,8 @@ from service_db import service_settings
 from service_factories import finished_submission, load_tiny, make_user
 
 from api.main import create_app
-from models.db import session_scope
-from models.entities import Role
+from models.db.engine import session_scope
+from models.db.entities import Role
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

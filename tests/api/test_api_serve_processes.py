@@ -20,10 +20,10 @@ from conftest import drain_validations
 from service_factories import make_user, manifest, weights_bytes
 
 from api.commands import prepare_service
-from models.artifacts import INCOMING_DIR
-from models.db import dispose_engines, session_scope
-from models.queue import embedded_broker_path
-from models.settings import Settings
+from models.core.queue import embedded_broker_path
+from models.core.settings import Settings
+from models.db.engine import dispose_engines, session_scope
+from models.submissions.artifacts import INCOMING_DIR
 
 ADMIN = [sys.executable, "-c", "from certbench.cli.app import main; main()"]
 

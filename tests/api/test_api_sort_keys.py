@@ -18,10 +18,10 @@ from fastapi.testclient import TestClient
 from service_factories import finished_submission, tiny_definition
 from sqlalchemy.orm import Session
 
-from models.catalog import get_benchmark, parse_definition, upsert_benchmark
-from models.entities import User
-from models.leaderboard import SUBMISSION_SORTS
-from models.settings import Settings
+from models.boards.leaderboard import SUBMISSION_SORTS
+from models.catalog.benchmarks import get_benchmark, parse_definition, upsert_benchmark
+from models.core.settings import Settings
+from models.db.entities import User
 
 URL = "/api/v1/leaderboards/tiny"
 

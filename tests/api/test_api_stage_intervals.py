@@ -22,16 +22,18 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from certbench.stats.intervals import clopper_pearson
-from models import pipeline, shards, storage
-from models.catalog import parse_definition, upsert_benchmark
-from models.entities import MetricValue, User
-from models.interval_backfill import backfill_entry, entries_to_backfill
-from models.results import complete_submission
-from models.settings import Settings
-from models.stage_uncertainty import terms_relpath
+from models.boards.interval_backfill import backfill_entry, entries_to_backfill
+from models.boards.uncertainty import terms_relpath
+from models.catalog.benchmarks import parse_definition, upsert_benchmark
+from models.core.settings import Settings
+from models.db.entities import MetricValue, User
+from models.db.states import SubmissionState
+from models.runs import shards
+from models.runs.results import complete_submission
 from models.stages import registry
-from models.states import SubmissionState
-from models.submission_intake import create_submission
+from models.submissions import lifecycle as pipeline
+from models.submissions import storage
+from models.submissions.intake import create_submission
 
 S = SubmissionState
 NAME = "widerobust"

@@ -13,10 +13,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.main import create_app
-from models import pipeline, shards
-from models.entities import Artifact, Submission
-from models.settings import Settings
-from models.states import SubmissionState as S
+from models.core.settings import Settings
+from models.db.entities import Artifact, Submission
+from models.db.states import SubmissionState as S
+from models.runs import shards
+from models.submissions import lifecycle as pipeline
 
 URL = "/api/v1/submissions"
 

@@ -13,11 +13,11 @@ from fastapi.testclient import TestClient
 from service_factories import finished_submission, manifest, multipart, weights_bytes
 from sqlalchemy.orm import Session
 
-from models import storage
-from models.catalog import get_benchmark
-from models.entities import Submission, User
-from models.settings import Settings
-from models.submissions import set_moderation
+from models.catalog.benchmarks import get_benchmark
+from models.core.settings import Settings
+from models.db.entities import Submission, User
+from models.submissions import storage
+from models.submissions.queries import set_moderation
 
 SUBMISSIONS = "/api/v1/submissions"
 ENTRIES = "/api/v1/entries"

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from api.main import create_app
 from certbench.cli.app import app as cli_app
 from certbench.cli.app import register_plugins
-from models.settings import Settings
+from models.core.settings import Settings
 from models.stages.registry import all_stages
 
 #: "seed 000", "Seed 004's", "seed  003" across a line break.

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from api.web.auth import COOKIE_NAME
-from models.settings import Settings
+from models.core.settings import Settings
 
 
 @pytest.fixture

@@ -96,10 +96,11 @@ def test_a_default_demo_shard_never_pays_for_compilation():
     import json
     from pathlib import Path
 
-    from models.settings import Settings
+    from models.core.settings import Settings
 
     root = Path(__file__).resolve().parents[2]
-    demo = json.loads((root / "models/definitions/demo-digits.json").read_text())["protocol"]
+    definition = root / "models/catalog/definitions/demo-digits.json"
+    demo = json.loads(definition.read_text())["protocol"]
     shard = Settings.model_fields["shard_size"].default
     cpu = torch.device("cpu")
     demo_shard = engine_choice(cpu, shard * (demo["n0"] + demo["n"]), batch_size=None,

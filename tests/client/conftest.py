@@ -28,11 +28,11 @@ from service_db import MigratedTemplates, service_settings, templates
 from service_factories import load_tiny, make_user, manifest, run_pipeline, weights_bytes
 
 from api.main import create_app
-from models import pipeline
-from models.db import session_scope
-from models.entities import Role, Submission
-from models.settings import Settings
-from models.states import SubmissionState
+from models.core.settings import Settings
+from models.db.engine import session_scope
+from models.db.entities import Role, Submission
+from models.db.states import SubmissionState
+from models.submissions import lifecycle as pipeline
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from certbench.cli import client as client_commands
 from certbench.client.config import config_path, load_config
-from models import results_commands
+from models.boards import commands as results_commands
 
 
 @pytest.fixture
@@ -179,7 +179,7 @@ def test_the_commands_are_registered_and_light():
         e.value for e in entry_points(group="certbench.commands")
     }
     code = (
-        "import sys, certbench.cli.client, models.results_commands; "
+        "import sys, certbench.cli.client, models.boards.commands; "
         "print(sorted(m for m in ('httpx', 'rich', 'torch') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -225,8 +225,8 @@ def test_swapped_files_are_refused_before_uploading(cli: typer.Typer, live: Live
 def _submission_count(live: Live) -> int:
     from sqlalchemy import func, select
 
-    from models.db import session_scope
-    from models.entities import Submission
+    from models.db.engine import session_scope
+    from models.db.entities import Submission
 
     with session_scope(live.settings) as session:
         return session.scalar(select(func.count()).select_from(Submission))

@@ -15,9 +15,9 @@ from conftest import Live, model_files
 from certbench.client import Client, HashMismatchError, NotFound, PermissionDenied
 from certbench.client.zoo import ZooError, download, load_model
 from certbench.nets.architectures import build_classifier
-from models import storage
-from models.db import session_scope
-from models.entities import Submission
+from models.db.engine import session_scope
+from models.db.entities import Submission
+from models.submissions import storage
 
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2470, 0.2435, 0.2616)

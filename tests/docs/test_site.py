@@ -18,7 +18,7 @@ from doc_blocks import ROOT
 from fastapi.testclient import TestClient
 
 from api.main import create_app
-from models.settings import Settings
+from models.core.settings import Settings
 
 pytestmark = pytest.mark.slow
 

@@ -27,10 +27,10 @@ from flow import free_port, put_benchmark, settings_from_env
 from processes import BIN, Service, service_env, start_worker, wait_for
 
 import migrations
-from models import accounts
-from models.db import dispose_engines, session_scope
-from models.entities import Role
-from models.settings import Settings
+from models.core.settings import Settings
+from models.db import accounts
+from models.db.engine import dispose_engines, session_scope
+from models.db.entities import Role
 
 POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379

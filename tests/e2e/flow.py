@@ -12,7 +12,7 @@ import httpx
 from processes import Service, wait_for
 from support import tiny_definition, tiny_robustness, write_tiny_dataset, write_tiny_train_split
 
-from models.settings import Settings
+from models.core.settings import Settings
 
 
 def settings_from_env(env: dict[str, str]) -> Settings:

@@ -16,7 +16,7 @@ import pytest
 from flow import submit, wait_state
 from support import manifest, nan_model, tiny_model, weights_bytes
 
-from models import storage
+from models.submissions import storage
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

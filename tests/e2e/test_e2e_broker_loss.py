@@ -27,9 +27,9 @@ from certbench.data.image_set import Subset
 from certbench.data.sources import load_images
 from certbench.smoothing.core import certify
 from certbench.smoothing.records import read_records
-from models import storage
-from models.db import session_scope
-from models.entities import ShardDispatch, StageShard
+from models.db.engine import session_scope
+from models.db.entities import ShardDispatch, StageShard
+from models.submissions import storage
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

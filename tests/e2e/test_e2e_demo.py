@@ -21,9 +21,9 @@ from processes import wait_for
 from sqlalchemy import select
 
 from api.commands import prepare_service
-from models.db import session_scope
-from models.entities import Submission
-from models.reference_entries import REFERENCE_USER
+from models.catalog.reference_entries import REFERENCE_USER
+from models.db.engine import session_scope
+from models.db.entities import Submission
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -17,9 +17,9 @@ from processes import wait_for
 from sqlalchemy import select
 from support import TEST_SETS, manifest, tiny_model, weights_bytes
 
-from models import storage
-from models.db import session_scope
-from models.entities import StageShard, SubmissionEvent
+from models.db.engine import session_scope
+from models.db.entities import StageShard, SubmissionEvent
+from models.submissions import storage
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

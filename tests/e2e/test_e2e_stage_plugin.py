@@ -19,8 +19,8 @@ from sqlalchemy import select
 from support import manifest, revealed_seed, tiny_model, weights_bytes
 from toy_stage import UNITS, expected_values
 
-from models.db import session_scope
-from models.entities import MetricValue, StageResult, StageShard
+from models.db.engine import session_scope
+from models.db.entities import MetricValue, StageResult, StageShard
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.settings import Settings
+from models.core.settings import Settings
 from models.stages.base import (
     MergeContext,
     MetricSpec,
@@ -34,7 +34,7 @@ from models.stages.base import (
     run_seed_metadata,
 )
 from models.stages.registry import register
-from models.work import WorkItem
+from models.stages.work import WorkItem
 
 UNITS = ("left", "right")
 

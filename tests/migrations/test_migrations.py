@@ -13,9 +13,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
 import migrations
-from models.db import create_db_engine
-from models.entities import Base
-from models.settings import Settings
+from models.core.settings import Settings
+from models.db.engine import create_db_engine
+from models.db.entities import Base
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 from service_db import BACKENDS, service_settings

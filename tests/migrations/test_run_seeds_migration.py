@@ -12,10 +12,10 @@ import sqlalchemy as sa
 from test_stage_migration import NOW, _fill, _read
 
 import migrations
-from models import run_seeds
-from models.db import create_db_engine, session_scope
-from models.entities import Submission
-from models.work import get_work_item
+from models.db.engine import create_db_engine, session_scope
+from models.db.entities import Submission
+from models.stages.work import get_work_item
+from models.submissions import run_seeds
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 from service_db import BACKENDS, service_settings

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 import migrations
-from models.db import create_db_engine
+from models.db.engine import create_db_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 from service_db import BACKENDS, service_settings

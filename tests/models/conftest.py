@@ -10,8 +10,8 @@ import pytest
 from service_db import BACKENDS, MigratedTemplates, service_settings, templates
 from sqlalchemy.orm import Session
 
-from models.db import session_scope
-from models.settings import Settings
+from models.core.settings import Settings
+from models.db.engine import session_scope
 
 
 @pytest.fixture(scope="session")

@@ -22,9 +22,9 @@ from psycopg import sql
 from sqlalchemy import text
 
 import migrations
-from models.db import dispose_engines, get_engine
-from models.entities import Base
-from models.settings import Settings
+from models.core.settings import Settings
+from models.db.engine import dispose_engines, get_engine
+from models.db.entities import Base
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "CERTBENCH_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"

@@ -16,15 +16,17 @@ from certbench.nets.loading import save_weights
 from certbench.pd.evaluation import RobustnessRecord, RobustnessReport
 from certbench.smoothing.core import CertifyRecord
 from certbench.smoothing.records import write_records
-from models import pipeline, shards, storage
-from models.accounts import create_token, create_user
-from models.catalog import parse_definition, upsert_benchmark
-from models.entities import Benchmark, Role, RunSeed, User
-from models.results import complete_submission
-from models.settings import Settings
+from models.catalog.benchmarks import parse_definition, upsert_benchmark
+from models.core.settings import Settings
+from models.db.accounts import create_token, create_user
+from models.db.entities import Benchmark, Role, RunSeed, User
+from models.db.states import SubmissionState
+from models.runs import shards
+from models.runs.results import complete_submission
 from models.stages.base import ShardSpec
-from models.states import SubmissionState
-from models.submission_intake import Upload, create_submission
+from models.submissions import lifecycle as pipeline
+from models.submissions import storage
+from models.submissions.intake import Upload, create_submission
 
 S = SubmissionState
 

@@ -8,10 +8,10 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from models.accounts import authenticate, create_token, create_user, hash_token, revoke_token
-from models.base import utcnow
-from models.entities import ApiToken, Role
-from models.errors import AuthenticationError, ConflictError
+from models.core.errors import AuthenticationError, ConflictError
+from models.db.accounts import authenticate, create_token, create_user, hash_token, revoke_token
+from models.db.base import utcnow
+from models.db.entities import ApiToken, Role
 
 
 def test_only_the_hash_is_stored(session: Session):

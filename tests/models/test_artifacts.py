@@ -11,15 +11,16 @@ from service_factories import load_tiny, make_user, upload
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from models import pipeline, storage
-from models.artifacts import INCOMING_DIR, remove_stale_partials
-from models.entities import Artifact, WeightsFile
-from models.errors import ConflictError
-from models.settings import Settings
-from models.states import Reason, SubmissionState
-from models.submission_intake import create_submission
-from models.submissions import rerun
-from models.work import get_work_item
+from models.core.errors import ConflictError
+from models.core.settings import Settings
+from models.db.entities import Artifact, WeightsFile
+from models.db.states import Reason, SubmissionState
+from models.stages.work import get_work_item
+from models.submissions import lifecycle as pipeline
+from models.submissions import storage
+from models.submissions.artifacts import INCOMING_DIR, remove_stale_partials
+from models.submissions.intake import create_submission
+from models.submissions.queries import rerun
 
 S = SubmissionState
 

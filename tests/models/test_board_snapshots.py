@@ -16,15 +16,16 @@ from service_factories import finished_submission, load_tiny, make_user, tiny_de
 from sqlalchemy import inspect, update
 from sqlalchemy.orm import Session
 
-from models import board_index, board_version
-from models.catalog import get_benchmark, parse_definition, upsert_benchmark
-from models.db import session_scope
-from models.entities import Submission, User
-from models.errors import NotFoundError
-from models.leaderboard import LeaderboardQuery, leaderboard
-from models.settings import Settings
-from models.submission_intake import create_submission
-from models.submissions import set_moderation
+from models.boards import snapshots as board_index
+from models.boards.leaderboard import LeaderboardQuery, leaderboard
+from models.catalog.benchmarks import get_benchmark, parse_definition, upsert_benchmark
+from models.core.errors import NotFoundError
+from models.core.settings import Settings
+from models.db import board_version
+from models.db.engine import session_scope
+from models.db.entities import Submission, User
+from models.submissions.intake import create_submission
+from models.submissions.queries import set_moderation
 
 
 @pytest.fixture

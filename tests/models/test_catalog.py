@@ -8,15 +8,15 @@ import pytest
 from service_factories import finished_submission, load_tiny, make_user, tiny_definition
 from sqlalchemy.orm import Session
 
-from models.catalog import (
+from models.catalog.benchmarks import (
     get_benchmark,
     load_definition,
     packaged_definitions,
     parse_definition,
     upsert_benchmark,
 )
-from models.errors import BenchmarkDefinitionError, NotFoundError
-from models.settings import Settings
+from models.core.errors import BenchmarkDefinitionError, NotFoundError
+from models.core.settings import Settings
 
 
 def test_packaged_definitions():

@@ -10,13 +10,13 @@ from service_factories import load_tiny, make_user, upload
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from models import compute_quota
-from models.base import utcnow
-from models.entities import Role, Submission, User
-from models.errors import IntakeError, QuotaExceededError
-from models.settings import Settings
-from models.states import Reason, SubmissionState
-from models.submission_intake import create_submission
+from models.core.errors import IntakeError, QuotaExceededError
+from models.core.settings import Settings
+from models.db.base import utcnow
+from models.db.entities import Role, Submission, User
+from models.db.states import Reason, SubmissionState
+from models.submissions import compute_quota
+from models.submissions.intake import create_submission
 
 S = SubmissionState
 

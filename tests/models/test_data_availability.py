@@ -16,17 +16,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "certbench"))
 from data_layouts import CIFAR10_CLASSES, random_images, random_labels, write_hub_folder
 
 from certbench.data.sources import load_images
-from models import data_availability
-from models.catalog import parse_definition, upsert_benchmark
-from models.data_availability import (
+from models.benchmarks import availability as data_availability
+from models.benchmarks.availability import (
     benchmark_availability,
     clear_cache,
     datasets_cache_dir,
     datasets_cache_has,
 )
-from models.entities import Benchmark
-from models.settings import Settings
-from models.work import dataset_source, hub_mirror, resolve_source
+from models.benchmarks.sources import dataset_source, hub_mirror, resolve_source
+from models.catalog.benchmarks import parse_definition, upsert_benchmark
+from models.core.settings import Settings
+from models.db.entities import Benchmark
 
 
 @pytest.fixture(autouse=True)

@@ -14,9 +14,9 @@ import pytest
 from pydantic import BaseModel
 from service_factories import tiny_definition
 
-from models.catalog import parse_definition
-from models.definitions import MAX_SAMPLES, MAX_SOURCE_SIZE, BenchmarkSchema
-from models.errors import BenchmarkDefinitionError
+from models.benchmarks.definitions import MAX_SAMPLES, MAX_SOURCE_SIZE, BenchmarkSchema
+from models.catalog.benchmarks import parse_definition
+from models.core.errors import BenchmarkDefinitionError
 from models.stages import registry
 
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from api.commands import register
 from certbench.data.provenance import config_sha256
 from generators import hub
-from models.catalog import load_definition
+from models.catalog.benchmarks import load_definition
 
 CONFIGS = ("fog_s1", "fog_s2")
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -129,7 +129,7 @@ def test_the_packaged_clean_definitions_pin_their_hub_data(name: str) -> None:
     """The commits and SHA-256 values public sources give for uoft-cs/cifar10 and cifar100
     (their LFS object ids), written into the packaged definitions and the pinned sources."""
     from certbench.data.pins import PINNED_SOURCES
-    from models.catalog import packaged_definitions
+    from models.catalog.benchmarks import packaged_definitions
 
     facts = {
         "cifar10": ("uoft-cs/cifar10", "0b2714987fa478483af9968de7c934580d0bb9a2",
@@ -155,7 +155,7 @@ def test_every_packaged_read_of_the_hub_cifar_copies_is_pinned() -> None:
     """Stage blocks reading uoft-cs/cifar10 or cifar100 pin the commit and the test shard's
     hash; a definition built from them names the commit the generators read by default."""
     from certbench.data.pins import PINNED_SOURCES, default_revision
-    from models.catalog import packaged_definitions
+    from models.catalog.benchmarks import packaged_definitions
 
     checked = 0
     for definition in packaged_definitions():

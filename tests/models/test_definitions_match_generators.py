@@ -9,7 +9,7 @@ from generators.corruption_sets import config_name
 from generators.corruptions_c import CIFAR_C
 from generators.corruptions_cbar import CIFAR_CBAR
 from generators.weather import benchmark_spec as weather_benchmark
-from models.catalog import packaged_definitions
+from models.catalog.benchmarks import packaged_definitions
 
 SEVERITIES = range(1, 6)
 

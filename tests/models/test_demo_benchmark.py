@@ -15,20 +15,20 @@ from sqlalchemy.orm import Session
 from certbench.data.demo import demo_images
 from certbench.data.provenance import config_sha256
 from certbench.nets.loading import load_manifest, load_model
-from models.catalog import packaged_definitions, upsert_benchmark
-from models.entities import Submission
-from models.errors import DatasetMismatchError
-from models.generated_datasets import (
+from models.benchmarks.generated import (
     GENERATED,
     ensure_for_folders,
     ensure_for_work_item,
     ensure_generated,
 )
-from models.reference_entries import packaged_references
-from models.settings import Settings
+from models.catalog.benchmarks import packaged_definitions, upsert_benchmark
+from models.catalog.reference_entries import packaged_references
+from models.core.errors import DatasetMismatchError
+from models.core.settings import Settings
+from models.db.entities import Submission
 from models.stages.inputs import data_hashes, images_for
-from models.submission_intake import Upload, create_submission
-from models.work import get_work_item
+from models.stages.work import get_work_item
+from models.submissions.intake import Upload, create_submission
 
 DEMO = "demo-digits"
 

@@ -10,11 +10,11 @@ import pytest
 from service_factories import tiny_definition
 from sqlalchemy.orm import Session
 
-from models.catalog import parse_definition, upsert_benchmark
-from models.estimates import Rate, estimate_work, for_manifest
-from models.settings import Settings
+from models.catalog.benchmarks import parse_definition, upsert_benchmark
+from models.core.settings import Settings
+from models.runs.estimates import Rate, estimate_work, for_manifest
 from models.stages.base import Stage, StageEstimate, Unit, UnitCost
-from models.work import WorkItem, planning_item
+from models.stages.work import WorkItem, planning_item
 
 #: ``tiny_definition``: two test sets of 3 images (6 source images, every 2nd), n0 = 4, n = 16.
 CERTIFY_PER_IMAGE = 4 + 16

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 
 from certbench.fourier.protocol import PROTOCOLS
 from certbench.fourier.spectral import BAND_EDGES
-from models.catalog import parse_definition, upsert_benchmark
-from models.errors import BenchmarkDefinitionError
+from models.catalog.benchmarks import parse_definition, upsert_benchmark
+from models.core.errors import BenchmarkDefinitionError
 from models.stages import registry
 from models.stages.fourier_sensitivity import SHARD_FORWARD_PASSES, point_range
 from models.stages.fourier_text import band_edges

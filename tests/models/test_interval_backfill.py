@@ -13,12 +13,13 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
-from models import comparisons, storage
-from models.entities import MetricValue, StageResult, Submission
-from models.interval_backfill import entries_to_backfill
-from models.results_commands import register
-from models.settings import Settings, get_settings
+from models.boards import comparisons
+from models.boards.commands import register
+from models.boards.interval_backfill import entries_to_backfill
+from models.core.settings import Settings, get_settings
+from models.db.entities import MetricValue, StageResult, Submission
 from models.stages.certification_intervals import TERMS_UNIT, bound_keys
+from models.submissions import storage
 
 
 def _invoke(*args: str):

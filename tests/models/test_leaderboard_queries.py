@@ -6,11 +6,11 @@ import pytest
 from service_factories import finished_submission, load_tiny, make_user
 from sqlalchemy.orm import Session
 
-from models.entities import Role, Submission
-from models.errors import IntakeError
-from models.leaderboard import LeaderboardQuery, leaderboard, results_of
-from models.settings import Settings
-from models.submissions import set_moderation
+from models.boards.leaderboard import LeaderboardQuery, leaderboard, results_of
+from models.core.errors import IntakeError
+from models.core.settings import Settings
+from models.db.entities import Role, Submission
+from models.submissions.queries import set_moderation
 
 
 @pytest.fixture

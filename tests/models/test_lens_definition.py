@@ -10,8 +10,8 @@ import pytest
 from service_factories import tiny_definition
 from sqlalchemy.orm import Session
 
-from models.catalog import packaged_definitions, parse_definition, upsert_benchmark
-from models.errors import BenchmarkDefinitionError
+from models.catalog.benchmarks import packaged_definitions, parse_definition, upsert_benchmark
+from models.core.errors import BenchmarkDefinitionError
 from models.stages import registry
 from models.stages.fourier_lens import PRESETS
 

@@ -22,11 +22,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.services.intake import check_against_benchmark, parse_manifest
-from models.catalog import get_benchmark
-from models.entities import Benchmark, Role, Submission, User
-from models.errors import IntakeError, NotFoundError
-from models.settings import Settings
-from models.submission_intake import Upload, create_submission
+from models.catalog.benchmarks import get_benchmark
+from models.core.errors import IntakeError, NotFoundError
+from models.core.settings import Settings
+from models.db.entities import Benchmark, Role, Submission, User
+from models.submissions.intake import Upload, create_submission
 
 NASTY_TEXT = ["", "\x00", "a\x00b", "tab\there", "\x7f", "\x85", "\u202e", "\ud800", "m" * 129,
               "é" * 128, "💥" * 64, "tiny"]  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from models.catalog import packaged_definitions
+from models.catalog.benchmarks import packaged_definitions
 from models.stages import registry
 
 DEFINITIONS = {d.name: d for d in packaged_definitions()}

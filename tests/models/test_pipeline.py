@@ -11,19 +11,26 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from certbench.smoothing.records import read_table
-from models import pipeline, storage
-from models import shards as shard_store
-from models.base import utcnow
-from models.db import session_scope
-from models.entities import LeaderboardEntry, StageResult, StageShard, Submission, SubmissionEvent
-from models.errors import InvalidTransitionError, NotFoundError, StorageError
-from models.leaderboard import certification_results
-from models.results import complete_submission
-from models.settings import Settings
+from models.boards.leaderboard import certification_results
+from models.core.errors import InvalidTransitionError, NotFoundError, StorageError
+from models.core.settings import Settings
+from models.db.base import utcnow
+from models.db.engine import session_scope
+from models.db.entities import (
+    LeaderboardEntry,
+    StageResult,
+    StageShard,
+    Submission,
+    SubmissionEvent,
+)
+from models.db.states import ACTIVE_STATES, Reason, SubmissionState
+from models.runs import shards as shard_store
+from models.runs.results import complete_submission
 from models.stages.base import ShardSpec
-from models.states import ACTIVE_STATES, Reason, SubmissionState
-from models.submission_intake import create_submission
-from models.work import get_work_item
+from models.stages.work import get_work_item
+from models.submissions import lifecycle as pipeline
+from models.submissions import storage
+from models.submissions.intake import create_submission
 
 S = SubmissionState
 

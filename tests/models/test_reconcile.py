@@ -10,13 +10,14 @@ import pytest
 from service_factories import load_tiny, make_user, record_shard, upload
 from sqlalchemy.orm import Session
 
-from models import pipeline, shards
-from models.base import utcnow
-from models.entities import ShardDispatch
-from models.reconcile import reconcile, release_node
-from models.settings import Settings
-from models.states import Reason, SubmissionState
-from models.submission_intake import create_submission
+from models.core.settings import Settings
+from models.db.base import utcnow
+from models.db.entities import ShardDispatch
+from models.db.states import Reason, SubmissionState
+from models.runs import shards
+from models.runs.reconcile import reconcile, release_node
+from models.submissions import lifecycle as pipeline
+from models.submissions.intake import create_submission
 
 S = SubmissionState
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from models.queue import CONTROL_QUEUE, TASK_VALIDATE, celery_config
-from models.settings import Settings
+from models.core.queue import CONTROL_QUEUE, TASK_VALIDATE, celery_config
+from models.core.settings import Settings
 
 
 def test_defaults_live_under_data_dir(tmp_path: Path):

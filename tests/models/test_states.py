@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from models.states import (
+from models.db.states import (
     ACTIVE_STATES,
     TERMINAL_STATES,
     TRANSITIONS,

@@ -7,15 +7,15 @@ from service_factories import load_tiny, make_user, run_pipeline, upload
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from models import pipeline
-from models.entities import Artifact, Role, Submission
-from models.errors import InvalidTransitionError, NotFoundError, QuotaExceededError
-from models.settings import Settings
-from models.states import Reason, SubmissionState
-from models.submission_intake import create_submission
-from models.submission_quotas import quota_usage
-from models.submissions import cancel, get_visible, queue_position, rerun, set_moderation
-from models.work import get_work_item
+from models.core.errors import InvalidTransitionError, NotFoundError, QuotaExceededError
+from models.core.settings import Settings
+from models.db.entities import Artifact, Role, Submission
+from models.db.states import Reason, SubmissionState
+from models.stages.work import get_work_item
+from models.submissions import lifecycle as pipeline
+from models.submissions.intake import create_submission
+from models.submissions.queries import cancel, get_visible, queue_position, rerun, set_moderation
+from models.submissions.quotas import quota_usage
 
 S = SubmissionState
 

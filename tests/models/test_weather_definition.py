@@ -13,9 +13,10 @@ from service_factories import tiny_definition
 from sqlalchemy.orm import Session
 
 from certbench.weather.simulator import WEATHERS
-from models.catalog import packaged_definitions, parse_definition, upsert_benchmark
-from models.errors import BenchmarkDefinitionError
-from models.settings import Settings
+from models.catalog.benchmarks import packaged_definitions, parse_definition, upsert_benchmark
+from models.core.errors import BenchmarkDefinitionError
+from models.core.settings import Settings
+from models.db.states import SubmissionState
 from models.stages import registry
 from models.stages.weather_protocol import (
     STAGE,
@@ -24,8 +25,7 @@ from models.stages.weather_protocol import (
     parse_unit,
     unit_name,
 )
-from models.states import SubmissionState
-from models.work import WorkItem
+from models.stages.work import WorkItem
 
 
 def _doc(block: dict[str, Any], *, seed: int | None = None) -> dict[str, Any]:

@@ -28,8 +28,8 @@ from web_seed import Seeded, seed_database
 
 import migrations
 from api.main import create_app
-from models.db import dispose_engines, session_scope
-from models.settings import Settings
+from models.core.settings import Settings
+from models.db.engine import dispose_engines, session_scope
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "web"

@@ -13,8 +13,8 @@ import pytest
 from conftest import Site, drawn, screenshot
 from sqlalchemy import select
 
-from models.db import session_scope
-from models.entities import LeaderboardEntry, MetricValue, Submission
+from models.db.engine import session_scope
+from models.db.entities import LeaderboardEntry, MetricValue, Submission
 
 pytestmark = pytest.mark.slow
 

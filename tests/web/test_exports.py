@@ -78,7 +78,7 @@ def test_the_leaderboard_exports_compile_and_round_trip(
     board = anonymous.get("/api/v1/leaderboards/webclean", params={"sort": "macr"}).json()
     bench = anonymous.get("/api/v1/benchmarks/webclean").json()
     csv_text = anonymous.get(url, params={"format": "csv", "sort": "macr"}).text
-    from api.benchmark_schemas import BenchmarkPublic
+    from api.schemas.benchmark import BenchmarkPublic
 
     keys = [c.key for c in metric_columns(BenchmarkPublic.model_validate(bench))]
     header = csv_text.splitlines()[0].split(",")

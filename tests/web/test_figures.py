@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from api.result_schemas import ResultsPublic, TestSetResultPublic
+from api.schemas.result import ResultsPublic, TestSetResultPublic
 from api.web.figures import (
     RADIUS_GRID,
     SetCurves,

@@ -15,13 +15,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, delete, event, select
 from sqlalchemy.orm import Session
 
-from api.leaderboard_schemas import LeaderboardPublic, Metrics
-from api.zoo_schemas import WeightsLinkPublic
-from models import leaderboard as lb
-from models.base import Base
-from models.catalog import get_benchmark
-from models.db import session_scope
-from models.entities import LeaderboardEntry, LeaderboardFigures, Submission, User
+from api.schemas.leaderboard import LeaderboardPublic, Metrics
+from api.schemas.zoo import WeightsLinkPublic
+from models.boards import leaderboard as lb
+from models.catalog.benchmarks import get_benchmark
+from models.db.base import Base
+from models.db.engine import session_scope
+from models.db.entities import LeaderboardEntry, LeaderboardFigures, Submission, User
 
 MIGRATION = (
     Path(__file__).resolve().parents[2] / "migrations/versions/0011_leaderboard_read_model.py"
@@ -209,7 +209,7 @@ def test_sorting_by_a_figure_puts_unmeasured_entries_last_on_every_page(site: Si
 def test_entries_without_records_get_no_tie_mark_rather_than_an_error() -> None:
     """An entry whose certification records are not on this server (here: none stored) is
     left unmarked on every sort key with paired tests (a 500 on ``sort=abstain_rate`` before)."""
-    from models import comparisons
+    from models.boards import comparisons
 
     a, b = (
         comparisons.Entry(submission_id=i, records={}, bands={}, terms_path=None) for i in (1, 2)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from api.result_schemas import ResultsPublic, StageResultPublic
+from api.schemas.result import ResultsPublic, StageResultPublic
 from api.web.stages import fourier_sensitivity as section
 from certbench.figures import cell_outcomes, paired_cell_tests, unpaired_cell_tests
 from certbench.fourier import SensitivityRecord, assemble_heatmap, summarize_heatmap

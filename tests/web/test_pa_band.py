@@ -13,8 +13,8 @@ from figure_specs import rows, specs
 from certbench.smoothing.records import read_table
 from certbench.stats.entry_intervals import mean_pa_band
 from certbench.stats.intervals import pa_band
-from models.db import session_scope
-from models.leaderboard import certification_results
+from models.boards.leaderboard import certification_results
+from models.db.engine import session_scope
 
 
 @pytest.fixture

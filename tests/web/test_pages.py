@@ -20,10 +20,10 @@ from web_seed import ROBUSTNESS_BANK_SHA256, ROBUSTNESS_PLANS, clean_definition,
 from api.web.auth import COOKIE_NAME
 from certbench.smoothing.metrics import PA_GRID, pa_ecdf
 from certbench.smoothing.records import read_table
-from models.catalog import get_benchmark, parse_definition, upsert_benchmark
-from models.db import session_scope
-from models.entities import LeaderboardEntry, Submission
-from models.leaderboard import SORT_COLUMNS, certification_results, robustness_result
+from models.boards.leaderboard import SORT_COLUMNS, certification_results, robustness_result
+from models.catalog.benchmarks import get_benchmark, parse_definition, upsert_benchmark
+from models.db.engine import session_scope
+from models.db.entities import LeaderboardEntry, Submission
 
 ROW = re.compile(r'<tr data-id="(\d+)"')
 ROBUSTNESS_KEYS = ("base_accuracy", "linf_acc_8", "pd_acc_8", "linf_acc_16", "pd_acc_16")

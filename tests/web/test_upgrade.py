@@ -9,10 +9,10 @@ import pytest
 from conftest import Site
 from fastapi.testclient import TestClient
 
-from api.benchmark_schemas import BenchmarkPublic
+from api.schemas.benchmark import BenchmarkPublic
 from api.web.leaderboard_view import metric_columns
-from models.catalog import get_benchmark
-from models.db import session_scope
+from models.catalog.benchmarks import get_benchmark
+from models.db.engine import session_scope
 
 
 @pytest.fixture

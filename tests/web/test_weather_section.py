@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from api.result_schemas import ResultsPublic, StageResultPublic
+from api.schemas.result import ResultsPublic, StageResultPublic
 from api.web.stages import weather_attack as section
-from models.states import SubmissionState
+from models.db.states import SubmissionState
 
 
 def _result(unit: str, kind: str, weather: str, severity: int, **summary: Any) -> Any:

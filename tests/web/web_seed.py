@@ -1,11 +1,11 @@
 """Seed a service database for the web tests, only through the service layer.
 
-Benchmarks are loaded from definitions (``models.catalog``), submissions created by
-``models.submission_intake.create_submission`` and driven through the real pipeline functions
-(``models.pipeline`` transitions, shard records written with ``certbench.smoothing.records``,
-aggregation by
-``models.results.complete_submission``), so every number on a page comes from the same code path as
-in production. Records are realistic: counts drawn per image, bounds and radii from
+Benchmarks are loaded from definitions (``models.catalog.benchmarks``), submissions created by
+``models.submissions.intake.create_submission`` and driven through the real pipeline functions
+(``models.submissions.lifecycle`` transitions, shard records written with
+``certbench.smoothing.records``, aggregation by
+``models.runs.results.complete_submission``), so every number on a page comes from the same code
+path as in production. Records are realistic: counts drawn per image, bounds and radii from
 ``certbench.smoothing.core``.
 """
 
@@ -32,17 +32,19 @@ from certbench.smoothing.core import (
 )
 from certbench.smoothing.records import write_records
 from generators import hub
-from models import pipeline, progress, shards, storage
-from models.accounts import create_token, create_user
-from models.base import utcnow
-from models.catalog import parse_definition, upsert_benchmark
-from models.entities import Benchmark, Role, ShardDispatch, User
-from models.results import complete_submission
-from models.settings import Settings
+from models.catalog.benchmarks import parse_definition, upsert_benchmark
+from models.core.settings import Settings
+from models.db.accounts import create_token, create_user
+from models.db.base import utcnow
+from models.db.entities import Benchmark, Role, ShardDispatch, User
+from models.db.states import SubmissionState
+from models.runs import progress, shards
+from models.runs.results import complete_submission
 from models.stages.base import ShardSpec
-from models.states import SubmissionState
-from models.submission_intake import Upload, create_submission
-from models.submissions import set_moderation
+from models.submissions import lifecycle as pipeline
+from models.submissions import storage
+from models.submissions.intake import Upload, create_submission
+from models.submissions.queries import set_moderation
 
 S = SubmissionState
 N_SAMPLES = 1000

@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session
 from support import load_benchmark, tiny_definition, write_tiny_dataset
 
 import migrations
-from models.db import dispose_engines, session_scope
-from models.settings import Settings, get_settings
+from models.core.settings import Settings, get_settings
+from models.db.engine import dispose_engines, session_scope
 from workers.app import app
 from workers.names import QUEUES
 

@@ -28,14 +28,14 @@ from support import (
     write_hub_folder,
 )
 
-from models import run_seeds, storage
-from models.entities import RunSeed, StageResult, StageShard, Submission
-from models.settings import Settings
-from models.shards import plan_item
+from models.core.settings import Settings
+from models.db.entities import RunSeed, StageResult, StageShard, Submission
+from models.db.states import SubmissionState
+from models.runs.shards import plan_item
 from models.stages import registry
 from models.stages.base import RunContext
-from models.states import SubmissionState
-from models.work import WorkItem, get_work_item
+from models.stages.work import WorkItem, get_work_item
+from models.submissions import run_seeds, storage
 from workers.app import app
 from workers.names import RUN_SHARD, VALIDATE
 

@@ -2,7 +2,7 @@
 
 A benchmark of two test sets of a few images in the Hub layout (written with the data helper's
 ``write_hub_folder``), a randomly initialised ``cifar_resnet20``, its manifest, and submissions
-created through the service's intake (``models.submission_intake``) for tests that skip the HTTP
+created through the service's intake (``models.submissions.intake``) for tests that skip the HTTP
 API. Everything is sized for seconds of CPU: 2 images per test set, n0=4, n=16.
 """
 
@@ -21,13 +21,15 @@ from torch import nn
 
 from certbench.nets.architectures import build_classifier
 from certbench.nets.loading import save_weights
-from models import pipeline, run_seeds, submission_intake
-from models.accounts import create_user
-from models.catalog import get_benchmark, parse_definition, upsert_benchmark
-from models.entities import Benchmark, Submission, User
-from models.settings import Settings
-from models.states import SubmissionState
-from models.submission_intake import Upload
+from models.catalog.benchmarks import get_benchmark, parse_definition, upsert_benchmark
+from models.core.settings import Settings
+from models.db.accounts import create_user
+from models.db.entities import Benchmark, Submission, User
+from models.db.states import SubmissionState
+from models.submissions import intake as submission_intake
+from models.submissions import lifecycle as pipeline
+from models.submissions import run_seeds
+from models.submissions.intake import Upload
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "certbench"))
 from data_layouts import CIFAR10_CLASSES, write_hub_folder
@@ -198,7 +200,8 @@ def create_submission(
 
 
 def revealed_seed(session: Session, submission_id: int) -> int:
-    """The run seed the service revealed for an ended submission (``models.run_seeds``)."""
+    """The run seed the service revealed for an ended submission
+    (``models.submissions.run_seeds``)."""
     view = run_seeds.view(session, session.get(Submission, submission_id))
     if view is None or view.value is None:
         raise AssertionError(f"submission {submission_id} has no revealed seed: {view}")
@@ -215,7 +218,7 @@ class CancelOnFirstForward(nn.Module):
         self.model, self.settings, self.sid, self.calls = model, settings, sid, 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from models.db import session_scope
+        from models.db.engine import session_scope
 
         self.calls += 1
         if self.calls == 1:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from certbench.cli.app import app as cli_app
 from certbench.cli.app import register_plugins
-from models.settings import Settings
+from models.core.settings import Settings
 from workers.config import WorkerSettings, check_timing
 
 ROOT = Path(__file__).resolve().parents[2]

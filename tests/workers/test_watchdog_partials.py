@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from models.artifacts import INCOMING_DIR
+from models.submissions.artifacts import INCOMING_DIR
 from workers.app import app
 from workers.watchdog import sweep
 

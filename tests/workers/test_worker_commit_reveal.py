@@ -34,12 +34,13 @@ from api.main import create_app
 from api.web.auth import COOKIE_NAME
 from certbench.cli.app import app as cli
 from certbench.smoothing.records import read_table
-from models import pipeline, run_seeds, storage
-from models.accounts import create_token
-from models.entities import RunSeed, Submission, User
-from models.settings import Settings
-from models.states import SubmissionState
-from models.work import get_work_item
+from models.core.settings import Settings
+from models.db.accounts import create_token
+from models.db.entities import RunSeed, Submission, User
+from models.db.states import SubmissionState
+from models.stages.work import get_work_item
+from models.submissions import lifecycle as pipeline
+from models.submissions import run_seeds, storage
 from workers.app import app
 from workers.names import VALIDATE
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from certbench.cli.app import app as cli_app
 from certbench.cli.app import register_plugins
-from models.settings import Settings
+from models.core.settings import Settings
 from models.stages import registry
 from workers.config import WorkerSettings, batch_size_for, celery_config, check_timing
 from workers.errors import WorkerConfigError
@@ -101,7 +101,7 @@ def cli(monkeypatch, tmp_path):
     monkeypatch.setenv("CERTBENCH_DATA_DIR", str(tmp_path / "data"))
     for name in ("CERTBENCH_BROKER_URL", "CERTBENCH_DATABASE_URL", "CERTBENCH_WORKER_DEVICE"):
         monkeypatch.delenv(name, raising=False)
-    from models.settings import get_settings
+    from models.core.settings import get_settings
 
     get_settings.cache_clear()
     register_plugins(cli_app)

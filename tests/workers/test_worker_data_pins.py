@@ -28,13 +28,14 @@ from support import (
 from api.main import create_app
 from certbench.data.pins import CIFAR10
 from certbench.data.provenance import config_sha256, find_local_paths
-from models.catalog import get_benchmark, parse_definition
-from models.entities import StageResult, Submission
-from models.errors import BenchmarkDefinitionError, DatasetMismatchError
-from models.settings import Settings
+from models.benchmarks.sources import TestSetSpec, hub_mirror
+from models.catalog.benchmarks import get_benchmark, parse_definition
+from models.core.errors import BenchmarkDefinitionError, DatasetMismatchError
+from models.core.settings import Settings
+from models.db.entities import StageResult, Submission
+from models.db.states import Reason, SubmissionState
 from models.stages import inputs
-from models.states import Reason, SubmissionState
-from models.work import TestSetSpec, get_work_item, hub_mirror
+from models.stages.work import get_work_item
 from workers.app import app
 from workers.names import VALIDATE
 
@@ -231,7 +232,7 @@ def test_a_stage_block_pin_must_agree_with_its_revision(dataset):
 
 
 def test_a_result_records_one_set_of_hashes_for_all_its_shards():
-    from models.errors import StorageError
+    from models.core.errors import StorageError
     from models.stages.base import recorded_data_hashes
 
     a = {"sha256": "a" * 64, "source": "local Hub-layout folder", "verified": "unpinned"}

@@ -1,8 +1,8 @@
 """A real ``certbench worker --embedded`` process over the SQLite transport finishes a submission.
 
 No broker server: the test process publishes ``certbench.validate`` with a Celery client built from
-``models.queue.celery_config`` (exactly what the API does), and a separate worker process picks it
-up from ``<data_dir>/broker.sqlite``, certifies and aggregates into the SQLite service database.
+``models.core.queue.celery_config`` (exactly what the API does), and a separate worker process picks
+it up from ``<data_dir>/broker.sqlite``, certifies and aggregates into the SQLite service database.
 """
 
 from __future__ import annotations
@@ -27,13 +27,19 @@ from support import (
 )
 
 import migrations
-from models import storage
-from models.base import utcnow
-from models.db import dispose_engines, session_scope
-from models.entities import LeaderboardEntry, ShardDispatch, StageResult, StageShard, Submission
-from models.queue import TASK_VALIDATE, celery_config
-from models.settings import Settings
-from models.states import Reason, SubmissionState
+from models.core.queue import TASK_VALIDATE, celery_config
+from models.core.settings import Settings
+from models.db.base import utcnow
+from models.db.engine import dispose_engines, session_scope
+from models.db.entities import (
+    LeaderboardEntry,
+    ShardDispatch,
+    StageResult,
+    StageShard,
+    Submission,
+)
+from models.db.states import Reason, SubmissionState
+from models.submissions import storage
 
 pytestmark = pytest.mark.slow
 

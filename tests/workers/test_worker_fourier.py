@@ -46,12 +46,13 @@ from certbench.fourier.sensitivity import sensitivity_records
 from certbench.fourier.terms import sensitivity_terms
 from certbench.smoothing.records import read_metadata
 from certbench.stats.terms import figure_interval
-from models import pipeline, run_seeds, storage
-from models.entities import MetricValue, StageResult, Submission
-from models.interval_backfill import backfill_entry, entries_to_backfill
-from models.stage_uncertainty import terms_relpath
+from models.boards.interval_backfill import backfill_entry, entries_to_backfill
+from models.boards.uncertainty import terms_relpath
+from models.db.entities import MetricValue, StageResult, Submission
+from models.db.states import Reason, SubmissionState
 from models.stages import inputs, registry
-from models.states import Reason, SubmissionState
+from models.submissions import lifecycle as pipeline
+from models.submissions import run_seeds, storage
 from workers.app import app
 from workers.names import QUEUE, VALIDATE
 

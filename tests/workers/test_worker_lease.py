@@ -10,10 +10,12 @@ import pytest
 from sqlalchemy import update
 from support import create_submission, manifest, tiny_model, weights_bytes
 
-from models import pipeline, shards, storage
-from models.base import utcnow
-from models.entities import ShardDispatch, Submission
-from models.states import Reason, SubmissionState
+from models.db.base import utcnow
+from models.db.entities import ShardDispatch, Submission
+from models.db.states import Reason, SubmissionState
+from models.runs import shards
+from models.submissions import lifecycle as pipeline
+from models.submissions import storage
 from workers.app import app
 from workers.errors import ShardCancelled
 from workers.lease import ShardLease

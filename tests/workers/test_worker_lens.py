@@ -53,14 +53,15 @@ from certbench.lens.lens import (
     read_lens_records,
     summarize,
 )
-from models import pipeline, run_seeds, storage
-from models.entities import LeaderboardEntry, MetricValue, StageResult, StageShard
-from models.settings import Settings, get_settings
+from models.core.settings import Settings, get_settings
+from models.db.entities import LeaderboardEntry, MetricValue, StageResult, StageShard
+from models.db.states import Reason, SubmissionState
 from models.stages import registry
 from models.stages.base import RunContext
 from models.stages.fourier_lens import lens_spec
-from models.states import Reason, SubmissionState
-from models.work import get_work_item
+from models.stages.work import get_work_item
+from models.submissions import lifecycle as pipeline
+from models.submissions import run_seeds, storage
 from workers.app import app
 from workers.errors import ShardCancelled
 from workers.names import QUEUE, RUN_SHARD, VALIDATE
@@ -302,7 +303,7 @@ def test_cancel_stops_lens_shards_before_and_during_a_run(
 
 
 def stage_plan(item, settings):
-    from models.shards import plan_item
+    from models.runs.shards import plan_item
 
     return plan_item(item, settings, stage=STAGE)
 
@@ -422,7 +423,7 @@ def test_stage_constants_match_the_core():
 
 def test_stored_plan_size_equals_lens_plan_on_balanced_cifar_labels():
     from certbench.lens.lens import LensProtocol
-    from models.catalog import parse_definition
+    from models.catalog.benchmarks import parse_definition
     from models.stages.fourier_lens import FourierLens
 
     for classes, block in [

@@ -11,12 +11,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from support import CancelOnFirstForward, create_submission, manifest, tiny_model, weights_bytes
 
-from models import progress
-from models.entities import ShardDispatch, StageShard, Submission
-from models.estimates import fleet_rates
-from models.settings import Settings
+from models.core.settings import Settings
+from models.db.entities import ShardDispatch, StageShard, Submission
+from models.db.states import SubmissionState
+from models.runs import progress
+from models.runs.estimates import fleet_rates
 from models.stages import inputs
-from models.states import SubmissionState
 from workers.app import app
 from workers.names import VALIDATE
 

@@ -41,15 +41,17 @@ from certbench.pd.anchors import AnchorBank, build_anchor_bank
 from certbench.pd.evaluation import RobustnessReport, robust_accuracy
 from certbench.pd.threat import PDThreat
 from certbench.smoothing.streams import derive_seed
-from models import pipeline, run_seeds, shards, storage
-from models.entities import LeaderboardEntry, StageShard
-from models.errors import StorageError
-from models.leaderboard import robustness_result
-from models.results import merge_stage
-from models.settings import get_settings
+from models.boards.leaderboard import robustness_result
+from models.core.errors import StorageError
+from models.core.settings import get_settings
+from models.db.entities import LeaderboardEntry, StageShard
+from models.db.states import Reason, SubmissionState
+from models.runs import shards
+from models.runs.results import merge_stage
 from models.stages import registry
-from models.states import Reason, SubmissionState
-from models.work import get_work_item
+from models.stages.work import get_work_item
+from models.submissions import lifecycle as pipeline
+from models.submissions import run_seeds, storage
 from workers.app import app
 from workers.names import AGGREGATE, QUEUE, ROBUSTNESS_QUEUE, RUN_SHARD, VALIDATE
 

@@ -19,13 +19,13 @@ from support import load_benchmark, tiny_definition, tiny_robustness, write_tiny
 from test_worker_fourier import tiny_fourier
 
 from certbench.smoothing.records import METADATA_KEY
-from models import run_seeds, storage
-from models.entities import StageResult, StageShard
-from models.errors import StorageError
-from models.results import merge_stage
-from models.settings import Settings
+from models.core.errors import StorageError
+from models.core.settings import Settings
+from models.db.entities import StageResult, StageShard
+from models.runs.results import merge_stage
 from models.stages import registry
-from models.work import get_work_item
+from models.stages.work import get_work_item
+from models.submissions import run_seeds, storage
 from workers.names import AGGREGATE
 
 OTHER = run_seeds.commitment("0x" + "ab" * 16)

@@ -29,13 +29,14 @@ from certbench.data.sources import load_images
 from certbench.errors import DataSourceError, DataUnavailableError
 from certbench.smoothing.core import certify
 from certbench.smoothing.records import read_records
-from models import pipeline, storage
-from models.entities import Artifact, LeaderboardEntry, StageResult, StageShard, Submission
-from models.leaderboard import certification_results
-from models.settings import Settings
+from models.benchmarks.sources import TestSetSpec
+from models.boards.leaderboard import certification_results
+from models.core.settings import Settings
+from models.db.entities import Artifact, LeaderboardEntry, StageResult, StageShard, Submission
+from models.db.states import Reason, SubmissionState
 from models.stages import inputs
-from models.states import Reason, SubmissionState
-from models.work import TestSetSpec
+from models.submissions import lifecycle as pipeline
+from models.submissions import storage
 from workers import device
 from workers.app import app
 from workers.names import AGGREGATE, VALIDATE

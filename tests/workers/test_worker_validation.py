@@ -11,8 +11,8 @@ from support import manifest, nan_model, tiny_model
 from torch import nn
 
 from certbench.nets.loading import load_manifest, save_weights
-from models.states import Reason, SubmissionState
-from models.work import WorkItem
+from models.db.states import Reason, SubmissionState
+from models.stages.work import WorkItem
 from workers.validation import _check_noisy_batch, validate_model
 
 

@@ -49,13 +49,15 @@ from certbench.weather.records import read_weather_records, summarize_weather
 from certbench.weather.search import AttackConfig
 from certbench.weather.terms import weather_terms
 from certbench.weather.threat import Particles, WeatherSet
-from models import pipeline, run_seeds, shards, storage
-from models.entities import LeaderboardEntry, StageResult
-from models.settings import Settings, get_settings
-from models.stage_uncertainty import terms_relpath
+from models.boards.uncertainty import terms_relpath
+from models.core.settings import Settings, get_settings
+from models.db.entities import LeaderboardEntry, StageResult
+from models.db.states import Reason, SubmissionState
+from models.runs import shards
 from models.stages import registry
 from models.stages.weather_protocol import WeatherAttackError
-from models.states import Reason, SubmissionState
+from models.submissions import lifecycle as pipeline
+from models.submissions import run_seeds, storage
 from workers.app import app
 from workers.names import AGGREGATE, QUEUE, RUN_SHARD, VALIDATE
 

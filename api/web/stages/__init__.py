@@ -17,8 +17,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from api.benchmark_schemas import BenchmarkPublic
-from api.result_schemas import ResultsPublic
+from api.schemas.benchmark import BenchmarkPublic
+from api.schemas.result import ResultsPublic
 from models.stages import registry
 
 

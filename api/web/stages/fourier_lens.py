@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from api.result_schemas import ResultsPublic, StageResultPublic
+from api.schemas.result import ResultsPublic, StageResultPublic
 from models.stages.fourier_lens import BASE, METRICS, PAPER, figure_specs
 
 JACOBIAN_UNIT = "per unit pixel, [0,1] scale"

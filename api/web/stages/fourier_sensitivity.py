@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from api.result_schemas import ResultsPublic
+from api.schemas.result import ResultsPublic
 from certbench.figures import (
     CellTests,
     Figure,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from api.result_schemas import ResultsPublic, RobustnessPublic
+from api.schemas.result import ResultsPublic, RobustnessPublic
 from certbench.figures import Axis, Bars, Figure, bar_chart
 
 STAGE = "pd_robustness"

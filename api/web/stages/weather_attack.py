@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from api.result_schemas import ResultsPublic, StageResultPublic
+from api.schemas.result import ResultsPublic, StageResultPublic
 from certbench.figures import Axis, Bars, Figure, bar_chart
 
 STAGE = "weather_attack"

@@ -1,0 +1,274 @@
+"""Submission intake: dedup, quotas and storage of the artifact, all or nothing.
+
+The API's cheap checks (size caps, safetensors header, manifest schema) run before these
+functions; ``create_submission`` is where an upload becomes rows + one weights file, all or
+nothing: the file is put in place inside the transaction and removed again if it fails.
+
+Quotas and dedup hold under concurrency because the database enforces them: an intake first
+locks its user's row (so one user's uploads are counted one at a time) and the weights' row
+(``models.submissions.artifacts.lock``: identical uploads of several users are serialised, the later
+ones see the first and become duplicates), and a partial unique index allows one live original per
+dedup key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from models.core.settings import Settings
+from models.db.base import utcnow
+from models.db.entities import Artifact, Benchmark, Submission, SubmissionEvent, User
+from models.db.states import DEDUP_STATES, Reason, SubmissionState
+from models.submissions import artifacts, compute_quota, run_seeds
+from models.submissions.quotas import check_quotas
+
+S = SubmissionState
+
+
+#: Attempts of an intake that lost a dedup race to a concurrent identical one (the next attempt
+#: finds that one and records a duplicate).
+INTAKE_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class StagedWeights:
+    """Weights already streamed to a file under the artifacts dir, hashed on the way."""
+
+    path: Path
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Upload:
+    """An upload that passed the cheap checks: the weights (bytes, or a staged file that
+    ``create_submission`` moves into place), the parsed manifest and its facts."""
+
+    weights: bytes
+    manifest: dict[str, Any]
+    model_name: str
+    architecture: str
+    sigma: float
+    is_private: bool = False
+    extra_data: bool = False
+    venue: str | None = None
+    staged: StagedWeights | None = None
+    weights_public: bool = False
+    weights_license: str | None = None
+    is_baseline: bool = False
+    """A reference entry the service submits itself (``api.services.reference_entries``)."""
+
+    @property
+    def weights_sha256(self) -> str:
+        if self.staged is not None:
+            return self.staged.sha256
+        return hashlib.sha256(self.weights).hexdigest()
+
+    @property
+    def weights_size(self) -> int:
+        return self.staged.size if self.staged is not None else len(self.weights)
+
+    @property
+    def manifest_sha256(self) -> str:
+        return manifest_sha256(self.manifest)
+
+    def submission_columns(self) -> dict[str, Any]:
+        """What the submitter says about the model: the same on a new run and on a duplicate
+        of an existing one (each submitter's own name, privacy, venue and licence)."""
+        return {
+            "is_private": self.is_private,
+            "model_name": self.model_name,
+            "architecture": self.architecture,
+            "sigma": self.sigma,
+            "extra_data": self.extra_data,
+            "venue": self.venue,
+            "weights_public": self.weights_public,
+            "weights_license": self.weights_license,
+        }
+
+
+def manifest_sha256(manifest: dict[str, Any]) -> str:
+    """Hash of the canonical JSON form of a manifest (key order and spacing do not matter)."""
+    canonical = json.dumps(manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def dedup_key(weights_sha256: str, manifest_hash: str, protocol_version: str) -> str:
+    """Identity of a certification job: same weights + manifest + protocol = same results."""
+    identity = f"{weights_sha256}:{manifest_hash}:{protocol_version}"
+    return hashlib.sha256(identity.encode()).hexdigest()
+
+
+def find_original(session: Session, key: str) -> Submission | None:
+    """The oldest live or finished submission with this dedup key, if any."""
+    return session.scalar(
+        select(Submission)
+        .where(Submission.dedup_key == key, Submission.state.in_(DEDUP_STATES))
+        .order_by(Submission.id)
+        .limit(1)
+    )
+
+
+def create_submission(
+    session: Session,
+    *,
+    user: User,
+    benchmark: Benchmark,
+    upload: Upload,
+    settings: Settings,
+    forward_passes: int | None = None,
+) -> Submission:
+    """Store an upload and create its submission (state ``submitted``), or a ``duplicate`` row
+    pointing at the existing identical submission (no file written, no quota used).
+
+    ``forward_passes``: its estimated work (``models.runs.estimates``), checked against the daily
+    compute quota and stored; None skips that quota (tests that do not estimate).
+    Safe under concurrency (see the module docstring). Raises QuotaExceededError (or
+    IntakeError for an estimate beyond the compute quota) before anything is stored.
+    """
+    key = dedup_key(upload.weights_sha256, upload.manifest_sha256, benchmark.protocol_version)
+    for attempt in range(INTAKE_ATTEMPTS):
+        try:
+            return _create_once(session, user=user, benchmark=benchmark, upload=upload, key=key,
+                                settings=settings, forward_passes=forward_passes)  # fmt: skip
+        except IntegrityError:
+            # A concurrent identical original committed between our lookup and our insert; the
+            # next attempt finds it. (``_create_once`` already rolled back and cleaned up.)
+            if attempt + 1 == INTAKE_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _create_once(
+    session: Session,
+    *,
+    user: User,
+    benchmark: Benchmark,
+    upload: Upload,
+    key: str,
+    settings: Settings,
+    forward_passes: int | None,
+) -> Submission:
+    written: Path | None = None
+    try:
+        lock_user(session, user.id)
+        artifacts.lock(session, upload.weights_sha256, size_bytes=upload.weights_size)
+        original = find_original(session, key)
+        if original is not None:
+            return _create_duplicate(session, user=user, original=original, upload=upload, key=key)
+        check_quotas(session, user, settings=settings)
+        if forward_passes is not None:
+            compute_quota.check(session, user, forward_passes, settings=settings)
+        artifact, written = _store_artifact(session, upload, settings=settings)
+        submission = Submission(
+            user_id=user.id,
+            benchmark_id=benchmark.id,
+            artifact_id=artifact.id,
+            state=S.SUBMITTED,
+            message="waiting for validation",
+            **upload.submission_columns(),
+            protocol_version=benchmark.protocol_version,
+            dedup_key=key,
+            is_baseline=upload.is_baseline,
+            estimated_forward_passes=forward_passes,
+        )
+        session.add(submission)
+        session.flush()
+        run_seeds.draw(session, submission.id)  # the run's secret noise seed, committed
+        session.add(
+            SubmissionEvent(submission_id=submission.id, to_state=S.SUBMITTED, message="uploaded")
+        )
+        session.commit()
+    except BaseException:
+        artifacts.discard(session, written)
+        raise
+    return submission
+
+
+def lock_user(session: Session, user_id: int) -> None:
+    """Hold the user's row until the transaction ends, so this user's intakes are counted
+    against the quotas one at a time. A no-op UPDATE: a row lock on PostgreSQL, the database
+    write lock on SQLite (where SELECT ... FOR UPDATE does not exist)."""
+    session.execute(
+        update(User)
+        .where(User.id == user_id)
+        .values(id=User.id)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def _create_duplicate(
+    session: Session, *, user: User, original: Submission, upload: Upload, key: str
+) -> Submission:
+    message = (
+        f"identical to submission {original.id} (same weights, manifest and protocol "
+        f"{original.protocol_version}); its results apply"
+        if original.user_id == user.id or not original.is_private
+        else "identical to an existing private submission (same weights, manifest and protocol)"
+    )
+    duplicate = Submission(
+        user_id=user.id,
+        benchmark_id=original.benchmark_id,
+        artifact_id=original.artifact_id,
+        state=S.DUPLICATE,
+        reason=Reason.DUPLICATE.value,
+        message=message,
+        **upload.submission_columns(),
+        protocol_version=original.protocol_version,
+        dedup_key=key,
+        duplicate_of_id=original.id,
+        finished_at=utcnow(),
+    )
+    session.add(duplicate)
+    session.flush()
+    session.add(
+        SubmissionEvent(
+            submission_id=duplicate.id,
+            to_state=S.DUPLICATE,
+            reason=Reason.DUPLICATE.value,
+            message=message,
+        )
+    )
+    session.commit()
+    return duplicate
+
+
+def _store_artifact(
+    session: Session, upload: Upload, *, settings: Settings
+) -> tuple[Artifact, Path | None]:
+    """Find or create the artifact row and make sure its weights file exists (the weights' row is
+    locked by the caller). Returns (artifact, path written by this call or None) so the caller
+    can undo the write."""
+    sha, msha = upload.weights_sha256, upload.manifest_sha256
+    relpath, written = artifacts.store(
+        session,
+        sha256=sha,
+        size_bytes=upload.weights_size,
+        settings=settings,
+        data=None if upload.staged is not None else upload.weights,
+        staged=upload.staged.path if upload.staged is not None else None,
+    )
+    artifact = session.scalar(
+        select(Artifact).where(Artifact.sha256 == sha, Artifact.manifest_sha256 == msha)
+    )
+    if artifact is None:
+        artifact = Artifact(
+            sha256=sha,
+            size_bytes=upload.weights_size,
+            manifest=upload.manifest,
+            manifest_sha256=msha,
+            weights_path=relpath,
+        )
+        session.add(artifact)
+    else:
+        artifact.weights_path = relpath
+    session.flush()
+    return artifact, written
