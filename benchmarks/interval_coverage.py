@@ -18,15 +18,14 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "certbench"))
-from leaderboard_sim import binomial_slack, draw, population
-
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from certbench.stats import (
     benchmark_replicates,
     bootstrap_means,
     clopper_pearson,
     percentile_bounds,
 )
+from tests.support.leaderboard_sim import binomial_slack, draw, population
 
 
 def coverage(low: np.ndarray, high: np.ndarray, truth: float) -> float:

@@ -1,6 +1,6 @@
 """The model page's figures: page weight and time to render, and the charting library choice.
 
-Seeds the web tests' database (``tests/web/web_seed.py``: real records through the service
+Seeds the web tests' database (``tests/support/web_seed.py``: real records through the service
 layer), then, for the model page of a six-test-set entry (certified accuracy of 7 curves, the
 p_A distribution of 3 entries with a band):
 
@@ -33,16 +33,15 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests" / "web"), str(REPO / "tests" / "models"), str(REPO)]
+sys.path[:0] = [str(REPO)]
 CHROMIUM = os.environ.get("CERTBENCH_CHROMIUM", "/usr/bin/chromium")
 
 
 def _seed(folder: Path) -> tuple[Any, dict[str, dict[str, int]]]:
-    from web_seed import seed_database
-
     import migrations
     from models.core.settings import Settings
     from models.db.engine import session_scope
+    from tests.support.web_seed import seed_database
 
     settings = Settings(data_dir=folder / "data", environment="test")
     migrations.upgrade(settings)

@@ -25,12 +25,12 @@ OTHER_VARIABLES = {
     "CERTBENCH_CACHE_DIR": "certbench/client/zoo.py",
     "CERTBENCH_STAGE_PLUGINS": "models/stages/registry.py",
     "CERTBENCH_CHROMIUM": "benchmarks/web_figures.py",
-    "CERTBENCH_TEST_POSTGRES_URL": "tests/models/service_db.py",
-    "CERTBENCH_TEST_REDIS_DB": "tests/api/conftest.py",
+    "CERTBENCH_TEST_POSTGRES_URL": "tests/support/service_db.py",
+    "CERTBENCH_TEST_REDIS_DB": "tests/support/api.py",
     "CERTBENCH_TEST_REDIS_URL": "benchmarks/api_load.py",
     "CERTBENCH_TEST_PROCESSES": "scripts/test",
     "CERTBENCH_SERVICES": "tests/workers/test_compose.py",
-    "CERTBENCH_CUDA_TESTS_DEVICE": "tests/cuda/cuda_support.py",
+    "CERTBENCH_CUDA_TESTS_DEVICE": "tests/support/cuda.py",
 }
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from conftest import Actors, drain_validations
 from fastapi.testclient import TestClient
-from service_factories import finished_submission, tiny_definition
 from sqlalchemy.orm import Session
 
 from models.catalog.benchmarks import get_benchmark
 from models.core.settings import Settings
 from models.db.entities import User
+from tests.support.api import Actors, drain_validations
+from tests.support.service_factories import finished_submission, tiny_definition
 
 ADMIN_ROUTES = [
     ("post", "/api/v1/admin/users", {"name": "x"}),

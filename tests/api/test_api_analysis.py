@@ -5,7 +5,6 @@ weights + model + σ, visibility, the metric-predictor table and the leaderboard
 from __future__ import annotations
 
 import pytest
-from analysis_factories import FOG, FOG_HALF, ID_ACC, IMAGES, NOISE, URL, Family, load_family
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -13,6 +12,16 @@ from sqlalchemy.orm import Session
 from models.core.settings import Settings
 from models.db.entities import StageResult
 from models.submissions.queries import set_moderation
+from tests.support.analysis_factories import (
+    FOG,
+    FOG_HALF,
+    ID_ACC,
+    IMAGES,
+    NOISE,
+    URL,
+    Family,
+    load_family,
+)
 
 
 @pytest.fixture
@@ -196,9 +205,8 @@ def test_errors_say_what_to_fix(
 ):
     import json
 
-    from analysis_factories import definition
-
     from models.catalog.benchmarks import parse_definition, upsert_benchmark
+    from tests.support.analysis_factories import definition
 
     load_family(session)
     orphan = definition("orphan-c", {"fog": "low"})

@@ -6,15 +6,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import Actors, drain_validations
 from fastapi.testclient import TestClient
-from service_factories import manifest, multipart, weights_bytes
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.web.auth import COOKIE_NAME
 from models.core.settings import Settings
 from models.db.entities import Submission
+from tests.support.api import Actors, drain_validations
+from tests.support.service_factories import manifest, multipart, weights_bytes
 
 URL = "/api/v1/submissions"
 NAN, INF = float("nan"), float("inf")

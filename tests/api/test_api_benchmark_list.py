@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 
-from conftest import Actors
 from fastapi.testclient import TestClient
-from service_factories import tiny_definition
 from sqlalchemy.orm import Session
 
 from models.catalog.benchmarks import packaged_definitions, parse_definition, upsert_benchmark
+from tests.support.api import Actors
+from tests.support.service_factories import tiny_definition
 
 
 def test_the_list_is_slim_and_paged(client: TestClient, actors: Actors, session: Session):

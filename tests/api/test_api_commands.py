@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_factories import manifest, tiny_definition, weights_bytes
 from typer.testing import CliRunner
 
 from certbench.cli.app import app, register_plugins
@@ -22,6 +21,7 @@ from models.catalog.benchmarks import get_benchmark, packaged_definitions, upser
 from models.core.settings import Settings, get_settings
 from models.db.accounts import authenticate
 from models.db.engine import dispose_engines, session_scope
+from tests.support.service_factories import manifest, tiny_definition, weights_bytes
 
 register_plugins(app)
 runner = CliRunner()

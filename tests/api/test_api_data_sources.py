@@ -12,11 +12,11 @@ from html import unescape
 
 import pytest
 from fastapi.testclient import TestClient
-from service_factories import tiny_definition
 from sqlalchemy.orm import Session
 
 from api.data_sources import DataSourcePublic
 from models.catalog.benchmarks import packaged_definitions, parse_definition, upsert_benchmark
+from tests.support.service_factories import tiny_definition
 
 SECRET = "/srv/private-mount/datasets-xyz"
 SHA = "ab" * 32

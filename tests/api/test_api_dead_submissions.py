@@ -11,9 +11,7 @@ from dataclasses import dataclass
 from html import unescape
 
 import pytest
-from conftest import Actors
 from fastapi.testclient import TestClient
-from service_factories import finished_submission, upload
 from sqlalchemy.orm import Session
 
 from api.web.auth import COOKIE_NAME
@@ -23,6 +21,8 @@ from models.db.entities import User
 from models.db.states import Reason, SubmissionState
 from models.submissions import lifecycle as pipeline
 from models.submissions.intake import create_submission
+from tests.support.api import Actors
+from tests.support.service_factories import finished_submission, upload
 
 S = SubmissionState
 FAILED_MESSAGE = "the test set's data is not available on this server: run the fetch command"

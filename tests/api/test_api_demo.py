@@ -8,9 +8,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import Actors, drain_validations
 from fastapi.testclient import TestClient
-from service_factories import manifest, multipart, weights_bytes
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -24,6 +22,8 @@ from models.catalog.reference_entries import REFERENCE_USER, packaged_references
 from models.core.settings import Settings
 from models.db.entities import Artifact, Submission
 from models.db.states import SubmissionState as S
+from tests.support.api import Actors, drain_validations
+from tests.support.service_factories import manifest, multipart, weights_bytes
 
 URL = "/api/v1/submissions"
 FIX = "certbench datasets fetch certbench/tiny"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import Actors
 from fastapi.testclient import TestClient
 
 from api.main import create_app
 from models.core.settings import Settings
+from tests.support.api import Actors
 
 
 def test_health_and_ready(client: TestClient):

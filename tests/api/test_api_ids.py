@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import Actors
 from fastapi.testclient import TestClient
 
 from api.deps import MAX_ID, parse_id
+from tests.support.api import Actors
 
 BAD_IDS = ["²", "①", "٣", "１２", "+5", " 5", "5.0", "1_0", "0", "-1", str(MAX_ID + 1), str(2**63)]
 

@@ -10,15 +10,15 @@ import struct
 
 import pytest
 import torch
-from conftest import Actors
 from fastapi.testclient import TestClient
 from safetensors.torch import load, save
-from service_factories import manifest, multipart, weights_bytes
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from certbench.nets import architectures, build_classifier, fit
 from models.db.entities import Submission
+from tests.support.api import Actors
+from tests.support.service_factories import manifest, multipart, weights_bytes
 
 URL = "/api/v1/submissions"
 

@@ -24,10 +24,8 @@ import httpx
 import pytest
 import torch
 import uvicorn
-from conftest import Actors, drain_validations
 from fastapi.testclient import TestClient
 from safetensors.torch import load, save
-from service_factories import make_user, manifest, multipart, weights_bytes
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -37,6 +35,8 @@ from models.db.entities import Submission
 from models.db.states import SubmissionState
 from models.submissions.artifacts import INCOMING_DIR
 from models.submissions.quotas import quota_usage
+from tests.support.api import Actors, drain_validations
+from tests.support.service_factories import make_user, manifest, multipart, weights_bytes
 
 URL = "/api/v1/submissions"
 BOUNDARY = "certbench-test-boundary"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 from scipy.stats import binomtest
-from service_factories import finished_submission, load_tiny
 
 from certbench.smoothing.records import read_table
 from certbench.stats.entry_intervals import compare_terms, figure_intervals, image_terms
@@ -14,6 +13,7 @@ from certbench.stats.intervals import compare_acr, compare_certified_accuracy
 from models.db.entities import StageResult, User
 from models.stages.certification_intervals import TERMS_UNIT, interval_keys
 from models.submissions import storage
+from tests.support.service_factories import finished_submission, load_tiny
 
 SIZE = 120  # 60 images per test set (skip 2), 2 test sets (bands low and high)
 

@@ -12,7 +12,6 @@ import json
 from itertools import product
 
 import pytest
-from analysis_factories import Family
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
@@ -21,6 +20,7 @@ from models.boards.leaderboard import LeaderboardQuery
 from models.core.settings import Settings
 from models.db.entities import User
 from models.submissions.queries import set_moderation
+from tests.support.analysis_factories import Family
 
 
 @pytest.fixture

@@ -6,14 +6,14 @@ import io
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import Actors
 from fastapi.testclient import TestClient
-from service_factories import finished_submission
 from sqlalchemy.orm import Session
 
 from models.catalog.benchmarks import get_benchmark
 from models.core.settings import Settings
 from models.db.entities import User
+from tests.support.api import Actors
+from tests.support.service_factories import finished_submission
 
 
 @pytest.fixture

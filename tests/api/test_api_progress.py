@@ -7,16 +7,7 @@ import json
 from datetime import timedelta
 
 import pytest
-from conftest import Actors
 from fastapi.testclient import TestClient
-from service_factories import (
-    manifest,
-    multipart,
-    record_robustness_shard,
-    record_shard,
-    tiny_definition,
-    weights_bytes,
-)
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
@@ -29,6 +20,15 @@ from models.db.states import SubmissionState as S
 from models.runs import progress, shards
 from models.stages.base import ShardSpec
 from models.submissions import lifecycle as pipeline
+from tests.support.api import Actors
+from tests.support.service_factories import (
+    manifest,
+    multipart,
+    record_robustness_shard,
+    record_shard,
+    tiny_definition,
+    weights_bytes,
+)
 
 URL = "/api/v1/submissions"
 #: ``tiny``: 2 test sets × 3 images × (n0 4 + n 16) = 120 forward passes, all certification.

@@ -10,9 +10,7 @@ import json
 
 import pytest
 import torch
-from conftest import Actors, drain_validations
 from fastapi.testclient import TestClient
-from service_factories import multipart
 from sqlalchemy.orm import Session
 
 from certbench.data import write_demo_dataset
@@ -20,6 +18,8 @@ from certbench.training import RunOptions, TrainConfig, train
 from certbench.training.trainer import TrainResult
 from models.catalog.benchmarks import packaged_definitions, upsert_benchmark
 from models.core.settings import Settings
+from tests.support.api import Actors, drain_validations
+from tests.support.service_factories import multipart
 
 
 @pytest.fixture(scope="module")

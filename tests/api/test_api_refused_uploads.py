@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import struct
 
-from conftest import Actors
 from fastapi.testclient import TestClient
-from service_factories import manifest, multipart, weights_bytes
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.main import create_app
 from models.core.settings import Settings
 from models.db.entities import UploadRefusal
+from tests.support.api import Actors
+from tests.support.service_factories import manifest, multipart, weights_bytes
 
 URL = "/api/v1/submissions"
 EMPTY = struct.pack("<Q", 2) + b"{}"

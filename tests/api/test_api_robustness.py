@@ -7,16 +7,7 @@ import json
 import math
 
 import pytest
-from conftest import Actors
 from fastapi.testclient import TestClient
-from service_factories import (
-    RobustnessPlan,
-    finished_submission,
-    record_robustness_shard,
-    record_shard,
-    tiny_definition,
-    upload,
-)
 from sqlalchemy.orm import Session
 
 from api.schemas.result import RobustnessPublic
@@ -30,6 +21,15 @@ from models.runs.results import complete_submission
 from models.stages.pd_robustness import RobustnessResult
 from models.submissions import lifecycle as pipeline
 from models.submissions.intake import create_submission
+from tests.support.api import Actors
+from tests.support.service_factories import (
+    RobustnessPlan,
+    finished_submission,
+    record_robustness_shard,
+    record_shard,
+    tiny_definition,
+    upload,
+)
 
 S = SubmissionState
 NAME = "tinyrobust"

@@ -19,12 +19,12 @@ import pytest
 import schemathesis
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import Status, events, from_schema
-from service_db import service_settings
-from service_factories import finished_submission, load_tiny, make_user
 
 from api.main import create_app
 from models.db.engine import session_scope
 from models.db.entities import Role
+from tests.support.service_db import service_settings
+from tests.support.service_factories import finished_submission, load_tiny, make_user
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

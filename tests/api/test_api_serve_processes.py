@@ -16,14 +16,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import drain_validations
-from service_factories import make_user, manifest, weights_bytes
 
 from api.commands import prepare_service
 from models.core.queue import embedded_broker_path
 from models.core.settings import Settings
 from models.db.engine import dispose_engines, session_scope
 from models.submissions.artifacts import INCOMING_DIR
+from tests.support.api import drain_validations
+from tests.support.service_factories import make_user, manifest, weights_bytes
 
 ADMIN = [sys.executable, "-c", "from certbench.cli.app import main; main()"]
 

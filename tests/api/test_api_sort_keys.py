@@ -13,15 +13,15 @@ import re
 from html import unescape
 
 import pytest
-from conftest import Actors
 from fastapi.testclient import TestClient
-from service_factories import finished_submission, tiny_definition
 from sqlalchemy.orm import Session
 
 from models.boards.leaderboard import SUBMISSION_SORTS
 from models.catalog.benchmarks import get_benchmark, parse_definition, upsert_benchmark
 from models.core.settings import Settings
 from models.db.entities import User
+from tests.support.api import Actors
+from tests.support.service_factories import finished_submission, tiny_definition
 
 URL = "/api/v1/leaderboards/tiny"
 

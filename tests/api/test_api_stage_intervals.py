@@ -11,13 +11,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from fastapi.testclient import TestClient
-from service_factories import (
-    RobustnessPlan,
-    record_robustness_shard,
-    record_shard,
-    tiny_definition,
-    upload,
-)
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
@@ -34,6 +27,13 @@ from models.stages import registry
 from models.submissions import lifecycle as pipeline
 from models.submissions import storage
 from models.submissions.intake import create_submission
+from tests.support.service_factories import (
+    RobustnessPlan,
+    record_robustness_shard,
+    record_shard,
+    tiny_definition,
+    upload,
+)
 
 S = SubmissionState
 NAME = "widerobust"

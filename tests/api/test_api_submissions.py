@@ -6,9 +6,7 @@ import pickle
 from pathlib import Path
 
 import pytest
-from conftest import Actors, drain_validations
 from fastapi.testclient import TestClient
-from service_factories import manifest, multipart, record_shard, weights_bytes
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -18,6 +16,8 @@ from models.db.entities import Artifact, Submission
 from models.db.states import SubmissionState as S
 from models.runs import shards
 from models.submissions import lifecycle as pipeline
+from tests.support.api import Actors, drain_validations
+from tests.support.service_factories import manifest, multipart, record_shard, weights_bytes
 
 URL = "/api/v1/submissions"
 

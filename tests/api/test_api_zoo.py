@@ -8,9 +8,7 @@ from __future__ import annotations
 import hashlib
 from html import unescape
 
-from conftest import Actors, drain_validations
 from fastapi.testclient import TestClient
-from service_factories import finished_submission, manifest, multipart, weights_bytes
 from sqlalchemy.orm import Session
 
 from models.catalog.benchmarks import get_benchmark
@@ -18,6 +16,8 @@ from models.core.settings import Settings
 from models.db.entities import Submission, User
 from models.submissions import storage
 from models.submissions.queries import set_moderation
+from tests.support.api import Actors, drain_validations
+from tests.support.service_factories import finished_submission, manifest, multipart, weights_bytes
 
 SUBMISSIONS = "/api/v1/submissions"
 ENTRIES = "/api/v1/entries"

@@ -8,12 +8,12 @@ import json
 import re
 
 import pytest
-from analysis_factories import ID_ACC, URL, Family
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from api.web.auth import COOKIE_NAME
 from models.core.settings import Settings
+from tests.support.analysis_factories import ID_ACC, URL, Family
 
 
 @pytest.fixture

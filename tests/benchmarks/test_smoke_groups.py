@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmark_smoke import GROUPS, SCRIPTS
+from tests.support.benchmark_smoke import GROUPS, SCRIPTS
 
 
 def test_every_script_is_in_exactly_one_group() -> None:
@@ -10,6 +10,6 @@ def test_every_script_is_in_exactly_one_group() -> None:
     grouped = [stem for stems in GROUPS.values() for stem in stems]
     assert len(grouped) == len(set(grouped)), "a script is in two smoke groups"
     missing = sorted({p.stem for p in SCRIPTS} - set(grouped))
-    assert not missing, f"add {missing} to a group in tests/benchmarks/benchmark_smoke.py"
+    assert not missing, f"add {missing} to a group in tests/support/benchmark_smoke.py"
     unknown = sorted(set(grouped) - {p.stem for p in SCRIPTS})
     assert not unknown, f"{unknown} in benchmark_smoke.GROUPS are not scripts in benchmarks/"

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from benchmark_smoke import run_smoke, scripts_of
+
+from tests.support.benchmark_smoke import run_smoke, scripts_of
 
 
 @pytest.mark.slow

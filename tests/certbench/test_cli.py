@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-from data_layouts import random_images, random_labels, write_torchvision_cifar
 from torch import nn
 from typer.testing import CliRunner
 
@@ -20,6 +19,7 @@ from certbench.pd.evaluation import RobustnessReport, robust_accuracy
 from certbench.smoothing.metrics import summarize
 from certbench.smoothing.records import read_metadata, read_records
 from certbench.smoothing.streams import derive_seed
+from tests.support.data_layouts import random_images, random_labels, write_torchvision_cifar
 
 MEAN, STD = [0.49, 0.48, 0.45], [0.2, 0.2, 0.2]
 

@@ -17,11 +17,11 @@ import textwrap
 import numpy as np
 import pytest
 from scipy.stats import beta, binomtest, norm
-from test_interval_commands import synthetic
 
 from certbench.smoothing import write_records
 from certbench.smoothing.outcomes import certified_radius, lower_confidence_bound
 from certbench.stats.intervals import clopper_pearson, sign_test_p_value
+from tests.certbench.test_interval_commands import synthetic
 
 SCRIPT = textwrap.dedent(
     """

@@ -8,8 +8,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from leaderboard_sim import Population, binomial_slack, draw, population
-from test_intervals import records_from
 
 from certbench.errors import RecordsError
 from certbench.smoothing.metrics import RADII, summarize
@@ -33,6 +31,8 @@ from certbench.stats.intervals import (
     mean_certified_accuracy_intervals,
     pa_band,
 )
+from tests.certbench.test_intervals import records_from
+from tests.support.leaderboard_sim import Population, binomial_slack, draw, population
 
 SETS = 4
 

@@ -10,7 +10,6 @@ from dataclasses import replace
 import pytest
 import torch
 import typer
-from data_layouts import random_images, random_labels, write_torchvision_cifar
 from typer.testing import CliRunner
 
 from certbench.cli.fourier import register
@@ -21,6 +20,7 @@ from certbench.fourier.sensitivity import get_protocol, sensitivity_records
 from certbench.nets.architectures import build_classifier
 from certbench.nets.loading import load_manifest, load_model, save_weights
 from certbench.smoothing.records import read_metadata
+from tests.support.data_layouts import random_images, random_labels, write_torchvision_cifar
 
 MEAN, STD = [0.49, 0.48, 0.45], [0.2, 0.2, 0.2]
 runner = CliRunner()

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import typer
-from data_layouts import CIFAR10_CLASSES, random_images, random_labels, write_hub_folder
 from typer.testing import CliRunner
 
 from certbench.cli.datasets import register
@@ -23,6 +22,12 @@ from certbench.data import fetch as hub_fetch
 from certbench.data.fetch import default_datasets_dir, fetch_dataset, hub_repo, mirror_path
 from certbench.data.pins import CIFAR10, PinnedSource
 from certbench.errors import DataSourceError
+from tests.support.data_layouts import (
+    CIFAR10_CLASSES,
+    random_images,
+    random_labels,
+    write_hub_folder,
+)
 
 
 def test_aliases_and_ids():

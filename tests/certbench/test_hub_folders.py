@@ -9,7 +9,11 @@ from pathlib import Path
 import datasets
 import numpy as np
 import pytest
-from data_layouts import (
+
+from certbench.data.image_set import Subset
+from certbench.data.sources import list_configs, load_images
+from certbench.errors import DataSourceError
+from tests.support.data_layouts import (
     CIFAR10_CLASSES,
     CIFAR100_COARSE,
     CIFAR100_FINE,
@@ -18,10 +22,6 @@ from data_layouts import (
     random_labels,
     write_hub_folder,
 )
-
-from certbench.data.image_set import Subset
-from certbench.data.sources import list_configs, load_images
-from certbench.errors import DataSourceError
 
 N = 40
 

@@ -10,11 +10,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from data_layouts import assert_same, random_images, write_hub_folder
 from PIL import Image as PILImage
 
 from certbench.data.sources import load_images
 from certbench.errors import DataSourceError
+from tests.support.data_layouts import assert_same, random_images, write_hub_folder
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from leaderboard_sim import Population, binomial_slack, draw, population
 from scipy.stats import binom, binomtest, kstwo
 
 from certbench.errors import RecordsError
@@ -28,6 +27,7 @@ from certbench.stats.intervals import (
     percentile_bounds,
     tied_with_above,
 )
+from tests.support.leaderboard_sim import Population, binomial_slack, draw, population
 
 BOARDS = 1000
 SLACK = binomial_slack(LEVEL, BOARDS)  # 3 standard errors: 0.0207

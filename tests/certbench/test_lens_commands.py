@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 import typer
-from data_layouts import random_images, random_labels, write_torchvision_cifar
 from scipy.stats import norm
 from typer.testing import CliRunner
 
@@ -20,6 +19,7 @@ from certbench.cli.lens import register
 from certbench.lens.lens import read_lens_metadata, read_lens_records
 from certbench.nets.architectures import build_classifier
 from certbench.nets.loading import save_weights
+from tests.support.data_layouts import random_images, random_labels, write_torchvision_cifar
 
 MEAN, STD = [0.49, 0.48, 0.45], [0.2, 0.2, 0.2]
 METRIC_NAMES = (

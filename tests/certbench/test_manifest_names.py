@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_manifest_limits import manifest_dict
 
 from certbench.errors import ManifestError
 from certbench.nets import PRINTABLE_PATTERN, clean_text, load_manifest
+from tests.certbench.test_manifest_limits import manifest_dict
 
 REFUSED = {
     "bidi override": "ResNet\u202e02-teN",

@@ -6,13 +6,6 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from data_layouts import (
-    CIFAR10_CLASSES,
-    random_images,
-    random_labels,
-    write_hub_folder,
-    write_torchvision_cifar,
-)
 
 from certbench.data.provenance import (
     config_sha256,
@@ -21,6 +14,13 @@ from certbench.data.provenance import (
     public_source,
 )
 from certbench.errors import DataSourceError
+from tests.support.data_layouts import (
+    CIFAR10_CLASSES,
+    random_images,
+    random_labels,
+    write_hub_folder,
+    write_torchvision_cifar,
+)
 
 
 def folder_with_configs(root: Path) -> Path:

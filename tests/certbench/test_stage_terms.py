@@ -10,7 +10,6 @@ import math
 
 import numpy as np
 import pytest
-from leaderboard_sim import binomial_slack
 from scipy.stats import binomtest
 
 from certbench.errors import RecordsError
@@ -34,6 +33,7 @@ from certbench.stats.terms import (
 )
 from certbench.weather.records import SmoothedWeatherRecord, WeatherRecord, summarize_weather
 from certbench.weather.terms import weather_terms
+from tests.support.leaderboard_sim import binomial_slack
 
 BOARDS = 1000
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from data_layouts import write_hub_folder, write_torchvision_cifar
 from typer.testing import CliRunner
 
 from certbench.cli.app import app, register_plugins
@@ -26,6 +25,7 @@ from certbench.pd.report import (
     write_threat_report,
 )
 from certbench.pd.threat import PDThreat
+from tests.support.data_layouts import write_hub_folder, write_torchvision_cifar
 
 CLASSES = tuple(f"class_{i}" for i in range(10))
 

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from data_layouts import (
+
+from certbench.data.image_set import Subset
+from certbench.data.names import HUB_ALIASES
+from certbench.data.sources import list_configs, load_images, source_kind
+from certbench.errors import DataSourceError
+from tests.support.data_layouts import (
     CIFAR10_CLASSES,
     CIFAR100_COARSE,
     CIFAR100_FINE,
@@ -18,11 +23,6 @@ from data_layouts import (
     random_labels,
     write_torchvision_cifar,
 )
-
-from certbench.data.image_set import Subset
-from certbench.data.names import HUB_ALIASES
-from certbench.data.sources import list_configs, load_images, source_kind
-from certbench.errors import DataSourceError
 
 N = 40
 

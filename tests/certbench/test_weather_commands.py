@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import torch
 import typer
-from data_layouts import random_images, write_torchvision_cifar
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -29,6 +28,7 @@ from certbench.weather.records import (
     summarize_weather,
 )
 from certbench.weather.search import AttackConfig
+from tests.support.data_layouts import random_images, write_torchvision_cifar
 
 MEAN, STD = [0.49, 0.48, 0.45], [0.2, 0.2, 0.2]
 ARCH = {"name": "wrn", "kwargs": {"depth": 10, "widen_factor": 1}}  # the smallest registry net

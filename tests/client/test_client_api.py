@@ -9,7 +9,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import Live, model_files
 
 from certbench.client import (
     AuthenticationFailed,
@@ -20,6 +19,7 @@ from certbench.client import (
     Submission,
     WaitTimeout,
 )
+from tests.support.client import Live, model_files
 
 
 def test_submit_follow_and_read_results(live: Live, tmp_path: Path):

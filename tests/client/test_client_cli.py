@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import typer
 from click.testing import Result
-from conftest import Live, model_files
 from typer.testing import CliRunner
 
 from certbench.cli import client as client_commands
 from certbench.client.config import config_path, load_config
 from models.boards import commands as results_commands
+from tests.support.client import Live, model_files
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Live, model_files
 
 from certbench.client import Client, HashMismatchError, NotFound, PermissionDenied
 from certbench.client.zoo import ZooError, download, load_model
@@ -18,6 +17,7 @@ from certbench.nets.architectures import build_classifier
 from models.db.engine import session_scope
 from models.db.entities import Submission
 from models.submissions import storage
+from tests.support.client import Live, model_files
 
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2470, 0.2435, 0.2616)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cuda_support import CUDA, DEVICE, NUM_CLASSES, cifar_like, small_resnet
 
 from certbench.nets import RowSlots
 from certbench.pd import PDThreat, build_anchor_bank, robust_accuracy
 from certbench.pd.apgd import LinfPDProjection, LinfProjection, apgd
 from certbench.pd.exact_projection import halfspaces, project_exact
+from tests.support.cuda import CUDA, DEVICE, NUM_CLASSES, cifar_like, small_resnet
 
 pytestmark = CUDA
 

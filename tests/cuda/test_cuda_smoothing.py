@@ -9,11 +9,11 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from cuda_support import CUDA, DEVICE, ON_CUDA, cifar_like, no_host_sync, small_resnet
 from scipy.stats import binomtest
 
 from certbench.smoothing import certify, predict, sampling
 from certbench.smoothing.streams import normal_blocks, seeded_generator
+from tests.support.cuda import CUDA, DEVICE, ON_CUDA, cifar_like, no_host_sync, small_resnet
 
 pytestmark = CUDA
 

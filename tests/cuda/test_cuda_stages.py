@@ -8,11 +8,11 @@ import dataclasses
 from types import SimpleNamespace
 
 import pytest
-from cuda_support import CUDA, DEVICE, cifar_like, small_resnet
 
 from certbench.fourier import sensitivity_records
 from certbench.lens import LensProtocol, lens_records
 from certbench.weather import AttackConfig, attack_base, attack_smoothed
+from tests.support.cuda import CUDA, DEVICE, cifar_like, small_resnet
 
 pytestmark = CUDA
 

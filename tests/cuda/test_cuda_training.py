@@ -8,7 +8,6 @@ import math
 
 import pytest
 import torch
-from cuda_support import CUDA, DEVICE, NUM_CLASSES, ON_CUDA
 
 from certbench.augment import FourierMixConfig, RandomStream, fourier_mix
 from certbench.nets import build_classifier
@@ -21,6 +20,7 @@ from certbench.training import (
     recipe_loss,
 )
 from generators import cifar_f
+from tests.support.cuda import CUDA, DEVICE, NUM_CLASSES, ON_CUDA
 
 pytestmark = CUDA
 

@@ -19,11 +19,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from doc_blocks import ROOT, Block, all_blocks, blocks, command_lines, first_run_block
 from typer._click.exceptions import UsageError  # Typer's vendored click
 
-sys.path.insert(0, str(ROOT / "tests" / "workers"))
-from processes import BIN, service_env
+from tests.support.doc_blocks import ROOT, Block, all_blocks, blocks, command_lines, first_run_block
+from tests.support.processes import BIN, service_env
 
 ALL = all_blocks()
 SHELL = [b for b in ALL if b.language in ("bash", "sh", "shell", "console")]

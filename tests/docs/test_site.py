@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from doc_blocks import ROOT
 from fastapi.testclient import TestClient
 
 from api.main import create_app
 from models.core.settings import Settings
+from tests.support.doc_blocks import ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -13,10 +13,10 @@ import pickle
 from pathlib import Path
 
 import pytest
-from flow import submit, wait_state
-from support import manifest, nan_model, tiny_model, weights_bytes
 
 from models.submissions import storage
+from tests.support.flow import submit, wait_state
+from tests.support.workers import manifest, nan_model, tiny_model, weights_bytes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

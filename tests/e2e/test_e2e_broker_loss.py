@@ -17,11 +17,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import Stack, postgres_database, redis_database, running_stack
-from flow import put_benchmark, submit, wait_state
-from processes import start_worker, wait_for
 from sqlalchemy import select
-from support import TEST_SETS, manifest, revealed_seed, tiny_model, weights_bytes
 
 from certbench.data.image_set import Subset
 from certbench.data.sources import load_images
@@ -30,6 +26,10 @@ from certbench.smoothing.records import read_records
 from models.db.engine import session_scope
 from models.db.entities import ShardDispatch, StageShard
 from models.submissions import storage
+from tests.support.e2e import Stack, postgres_database, redis_database, running_stack
+from tests.support.flow import put_benchmark, submit, wait_state
+from tests.support.processes import start_worker, wait_for
+from tests.support.workers import TEST_SETS, manifest, revealed_seed, tiny_model, weights_bytes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -14,10 +14,7 @@ import signal
 from collections import Counter
 
 import pytest
-from flow import put_benchmark, submit, wait_state
-from processes import wait_for
 from sqlalchemy import select
-from support import TEST_SETS, manifest, revealed_seed, tiny_model, weights_bytes
 
 from certbench.data.image_set import Subset
 from certbench.data.sources import load_images
@@ -27,6 +24,9 @@ from models.boards.leaderboard import certification_results
 from models.db.engine import session_scope
 from models.db.entities import StageShard, Submission
 from models.submissions import storage
+from tests.support.flow import put_benchmark, submit, wait_state
+from tests.support.processes import wait_for
+from tests.support.workers import TEST_SETS, manifest, revealed_seed, tiny_model, weights_bytes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import postgres_database, redis_database, running_stack
-from processes import wait_for
 from sqlalchemy import select
 
 from api.commands import prepare_service
 from models.catalog.reference_entries import REFERENCE_USER
 from models.db.engine import session_scope
 from models.db.entities import Submission
+from tests.support.e2e import postgres_database, redis_database, running_stack
+from tests.support.processes import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -35,15 +35,13 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from flow import free_port
-from processes import BIN, NO_NETWORK, Service, service_env, wait_for
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs"))
-from doc_blocks import command_lines, first_run_block
 
 from certbench.client.zoo import load_model
 from certbench.nets.loading import load_manifest
 from certbench.nets.loading import load_model as load_local_model
+from tests.support.doc_blocks import command_lines, first_run_block
+from tests.support.flow import free_port
+from tests.support.processes import BIN, NO_NETWORK, Service, service_env, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

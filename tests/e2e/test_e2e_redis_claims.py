@@ -12,8 +12,9 @@ import sys
 
 import pytest
 import redis
-import redis_claims
-from conftest import E2E_REDIS_DATABASES, REDIS_HOST, REDIS_PORT, redis_database
+
+from tests.support import redis_claims
+from tests.support.e2e import E2E_REDIS_DATABASES, REDIS_HOST, REDIS_PORT, redis_database
 
 pytestmark = [pytest.mark.integration]
 

@@ -8,12 +8,12 @@ import time
 import httpx
 import pyarrow.parquet as pq
 import pytest
-from flow import put_benchmark, submit, wait_state
-from processes import wait_for
-from support import TEST_SETS, manifest, tiny_model, weights_bytes
 
 from certbench.smoothing.metrics import acr
 from certbench.smoothing.records import table_to_records
+from tests.support.flow import put_benchmark, submit, wait_state
+from tests.support.processes import wait_for
+from tests.support.workers import TEST_SETS, manifest, tiny_model, weights_bytes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

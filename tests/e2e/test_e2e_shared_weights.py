@@ -12,14 +12,14 @@ since Alice's run still needs it, and her remaining shards must run on it.
 from __future__ import annotations
 
 import pytest
-from flow import put_benchmark, submit, wait_state
-from processes import wait_for
 from sqlalchemy import select
-from support import TEST_SETS, manifest, tiny_model, weights_bytes
 
 from models.db.engine import session_scope
 from models.db.entities import StageShard, SubmissionEvent
 from models.submissions import storage
+from tests.support.flow import put_benchmark, submit, wait_state
+from tests.support.processes import wait_for
+from tests.support.workers import TEST_SETS, manifest, tiny_model, weights_bytes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -1,7 +1,8 @@
 """A stage added by a plug-in module alone runs through the real pipeline and lands once.
 
 ``toy_stage`` is registered in the API and the worker processes by ``CERTBENCH_STAGE_PLUGINS``
-(see ``conftest.SERVICE_ENV``); no pipeline, task, lease or migration code names it. The worker is
+(see ``tests.support.e2e.SERVICE_ENV``); no pipeline, task, lease or migration code names it. The
+worker is
 killed with SIGKILL while a toy shard sleeps inside ``run``; a new worker resumes, the killed
 shard is sent again once its claim lapses (and its message comes back from Redis after the
 visibility timeout, finding it done), and every toy shard is recorded exactly once with the
@@ -13,14 +14,14 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from flow import put_benchmark, submit, wait_state
-from processes import wait_for
 from sqlalchemy import select
-from support import manifest, revealed_seed, tiny_model, weights_bytes
-from toy_stage import UNITS, expected_values
 
 from models.db.engine import session_scope
 from models.db.entities import MetricValue, StageResult, StageShard
+from tests.support.flow import put_benchmark, submit, wait_state
+from tests.support.processes import wait_for
+from tests.support.toy_stage import UNITS, expected_values
+from tests.support.workers import manifest, revealed_seed, tiny_model, weights_bytes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

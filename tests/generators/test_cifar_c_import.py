@@ -4,7 +4,6 @@ layout, resumes, and loads with `datasets`; clear errors for broken releases."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import datasets
@@ -18,9 +17,7 @@ from certbench.errors import DataSourceError
 from generators import hub
 from generators.cifar_c_import import CIFAR10_CLASSES, import_cifar_c
 from generators.corruptions_c import corrupt
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "certbench"))
-from data_layouts import write_torchvision_cifar
+from tests.support.data_layouts import write_torchvision_cifar
 
 N = 12
 register_plugins(app)

@@ -11,13 +11,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from cifar_f_sources import (
-    CIFAR10_CLASSES,
-    natural_images,
-    write_cifar10,
-    write_cifar100,
-    write_hub_folder,
-)
 
 from certbench.data.sources import load_images
 from certbench.errors import DataSourceError, GeneratorError
@@ -25,6 +18,13 @@ from certbench.fourier import spectral
 from generators import cifar_f as cf
 from generators import cifar_f_build as build
 from generators import hub, streams
+from tests.support.cifar_f_sources import (
+    CIFAR10_CLASSES,
+    natural_images,
+    write_cifar10,
+    write_cifar100,
+    write_hub_folder,
+)
 
 P, R = cf.Protocol.PAPER, cf.Protocol.REFERENCE
 

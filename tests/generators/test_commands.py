@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import typer
-from cifar_f_sources import write_cifar10
 from huggingface_hub import constants
 from typer.testing import CliRunner
 
 from certbench.data.sources import list_configs, load_images
 from generators import commands
+from tests.support.cifar_f_sources import write_cifar10
 
 
 @pytest.fixture(scope="module")

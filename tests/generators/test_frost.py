@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import typer
-from cifar_f_sources import write_cifar10
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -16,6 +15,7 @@ from certbench.errors import GeneratorError
 from generators import corruption_commands, corruptions_c, hub
 from generators.corruption_runs import image_rngs
 from generators.frost import PHOTOGRAPHS, load_photographs, procedural_bank, shrink
+from tests.support.cifar_f_sources import write_cifar10
 
 
 def cv2_inter_linear(pixels: np.ndarray, fx: float) -> np.ndarray:

@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import typer
-from cifar_f_sources import write_cifar10
 from typer.testing import CliRunner
 
 from certbench.data.provenance import find_local_paths
 from certbench.errors import PublishError
 from generators import commands, corruption_commands, hub, hub_publish
+from tests.support.cifar_f_sources import write_cifar10
 
 N = 4
 

@@ -3,7 +3,6 @@ and the migrations (what ``alembic check`` does, run against both databases)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,7 @@ import migrations
 from models.core.settings import Settings
 from models.db.engine import create_db_engine
 from models.db.entities import Base
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
-from service_db import BACKENDS, service_settings
+from tests.support.service_db import BACKENDS, service_settings
 
 APP_TABLES = {t.name for t in Base.metadata.sorted_tables}
 

@@ -4,21 +4,18 @@ run with their benchmark's public seed; test sets get an empty provenance; and b
 from __future__ import annotations
 
 import hashlib
-import sys
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from test_stage_migration import NOW, _fill, _read
 
 import migrations
 from models.db.engine import create_db_engine, session_scope
 from models.db.entities import Submission
 from models.stages.work import get_work_item
 from models.submissions import run_seeds
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
-from service_db import BACKENDS, service_settings
+from tests.migrations.test_stage_migration import NOW, _fill, _read
+from tests.support.service_db import BACKENDS, service_settings
 
 
 def _seed_0006(engine: sa.Engine) -> None:

@@ -4,7 +4,6 @@ and back again on downgrade, on SQLite and on the real PostgreSQL."""
 
 from __future__ import annotations
 
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,7 @@ import sqlalchemy as sa
 
 import migrations
 from models.db.engine import create_db_engine
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
-from service_db import BACKENDS, service_settings
+from tests.support.service_db import BACKENDS, service_settings
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 ROBUSTNESS = {"repo": "uoft-cs/cifar10", "anchors": "a.safetensors", "eps": [8, 16],

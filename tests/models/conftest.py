@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from service_db import BACKENDS, MigratedTemplates, service_settings, templates
 from sqlalchemy.orm import Session
 
 from models.core.settings import Settings
 from models.db.engine import session_scope
+from tests.support.service_db import BACKENDS, MigratedTemplates, service_settings, templates
 
 
 @pytest.fixture(scope="session")

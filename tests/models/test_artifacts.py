@@ -7,7 +7,6 @@ import os
 import time
 
 import pytest
-from service_factories import load_tiny, make_user, upload
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -21,6 +20,7 @@ from models.submissions import storage
 from models.submissions.artifacts import INCOMING_DIR, remove_stale_partials
 from models.submissions.intake import create_submission
 from models.submissions.queries import rerun
+from tests.support.service_factories import load_tiny, make_user, upload
 
 S = SubmissionState
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from service_factories import finished_submission, load_tiny, make_user, tiny_definition, upload
 from sqlalchemy import inspect, update
 from sqlalchemy.orm import Session
 
@@ -26,6 +25,13 @@ from models.db.engine import session_scope
 from models.db.entities import Submission, User
 from models.submissions.intake import create_submission
 from models.submissions.queries import set_moderation
+from tests.support.service_factories import (
+    finished_submission,
+    load_tiny,
+    make_user,
+    tiny_definition,
+    upload,
+)
 
 
 @pytest.fixture

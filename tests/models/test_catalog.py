@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from service_factories import finished_submission, load_tiny, make_user, tiny_definition
 from sqlalchemy.orm import Session
 
 from models.catalog.benchmarks import (
@@ -17,6 +16,12 @@ from models.catalog.benchmarks import (
 )
 from models.core.errors import BenchmarkDefinitionError, NotFoundError
 from models.core.settings import Settings
+from tests.support.service_factories import (
+    finished_submission,
+    load_tiny,
+    make_user,
+    tiny_definition,
+)
 
 
 def test_packaged_definitions():

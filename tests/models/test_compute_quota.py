@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from service_factories import load_tiny, make_user, upload
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
@@ -17,6 +16,7 @@ from models.db.entities import Role, Submission, User
 from models.db.states import Reason, SubmissionState
 from models.submissions import compute_quota
 from models.submissions.intake import create_submission
+from tests.support.service_factories import load_tiny, make_user, upload
 
 S = SubmissionState
 

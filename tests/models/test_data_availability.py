@@ -5,15 +5,11 @@ the network, cached, and worded without local paths."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "certbench"))
-from data_layouts import CIFAR10_CLASSES, random_images, random_labels, write_hub_folder
 
 from certbench.data.sources import load_images
 from models.benchmarks import availability as data_availability
@@ -27,6 +23,12 @@ from models.benchmarks.sources import dataset_source, hub_mirror, resolve_source
 from models.catalog.benchmarks import parse_definition, upsert_benchmark
 from models.core.settings import Settings
 from models.db.entities import Benchmark
+from tests.support.data_layouts import (
+    CIFAR10_CLASSES,
+    random_images,
+    random_labels,
+    write_hub_folder,
+)
 
 
 @pytest.fixture(autouse=True)

@@ -12,12 +12,12 @@ from typing import Any
 import annotated_types
 import pytest
 from pydantic import BaseModel
-from service_factories import tiny_definition
 
 from models.benchmarks.definitions import MAX_SAMPLES, MAX_SOURCE_SIZE, BenchmarkSchema
 from models.catalog.benchmarks import parse_definition
 from models.core.errors import BenchmarkDefinitionError
 from models.stages import registry
+from tests.support.service_factories import tiny_definition
 
 
 def _fourier(**changes: Any) -> dict[str, Any]:

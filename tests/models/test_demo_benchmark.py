@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from service_factories import make_user
 from sqlalchemy.orm import Session
 
 from certbench.data.demo import demo_images
@@ -29,6 +28,7 @@ from models.db.entities import Submission
 from models.stages.inputs import data_hashes, images_for
 from models.stages.work import get_work_item
 from models.submissions.intake import Upload, create_submission
+from tests.support.service_factories import make_user
 
 DEMO = "demo-digits"
 

@@ -7,7 +7,6 @@ import json
 from typing import Any, ClassVar
 
 import pytest
-from service_factories import tiny_definition
 from sqlalchemy.orm import Session
 
 from models.catalog.benchmarks import parse_definition, upsert_benchmark
@@ -15,6 +14,7 @@ from models.core.settings import Settings
 from models.runs.estimates import Rate, estimate_work, for_manifest
 from models.stages.base import Stage, StageEstimate, Unit, UnitCost
 from models.stages.work import WorkItem, planning_item
+from tests.support.service_factories import tiny_definition
 
 #: ``tiny_definition``: two test sets of 3 images (6 source images, every 2nd), n0 = 4, n = 16.
 CERTIFY_PER_IMAGE = 4 + 16

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from service_factories import tiny_definition
 from sqlalchemy.orm import Session
 
 from certbench.fourier.protocol import PROTOCOLS
@@ -19,6 +18,7 @@ from models.core.errors import BenchmarkDefinitionError
 from models.stages import registry
 from models.stages.fourier_sensitivity import SHARD_FORWARD_PASSES, point_range
 from models.stages.fourier_text import band_edges
+from tests.support.service_factories import tiny_definition
 
 STAGE = "fourier_sensitivity"
 GUIDE_PAGE = Path(__file__).resolve().parents[2] / "docs" / "researchers" / "fourier-sensitivity.md"

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 import typer
-from service_factories import finished_submission, load_tiny, make_user
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 from typer.testing import CliRunner
@@ -20,6 +19,7 @@ from models.core.settings import Settings, get_settings
 from models.db.entities import MetricValue, StageResult, Submission
 from models.stages.certification_intervals import TERMS_UNIT, bound_keys
 from models.submissions import storage
+from tests.support.service_factories import finished_submission, load_tiny, make_user
 
 
 def _invoke(*args: str):

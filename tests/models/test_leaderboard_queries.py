@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from service_factories import finished_submission, load_tiny, make_user
 from sqlalchemy.orm import Session
 
 from models.boards.leaderboard import LeaderboardQuery, leaderboard, results_of
@@ -11,6 +10,7 @@ from models.core.errors import IntakeError
 from models.core.settings import Settings
 from models.db.entities import Role, Submission
 from models.submissions.queries import set_moderation
+from tests.support.service_factories import finished_submission, load_tiny, make_user
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ from typing import Any
 
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
-from service_factories import load_tiny, make_user
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -27,6 +26,7 @@ from models.core.errors import IntakeError, NotFoundError
 from models.core.settings import Settings
 from models.db.entities import Benchmark, Role, Submission, User
 from models.submissions.intake import Upload, create_submission
+from tests.support.service_factories import load_tiny, make_user
 
 NASTY_TEXT = ["", "\x00", "a\x00b", "tab\there", "\x7f", "\x85", "\u202e", "\ud800", "m" * 129,
               "é" * 128, "💥" * 64, "tiny"]  # fmt: skip

@@ -6,7 +6,6 @@ import threading
 from datetime import timedelta
 
 import pytest
-from service_factories import load_tiny, make_user, record_shard, run_pipeline, upload
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -31,6 +30,7 @@ from models.stages.work import get_work_item
 from models.submissions import lifecycle as pipeline
 from models.submissions import storage
 from models.submissions.intake import create_submission
+from tests.support.service_factories import load_tiny, make_user, record_shard, run_pipeline, upload
 
 S = SubmissionState
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from service_factories import load_tiny, make_user, record_shard, upload
 from sqlalchemy.orm import Session
 
 from models.core.settings import Settings
@@ -18,6 +17,7 @@ from models.runs import shards
 from models.runs.reconcile import reconcile, release_node
 from models.submissions import lifecycle as pipeline
 from models.submissions.intake import create_submission
+from tests.support.service_factories import load_tiny, make_user, record_shard, upload
 
 S = SubmissionState
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from service_factories import load_tiny, make_user, run_pipeline, upload
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -16,6 +15,7 @@ from models.submissions import lifecycle as pipeline
 from models.submissions.intake import create_submission
 from models.submissions.queries import cancel, get_visible, queue_position, rerun, set_moderation
 from models.submissions.quotas import quota_usage
+from tests.support.service_factories import load_tiny, make_user, run_pipeline, upload
 
 S = SubmissionState
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from service_factories import tiny_definition
 from sqlalchemy.orm import Session
 
 from certbench.weather.simulator import WEATHERS
@@ -26,6 +25,7 @@ from models.stages.weather_protocol import (
     unit_name,
 )
 from models.stages.work import WorkItem
+from tests.support.service_factories import tiny_definition
 
 
 def _doc(block: dict[str, Any], *, seed: int | None = None) -> dict[str, Any]:

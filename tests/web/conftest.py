@@ -3,56 +3,35 @@ uvicorn in a subprocess on 127.0.0.1, and real headless Chromium driven by Playw
 
 Chromium is Debian's ``chromium`` package (``apt-get install -y chromium``); Playwright's own
 browser download is never used. If the binary is missing, the browser tests FAIL with that
-instruction: they are never skipped.
-"""
+instruction: they are never skipped."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))  # service_factories
-from web_seed import Seeded, seed_database
-
 import migrations
 from api.main import create_app
 from models.core.settings import Settings
 from models.db.engine import dispose_engines, session_scope
-
-REPO = Path(__file__).resolve().parents[2]
-ARTIFACTS = REPO / "test-artifacts" / "web"
-CHROMIUM = Path(os.environ.get("CERTBENCH_CHROMIUM", "/usr/bin/chromium"))
-#: Importing the app (torch included) can take a minute on a busy 2-core machine.
-SERVER_START_SECONDS = 300
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-@dataclass(frozen=True)
-class Site:
-    settings: Settings
-    seeded: Seeded
-    data_dir: Path
+from tests.support.web import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    REPO,
+    SERVER_START_SECONDS,
+    Site,
+    free_port,
+)
+from tests.support.web_seed import seed_database
 
 
 @pytest.fixture(scope="session")
@@ -73,16 +52,10 @@ def client(site: Site) -> Iterator[TestClient]:
         yield test_client
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def server(site: Site) -> Iterator[str]:
     """uvicorn serving the app on a free loopback port; yields its base URL."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "CERTBENCH_DATA_DIR": str(site.data_dir), "CERTBENCH_ENVIRONMENT": "test"}
     env.pop("CERTBENCH_DATABASE_URL", None)
     env.pop("CERTBENCH_BROKER_URL", None)
@@ -167,20 +140,3 @@ def page(browser: Any, server: str, console: list[str]) -> Iterator[Any]:
     yield page
     context.close()
     assert not console, f"browser console errors: {console}"
-
-
-def drawn(page: Any) -> None:
-    """Wait until vega-embed has drawn every figure of the page (certbench.js marks
-    ``<html data-charts>``); fails when a figure could not be drawn."""
-    if page.locator("div.vega-chart").count() == 0:
-        return
-    page.wait_for_function("document.documentElement.dataset.charts", timeout=60_000)
-    assert page.evaluate("document.documentElement.dataset.charts") == "drawn"
-
-
-def screenshot(page: Any, name: str, *, full_page: bool = True) -> Path:
-    """Save a screenshot under test-artifacts/web/ for a reviewer to look at."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=full_page)
-    return path

@@ -10,11 +10,11 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Site, drawn, screenshot
 from sqlalchemy import select
 
 from models.db.engine import session_scope
 from models.db.entities import LeaderboardEntry, MetricValue, Submission
+from tests.support.web import Site, drawn, screenshot
 
 pytestmark = pytest.mark.slow
 

@@ -16,11 +16,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import Site
 from fastapi.testclient import TestClient
 
 from api.web.leaderboard_view import metric_columns
 from certbench.figures import Cell, Column, Table, read_csv, to_csv, to_latex
+from tests.support.web import Site
 
 DOCUMENT = r"""\documentclass{article}
 \usepackage[utf8]{inputenc}

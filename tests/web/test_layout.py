@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import REPO, Site, drawn
+
+from tests.support.web import REPO, Site, drawn
 
 pytestmark = pytest.mark.slow
 

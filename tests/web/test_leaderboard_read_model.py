@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from conftest import Site
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, delete, event, select
 from sqlalchemy.orm import Session
@@ -22,6 +21,7 @@ from models.catalog.benchmarks import get_benchmark
 from models.db.base import Base
 from models.db.engine import session_scope
 from models.db.entities import LeaderboardEntry, LeaderboardFigures, Submission, User
+from tests.support.web import Site
 
 MIGRATION = (
     Path(__file__).resolve().parents[2] / "migrations/versions/0011_leaderboard_read_model.py"

@@ -6,15 +6,15 @@ every entry on the compare page, and the same half-width in ``GET /api/v1/result
 from __future__ import annotations
 
 import pytest
-from conftest import Site
 from fastapi.testclient import TestClient
-from figure_specs import rows, specs
 
 from certbench.smoothing.records import read_table
 from certbench.stats.entry_intervals import mean_pa_band
 from certbench.stats.intervals import pa_band
 from models.boards.leaderboard import certification_results
 from models.db.engine import session_scope
+from tests.support.figure_specs import rows, specs
+from tests.support.web import Site
 
 
 @pytest.fixture

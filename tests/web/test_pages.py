@@ -10,12 +10,9 @@ from html import unescape
 
 import numpy as np
 import pytest
-from conftest import Site
 from fastapi.testclient import TestClient
-from figure_specs import curves, rows, specs, texts
 from PIL import Image
 from sqlalchemy import select
-from web_seed import ROBUSTNESS_BANK_SHA256, ROBUSTNESS_PLANS, clean_definition, submit
 
 from api.web.auth import COOKIE_NAME
 from certbench.smoothing.metrics import PA_GRID, pa_ecdf
@@ -24,6 +21,14 @@ from models.boards.leaderboard import SORT_COLUMNS, certification_results, robus
 from models.catalog.benchmarks import get_benchmark, parse_definition, upsert_benchmark
 from models.db.engine import session_scope
 from models.db.entities import LeaderboardEntry, Submission
+from tests.support.figure_specs import curves, rows, specs, texts
+from tests.support.web import Site
+from tests.support.web_seed import (
+    ROBUSTNESS_BANK_SHA256,
+    ROBUSTNESS_PLANS,
+    clean_definition,
+    submit,
+)
 
 ROW = re.compile(r'<tr data-id="(\d+)"')
 ROBUSTNESS_KEYS = ("base_accuracy", "linf_acc_8", "pd_acc_8", "linf_acc_16", "pd_acc_16")

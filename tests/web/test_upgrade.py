@@ -6,13 +6,13 @@ measured", with how an operator measures them, and sorting by a new figure works
 from __future__ import annotations
 
 import pytest
-from conftest import Site
 from fastapi.testclient import TestClient
 
 from api.schemas.benchmark import BenchmarkPublic
 from api.web.leaderboard_view import metric_columns
 from models.catalog.benchmarks import get_benchmark
 from models.db.engine import session_scope
+from tests.support.web import Site
 
 
 @pytest.fixture

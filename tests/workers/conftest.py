@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 from sqlalchemy.orm import Session
-from support import load_benchmark, tiny_definition, write_tiny_dataset
 
 import migrations
 from models.core.settings import Settings, get_settings
 from models.db.engine import dispose_engines, session_scope
+from tests.support.workers import load_benchmark, tiny_definition, write_tiny_dataset
 from workers.app import app
 from workers.names import QUEUES
 

@@ -18,16 +18,6 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
-from stage_support import model_files, records_files, seed_forms
-from support import (
-    SKIP,
-    TEST_SETS,
-    create_submission,
-    manifest,
-    revealed_seed,
-    tiny_model,
-    weights_bytes,
-)
 from typer.testing import CliRunner
 
 from api.main import create_app
@@ -41,6 +31,16 @@ from models.db.states import SubmissionState
 from models.stages.work import get_work_item
 from models.submissions import lifecycle as pipeline
 from models.submissions import run_seeds, storage
+from tests.support.stages import model_files, records_files, seed_forms
+from tests.support.workers import (
+    SKIP,
+    TEST_SETS,
+    create_submission,
+    manifest,
+    revealed_seed,
+    tiny_model,
+    weights_bytes,
+)
 from workers.app import app
 from workers.names import VALIDATE
 

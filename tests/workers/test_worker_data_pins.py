@@ -12,18 +12,6 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
-from support import (
-    CIFAR10_CLASSES,
-    SOURCE_SIZE,
-    TEST_SETS,
-    create_submission,
-    load_benchmark,
-    manifest,
-    tiny_definition,
-    tiny_model,
-    weights_bytes,
-    write_hub_folder,
-)
 
 from api.main import create_app
 from certbench.data.pins import CIFAR10
@@ -36,6 +24,18 @@ from models.db.entities import StageResult, Submission
 from models.db.states import Reason, SubmissionState
 from models.stages import inputs
 from models.stages.work import get_work_item
+from tests.support.workers import (
+    CIFAR10_CLASSES,
+    SOURCE_SIZE,
+    TEST_SETS,
+    create_submission,
+    load_benchmark,
+    manifest,
+    tiny_definition,
+    tiny_model,
+    weights_bytes,
+    write_hub_folder,
+)
 from workers.app import app
 from workers.names import VALIDATE
 

@@ -13,18 +13,7 @@ from pathlib import Path
 
 import pytest
 from celery import Celery
-from processes import Service, service_env, start_worker, wait_for
 from sqlalchemy import func, select
-from support import (
-    TEST_SETS,
-    create_submission,
-    load_benchmark,
-    manifest,
-    tiny_definition,
-    tiny_model,
-    weights_bytes,
-    write_tiny_dataset,
-)
 
 import migrations
 from models.core.queue import TASK_VALIDATE, celery_config
@@ -40,6 +29,17 @@ from models.db.entities import (
 )
 from models.db.states import Reason, SubmissionState
 from models.submissions import storage
+from tests.support.processes import Service, service_env, start_worker, wait_for
+from tests.support.workers import (
+    TEST_SETS,
+    create_submission,
+    load_benchmark,
+    manifest,
+    tiny_definition,
+    tiny_model,
+    weights_bytes,
+    write_tiny_dataset,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -14,24 +14,6 @@ import typer
 from fastapi.testclient import TestClient
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
-from stage_support import (
-    count_shards,
-    fresh,
-    is_shard,
-    model_files,
-    results_by_unit,
-    run_keeping_the_seed_secret,
-    submit,
-    unpinned_hashes,
-)
-from support import (
-    TEST_SETS,
-    CancelOnFirstForward,
-    load_benchmark,
-    revealed_seed,
-    tiny_definition,
-    tiny_model,
-)
 from typer.testing import CliRunner
 
 from api.main import create_app
@@ -53,6 +35,24 @@ from models.db.states import Reason, SubmissionState
 from models.stages import inputs, registry
 from models.submissions import lifecycle as pipeline
 from models.submissions import run_seeds, storage
+from tests.support.stages import (
+    count_shards,
+    fresh,
+    is_shard,
+    model_files,
+    results_by_unit,
+    run_keeping_the_seed_secret,
+    submit,
+    unpinned_hashes,
+)
+from tests.support.workers import (
+    TEST_SETS,
+    CancelOnFirstForward,
+    load_benchmark,
+    revealed_seed,
+    tiny_definition,
+    tiny_model,
+)
 from workers.app import app
 from workers.names import QUEUE, VALIDATE
 

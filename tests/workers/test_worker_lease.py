@@ -8,7 +8,6 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import update
-from support import create_submission, manifest, tiny_model, weights_bytes
 
 from models.db.base import utcnow
 from models.db.entities import ShardDispatch, Submission
@@ -16,6 +15,7 @@ from models.db.states import Reason, SubmissionState
 from models.runs import shards
 from models.submissions import lifecycle as pipeline
 from models.submissions import storage
+from tests.support.workers import create_submission, manifest, tiny_model, weights_bytes
 from workers.app import app
 from workers.errors import ShardCancelled
 from workers.lease import ShardLease

@@ -16,30 +16,6 @@ import typer
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
-from stage_support import (
-    BENCH_SEED,
-    count_shards,
-    fresh,
-    load_stage_benchmark,
-    model_files,
-    results_by_unit,
-    run_delivering_twice,
-    run_keeping_the_seed_secret,
-    run_unit,
-    submit,
-    unpinned_hashes,
-    validated_item,
-)
-from support import (
-    CIFAR10_CLASSES,
-    SOURCE_SIZE,
-    TEST_SETS,
-    load_benchmark,
-    revealed_seed,
-    tiny_definition,
-    tiny_model,
-    write_hub_folder,
-)
 from typer.testing import CliRunner
 
 from api.main import create_app
@@ -62,6 +38,30 @@ from models.stages.fourier_lens import lens_spec
 from models.stages.work import get_work_item
 from models.submissions import lifecycle as pipeline
 from models.submissions import run_seeds, storage
+from tests.support.stages import (
+    BENCH_SEED,
+    count_shards,
+    fresh,
+    load_stage_benchmark,
+    model_files,
+    results_by_unit,
+    run_delivering_twice,
+    run_keeping_the_seed_secret,
+    run_unit,
+    submit,
+    unpinned_hashes,
+    validated_item,
+)
+from tests.support.workers import (
+    CIFAR10_CLASSES,
+    SOURCE_SIZE,
+    TEST_SETS,
+    load_benchmark,
+    revealed_seed,
+    tiny_definition,
+    tiny_model,
+    write_hub_folder,
+)
 from workers.app import app
 from workers.errors import ShardCancelled
 from workers.names import QUEUE, RUN_SHARD, VALIDATE

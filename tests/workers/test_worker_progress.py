@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from support import CancelOnFirstForward, create_submission, manifest, tiny_model, weights_bytes
 
 from models.core.settings import Settings
 from models.db.entities import ShardDispatch, StageShard, Submission
@@ -17,6 +16,13 @@ from models.db.states import SubmissionState
 from models.runs import progress
 from models.runs.estimates import fleet_rates
 from models.stages import inputs
+from tests.support.workers import (
+    CancelOnFirstForward,
+    create_submission,
+    manifest,
+    tiny_model,
+    weights_bytes,
+)
 from workers.app import app
 from workers.names import VALIDATE
 

@@ -12,26 +12,6 @@ import pytest
 import torch
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
-from stage_support import (
-    MODEL_SEED,
-    fresh,
-    is_shard,
-    model_files,
-    results_by_unit,
-    run_keeping_the_seed_secret,
-    submit,
-    unpinned_hashes,
-    write_model_labelled_dataset,
-)
-from support import (
-    TEST_SETS,
-    load_benchmark,
-    revealed_seed,
-    tiny_definition,
-    tiny_model,
-    tiny_robustness,
-    write_tiny_train_split,
-)
 from typer.testing import CliRunner
 
 from certbench.cli.app import app as cli
@@ -52,6 +32,26 @@ from models.stages import registry
 from models.stages.work import get_work_item
 from models.submissions import lifecycle as pipeline
 from models.submissions import run_seeds, storage
+from tests.support.stages import (
+    MODEL_SEED,
+    fresh,
+    is_shard,
+    model_files,
+    results_by_unit,
+    run_keeping_the_seed_secret,
+    submit,
+    unpinned_hashes,
+    write_model_labelled_dataset,
+)
+from tests.support.workers import (
+    TEST_SETS,
+    load_benchmark,
+    revealed_seed,
+    tiny_definition,
+    tiny_model,
+    tiny_robustness,
+    write_tiny_train_split,
+)
 from workers.app import app
 from workers.names import AGGREGATE, QUEUE, ROBUSTNESS_QUEUE, RUN_SHARD, VALIDATE
 

@@ -14,9 +14,6 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from stage_support import fresh, submit, write_model_labelled_dataset
-from support import load_benchmark, tiny_definition, tiny_robustness, write_tiny_train_split
-from test_worker_fourier import tiny_fourier
 
 from certbench.smoothing.records import METADATA_KEY
 from models.core.errors import StorageError
@@ -26,6 +23,14 @@ from models.runs.results import merge_stage
 from models.stages import registry
 from models.stages.work import get_work_item
 from models.submissions import run_seeds, storage
+from tests.support.stages import fresh, submit, write_model_labelled_dataset
+from tests.support.workers import (
+    load_benchmark,
+    tiny_definition,
+    tiny_robustness,
+    write_tiny_train_split,
+)
+from tests.workers.test_worker_fourier import tiny_fourier
 from workers.names import AGGREGATE
 
 OTHER = run_seeds.commitment("0x" + "ab" * 16)

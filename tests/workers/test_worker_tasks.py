@@ -12,17 +12,6 @@ import pytest
 import torch
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
-from support import (
-    CIFAR10_CLASSES,
-    TEST_SETS,
-    create_submission,
-    manifest,
-    nan_model,
-    revealed_seed,
-    tiny_model,
-    weights_bytes,
-    write_hub_folder,
-)
 
 from certbench.data.image_set import Subset
 from certbench.data.sources import load_images
@@ -37,6 +26,17 @@ from models.db.states import Reason, SubmissionState
 from models.stages import inputs
 from models.submissions import lifecycle as pipeline
 from models.submissions import storage
+from tests.support.workers import (
+    CIFAR10_CLASSES,
+    TEST_SETS,
+    create_submission,
+    manifest,
+    nan_model,
+    revealed_seed,
+    tiny_model,
+    weights_bytes,
+    write_hub_folder,
+)
 from workers import device
 from workers.app import app
 from workers.names import AGGREGATE, VALIDATE

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import manifest, nan_model, tiny_model
 from torch import nn
 
 from certbench.nets.loading import load_manifest, save_weights
 from models.db.states import Reason, SubmissionState
 from models.stages.work import WorkItem
+from tests.support.workers import manifest, nan_model, tiny_model
 from workers.validation import _check_noisy_batch, validate_model
 
 

@@ -13,28 +13,6 @@ import pytest
 import typer
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
-from stage_support import (
-    BENCH_SEED,
-    MODEL_SEED,
-    count_shards,
-    fresh,
-    load_stage_benchmark,
-    model_files,
-    results_by_unit,
-    run_delivering_twice,
-    run_keeping_the_seed_secret,
-    run_unit,
-    submit,
-    unpinned_hashes,
-    validated_item,
-    write_model_labelled_dataset,
-)
-from support import (
-    SOURCE_SIZE,
-    TEST_SETS,
-    revealed_seed,
-    tiny_model,
-)
 from typer.testing import CliRunner
 
 from api.main import create_app
@@ -58,6 +36,28 @@ from models.stages import registry
 from models.stages.weather_protocol import WeatherAttackError
 from models.submissions import lifecycle as pipeline
 from models.submissions import run_seeds, storage
+from tests.support.stages import (
+    BENCH_SEED,
+    MODEL_SEED,
+    count_shards,
+    fresh,
+    load_stage_benchmark,
+    model_files,
+    results_by_unit,
+    run_delivering_twice,
+    run_keeping_the_seed_secret,
+    run_unit,
+    submit,
+    unpinned_hashes,
+    validated_item,
+    write_model_labelled_dataset,
+)
+from tests.support.workers import (
+    SOURCE_SIZE,
+    TEST_SETS,
+    revealed_seed,
+    tiny_model,
+)
 from workers.app import app
 from workers.names import AGGREGATE, QUEUE, RUN_SHARD, VALIDATE
 

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
-from service_factories import RobustnessPlan, record_robustness_shard, seed_metadata
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
@@ -45,6 +44,7 @@ from models.submissions import lifecycle as pipeline
 from models.submissions import storage
 from models.submissions.intake import Upload, create_submission
 from models.submissions.queries import set_moderation
+from tests.support.service_factories import RobustnessPlan, record_robustness_shard, seed_metadata
 
 S = SubmissionState
 N_SAMPLES = 1000

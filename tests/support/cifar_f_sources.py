@@ -6,14 +6,11 @@ CIFAR-F behaves as on real CIFAR (large at low frequencies, clipped at 20 at hig
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "certbench"))
-
-from data_layouts import (
+from tests.support.data_layouts import (
     CIFAR10_CLASSES,
     CIFAR100_COARSE,
     CIFAR100_FINE,

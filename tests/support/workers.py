@@ -9,7 +9,6 @@ API. Everything is sized for seconds of CPU: 2 images per test set, n0=4, n=16.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +29,7 @@ from models.submissions import intake as submission_intake
 from models.submissions import lifecycle as pipeline
 from models.submissions import run_seeds
 from models.submissions.intake import Upload
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "certbench"))
-from data_layouts import CIFAR10_CLASSES, write_hub_folder
+from tests.support.data_layouts import CIFAR10_CLASSES, write_hub_folder
 
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2470, 0.2435, 0.2616)

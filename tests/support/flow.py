@@ -9,10 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from processes import Service, wait_for
-from support import tiny_definition, tiny_robustness, write_tiny_dataset, write_tiny_train_split
 
 from models.core.settings import Settings
+from tests.support.processes import Service, wait_for
+from tests.support.workers import (
+    tiny_definition,
+    tiny_robustness,
+    write_tiny_dataset,
+    write_tiny_train_split,
+)
 
 
 def settings_from_env(env: dict[str, str]) -> Settings:

@@ -1,4 +1,4 @@
-"""Shared pieces of the CUDA tests (issue 28 §1), imported as `cuda_support`.
+"""Shared pieces of the CUDA tests (issue 28 §1), imported as `tests.support.cuda`.
 
 Every test module here but the two that guard the suite itself (import chain, gpu-check dry run)
 is marked ``cuda`` and skipped with the reason "CUDA not available" where torch sees no GPU.

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 from scipy.stats import norm
-from service_factories import make_user
 from sqlalchemy.orm import Session
 
 from api.services import analysis
@@ -28,6 +27,7 @@ from models.runs.results import complete_submission
 from models.submissions import lifecycle as pipeline
 from models.submissions import storage
 from models.submissions.intake import Upload, create_submission
+from tests.support.service_factories import make_user
 
 S = SubmissionState
 IMAGES = 400

@@ -15,7 +15,16 @@ import numpy as np
 import torch
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
-from support import (
+
+from models.core.settings import Settings
+from models.db.entities import RunSeed, StageResult, StageShard, Submission
+from models.db.states import SubmissionState
+from models.runs.shards import plan_item
+from models.stages import registry
+from models.stages.base import RunContext
+from models.stages.work import WorkItem, get_work_item
+from models.submissions import run_seeds, storage
+from tests.support.workers import (
     CIFAR10_CLASSES,
     SOURCE_SIZE,
     TEST_SETS,
@@ -27,15 +36,6 @@ from support import (
     weights_bytes,
     write_hub_folder,
 )
-
-from models.core.settings import Settings
-from models.db.entities import RunSeed, StageResult, StageShard, Submission
-from models.db.states import SubmissionState
-from models.runs.shards import plan_item
-from models.stages import registry
-from models.stages.base import RunContext
-from models.stages.work import WorkItem, get_work_item
-from models.submissions import run_seeds, storage
 from workers.app import app
 from workers.names import RUN_SHARD, VALIDATE
 

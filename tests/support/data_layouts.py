@@ -3,10 +3,7 @@
 
 Tests use them instead of downloads. Other test modules may import them, e.g.::
 
-    from data_layouts import random_images, write_hub_folder, write_torchvision_cifar
-
-(``tests/certbench`` is on ``sys.path`` while its tests run; from another folder add it first,
-e.g. ``sys.path.insert(0, str(Path(__file__).parents[1] / "certbench"))``.)
+    from tests.support.data_layouts import random_images, write_hub_folder, write_torchvision_cifar
 
 Images are passed as uint8 numpy arrays of shape (N, 3, H, W), the layout of
 ``certbench.data.image_set.ImageSet.images``; a Hub folder also accepts PIL images so that tests can
@@ -223,5 +220,5 @@ def _add_readme_config(root: Path, config: str, split: str, relative: str) -> No
         configs.append(entry)
     entry["data_files"] = [f for f in entry["data_files"] if f["split"] != split]
     entry["data_files"].append({"split": split, "path": relative})
-    body = "# Test dataset\n\nWritten by tests/certbench/data_layouts.py.\n"
+    body = "# Test dataset\n\nWritten by tests/support/data_layouts.py.\n"
     readme.write_text(f"---\n{yaml.safe_dump(header, sort_keys=False)}---\n\n{body}", "utf-8")
