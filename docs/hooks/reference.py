@@ -49,22 +49,25 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
         markdown = markdown.replace(LAYERS_MARKER, layers_diagram())
     if PACKAGES_MARKER in markdown:
         markdown = markdown.replace(PACKAGES_MARKER, packages_table())
+    if MODELS_PACKAGES_MARKER in markdown:
+        markdown = markdown.replace(MODELS_PACKAGES_MARKER, packages_table("models"))
     return markdown
 
 
 PACKAGES_MARKER = "<!-- certbench-packages -->"
+MODELS_PACKAGES_MARKER = "<!-- models-packages -->"
 
 
-def packages_table() -> str:
-    """Each ``certbench`` subpackage with the first paragraph of its ``__init__`` docstring (its
+def packages_table(root: str = "certbench") -> str:
+    """Each subpackage of ``root`` with the first paragraph of its ``__init__`` docstring (its
     stated role), read with ``ast`` so nothing is imported."""
     import ast
 
     rows = ["| package | role |", "|---|---|"]
-    for init in sorted((ROOT / "certbench").glob("*/__init__.py")):
+    for init in sorted((ROOT / root).glob("*/__init__.py")):
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
         role = doc.split("\n\n")[0]
-        rows.append(f"| `certbench.{init.parent.name}` | {_cell(role)} |")
+        rows.append(f"| `{root}.{init.parent.name}` | {_cell(role)} |")
     return "\n".join(rows)
 
 
