@@ -4,10 +4,11 @@ A point of the quick protocol is 100 images × (100 + 10,000) = 1.01 M forward p
 200 × 100,100 = 20 M), far more than a short CPU run can finish, so the smoothed rate is timed
 on ``--images`` images of one grid point at the protocol's n0/n and extrapolated to points/s
 (the work per image is the same for every point). The reference is the released code's loop
-(seed 000's ``certify_fourier.py``: one image at a time, x += r·basis, Cohen et al.'s sampling
-loop with a host sync per batch; ``certify_throughput.reference_certify``), run alternately in
-the same process on the same model, images and protocol: the ratio is what we report. The base
-classifier's map (one forward per image, no smoothing) is timed on whole points.
+(``certify_fourier.py`` of jiachens/FourierMix, the release of Sun et al., ECCV 2022: one image at
+a time, x += r·basis, Cohen et al.'s sampling loop with a host sync per batch;
+``certify_throughput.reference_certify``), run alternately in the same process on the same model,
+images and protocol: the ratio is what we report. The base classifier's map (one forward per image,
+no smoothing) is timed on whole points.
 
     # CPU, ResNet-20, quick protocol (under 2 minutes on 2 cores)
     uv run python benchmarks/fourier_heatmap.py --protocol quick --images 1 --n 4000

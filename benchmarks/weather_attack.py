@@ -1,4 +1,5 @@
-"""Throughput of the simulation attack (seed 002) on a CIFAR classifier: attacked images/s.
+"""Throughput of the simulation attack (Wang et al., NeurIPS 2022 ML Safety Workshop) on a CIFAR
+classifier: attacked images/s.
 
     uv run python benchmarks/weather_attack.py [--arch cifar_resnet20] [--images 32]
         [--batch-size 32] [--steps 10] [--severity 3] [--noise-samples 0] [--repeats 2]

@@ -1,4 +1,4 @@
-"""Spectral bands of corruptions (seed 000, Sec. 2 and Appendix C).
+"""Spectral bands of corruptions (Sun et al., ECCV 2022, Sec. 2 and Appendix C).
 
 The paper groups the CIFAR-10-C corruptions into high/mid/low-frequency bands by looking at the
 mean amplitude spectrum of the perturbation. We make the grouping a rule so it can be applied to
@@ -29,7 +29,7 @@ import numpy as np
 from certbench.errors import GeneratorError
 from certbench.fourier import BANDS, frequency_band
 
-# seed 000, Sec. 2: the hand grouping of the CIFAR-10-C corruptions
+# Sun et al., ECCV 2022, Sec. 2: the hand grouping of the CIFAR-10-C corruptions
 PAPER_GROUPS: dict[str, str] = {
     **dict.fromkeys(
         ("gaussian_noise", "impulse_noise", "shot_noise", "pixelate", "jpeg_compression"), "high"
@@ -104,7 +104,8 @@ def corruption_bands(set_bands: Mapping[tuple[str, int], str]) -> dict[str, str]
 
 
 def paper_agreement(bands: Mapping[str, str]) -> tuple[int, int, list[str]]:
-    """(agreeing, compared, disagreement lines) against seed 000's hand grouping."""
+    """(agreeing, compared, disagreement lines) against the hand grouping of Sun et al.,
+    ECCV 2022."""
     compared = [name for name in bands if name in PAPER_GROUPS]
     lines = [
         f"{name}: ours {bands[name]}, paper {PAPER_GROUPS[name]}"

@@ -1,5 +1,5 @@
-"""Random rain and snow test sets from seed 002's particle simulator ("Evaluating worst case
-adversarial weather perturbations robustness").
+"""Random rain and snow test sets from the particle simulator of Wang et al. ("Evaluating worst case
+adversarial weather perturbations robustness", NeurIPS 2022 ML Safety Workshop).
 
 The simulator itself (sprite bank, differentiable aggregation, random particle draws) lives in
 ``certbench.weather.simulator``, shared with the simulation attack (``certbench.weather.attack``);

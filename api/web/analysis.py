@@ -295,9 +295,9 @@ class PredictorRow:
 
 
 def predictor_rows(group: SigmaGroup, view: str = "architecture") -> list[PredictorRow]:
-    """Seed 003 Tables 1–3: per OOD set, m and R² of every metric, fitted per architecture and
-    averaged (``view="architecture"``, the paper's) or pooled over every entry
-    (``view="pooled"``); the best and second-best R² above 0.5 are marked."""
+    """Fridovich-Keil et al., NeurIPS 2022, Tables 1–3: per OOD set, m and R² of every metric,
+    fitted per architecture and averaged (``view="architecture"``, the paper's) or pooled over every
+    entry (``view="pooled"``); the best and second-best R² above 0.5 are marked."""
     source = group.predictors if view == "architecture" else group.pooled
     rows = []
     for trend in group.trends:

@@ -95,9 +95,10 @@ def _context(
     }
 
 
-#: CIFAR-10/100-F config names (seed 000 §5): fc<f_c>_a<α with p for the point>_s<severity>.
+#: CIFAR-10/100-F config names (Sun et al., ECCV 2022, §5):
+#: fc<f_c>_a<α with p for the point>_s<severity>.
 FOURIER_CONFIG = re.compile(r"^fc(\d+)_a(\d+(?:p\d+)?)_s(\d)$")
-#: ε of each severity (ℓ2 norm over the 3,072 values of a [0, 1] image), seed 000 §5.
+#: ε of each severity (ℓ2 norm over the 3,072 values of a [0, 1] image; Sun et al., ECCV 2022, §5).
 SEVERITY_EPSILON = {1: 8, 2: 10, 3: 12}
 
 

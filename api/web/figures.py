@@ -3,8 +3,8 @@
 Inputs are ``ResultsPublic`` (``api.services.leaderboards.results``) and the per-image records files
 that ``api.services.leaderboards.records_file`` resolves — the same data the REST API serves, so a
 figure can always be reproduced from the downloadable records. Curves come from
-``certbench.smoothing.metrics`` (certified accuracy on a fine radius grid, seed 001's p_A curve),
-never from numbers re-derived here.
+``certbench.smoothing.metrics`` (certified accuracy on a fine radius grid, the p_A curve of Sun
+et al., ICML 2025), never from numbers re-derived here.
 """
 
 from __future__ import annotations
@@ -121,7 +121,8 @@ def _mean_on_common_grid(curves: Sequence[SetCurves]) -> tuple[np.ndarray, np.nd
 
 
 def mean_pa(curves: Sequence[SetCurves]) -> np.ndarray | None:
-    """Seed 001's curve averaged over test sets (None if any set lacks its records)."""
+    """The p_A curve (Sun et al., ICML 2025) averaged over test sets (None if any set lacks its
+    records)."""
     if not curves or any(c.pa is None for c in curves):
         return None
     return np.mean([c.pa for c in curves], axis=0)
@@ -230,9 +231,9 @@ def pa_band(
 
 
 def pa_chart(entries: Sequence[EntryCurves], *, chart_id: str, emphasis: int | None) -> Figure:
-    """Seed 001's complementary ECDF of p̂_A: fraction of images correct with p̂_A ≥ x, with
-    its simultaneous 95 % band shaded: the emphasised entry's only (model page), or every
-    entry's when none is emphasised (compare page).
+    """The complementary ECDF of p̂_A (Sun et al., ICML 2025): fraction of images correct with
+    p̂_A ≥ x, with its simultaneous 95 % band shaded: the emphasised entry's only (model page), or
+    every entry's when none is emphasised (compare page).
 
     Entries without records (no p_A curve) are left out and named in the description.
     """
@@ -310,7 +311,7 @@ def fourier_heatmap(results: ResultsPublic, *, chart_id: str = "fourier-heatmap"
 
 
 def fourier_lines(results: ResultsPublic, *, chart_id: str = "fourier-lines") -> Figure:
-    """Seed 000 Fig. 6 for one model: one line per α of ACR over f_c."""
+    """Sun et al., ECCV 2022, Fig. 6 for one model: one line per α of ACR over f_c."""
     alphas, fcs, grid = fourier_grid(results.results)
     series = [Curve(f"α = {a:g}", fcs, grid[i], markers=True) for i, a in enumerate(alphas)]
     title = "ACR over centre frequency, per α"
@@ -324,7 +325,7 @@ def fourier_lines(results: ResultsPublic, *, chart_id: str = "fourier-lines") ->
 
 
 def fourier_panels(entries: Mapping[str, ResultsPublic], *, chart_id: str) -> list[Figure]:
-    """Seed 000 Fig. 6 across entries: one chart per α, one line per entry."""
+    """Sun et al., ECCV 2022, Fig. 6 across entries: one chart per α, one line per entry."""
     grids = {label: fourier_grid(r.results) for label, r in entries.items()}
     alphas = sorted({a for alphas, _, _ in grids.values() for a in alphas})
     top = max(_acr_top(g) for _, _, g in grids.values())

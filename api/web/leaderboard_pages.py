@@ -226,7 +226,7 @@ def model_page(
     submission_id: RowId,
 ) -> HTMLResponse:
     """Everything about one entry: curves, p_A distribution, CIFAR-F maps, bands, the base
-    classifier's robustness (seed 004), provenance."""
+    classifier's robustness (Muthukumar et al. 2025, arXiv:2501.18098), provenance."""
     context = _model_context(session, settings, viewer, submission_id)
     context["figure_base"] = f"/models/{submission_id}/figures"
     return render(request, "model.html", context)

@@ -1,6 +1,6 @@
 """Leaderboard table model: which columns a benchmark shows, sort links, filters and paging.
 
-The page itself is server-rendered from ``api.services.leaderboards.leaderboard`` (one indexed
+The page itself is server-rendered from ``api.services.leaderboard_page.leaderboard`` (one indexed
 query per page); this module only turns the request's query string into a ``LeaderboardQuery``
 and describes the columns, so the same table works without JavaScript.
 """
@@ -58,8 +58,8 @@ def metric_columns(benchmark: BenchmarkPublic) -> list[Column]:
 
 
 def certified_columns(benchmark: BenchmarkPublic) -> list[Column]:
-    """The certification stage's columns: ACR with the p_A summary beside it (seed 001), then
-    certified accuracy on the radius grid, abstain rate, and band means."""
+    """The certification stage's columns: ACR with the p_A summary beside it (Sun et al.,
+    ICML 2025), then certified accuracy on the radius grid, abstain rate, and band means."""
     return stage_columns(benchmark, registry.get("certification"))
 
 

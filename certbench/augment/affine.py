@@ -1,7 +1,7 @@
 """Batched affine warps with torchvision's ``RandomAffine`` geometry, one matrix per image.
 
 FourierMix mixes each Fourier-augmented image with an affine transform of the original
-(Algorithm 1 line 10 of Sun et al., ECCV 2022, seed 000). The released code
+(Algorithm 1 line 10 of Sun et al., ECCV 2022). The released code
 (github.com/jiachens/FourierMix, ``code/fourier_augment.py``) draws those transforms with
 ``torchvision.transforms.RandomAffine`` one image at a time. Here every image of a batch gets its
 own rotation / integer translation / x-shear in one ``grid_sample`` call, with the conventions

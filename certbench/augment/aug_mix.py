@@ -1,4 +1,4 @@
-"""AugMix (Hendrycks et al., ICLR 2020) as seed 000 trained its AugMix baselines, on uint8 tensors.
+"""AugMix (Hendrycks et al., ICLR 2020) on uint8 tensors, as trained in Sun et al., ECCV 2022.
 
 Per image ``x``: ``width = 3`` chains, each a copy of ``x`` passed through ``depth`` operations
 (``depth`` uniform in {1, 2, 3}), each operation drawn uniformly from the nine of AugMix's CIFAR
@@ -17,11 +17,11 @@ Two variants (``variant=``):
 
 - ``"hendrycks"`` (default): AugMix's CIFAR code, ``severity = 3`` for every operation, each
   chain restarting from ``x``.
-- ``"reference"``: what seed 000's release actually ran (github.com/jiachens/FourierMix,
-  ``code/augment_and_mix.py``): each operation's severity drawn from {1, …, 5}; a chain's
-  ``depth`` operations are *distinct* (``random.sample``); and the chains do not restart from
-  ``x`` — each continues from the previous chain's last image (the release sets its working
-  image once, before the loop). The mixing formula is the same.
+- ``"reference"``: what the release of Sun et al. (ECCV 2022) actually ran
+  (github.com/jiachens/FourierMix, ``code/augment_and_mix.py``): each operation's severity drawn
+  from {1, …, 5}; a chain's ``depth`` operations are *distinct* (``random.sample``); and the chains
+  do not restart from ``x`` — each continues from the previous chain's last image (the release sets
+  its working image once, before the loop). The mixing formula is the same.
 
 The paper cites Hendrycks et al. for AugMix and does not describe these differences, so the
 default follows Hendrycks et al.; ``reference`` reproduces the release when matching its numbers

@@ -1,9 +1,9 @@
 """The standard CIFAR training augmentation: random crop with zero padding, horizontal flip.
 
 ``RandomCrop(32, padding=4)`` then ``RandomHorizontalFlip()`` is the base augmentation of every
-recipe in Cohen et al. (2019), Jeong & Shin (2020) and seed 000's release (all inherit Cohen et
-al.'s ``datasets.py``). Here each image draws its crop offset and flip from its own seed, so a
-batch equals its images processed one by one.
+recipe in Cohen et al. (2019), Jeong & Shin (2020) and the release of Sun et al. (ECCV 2022) (all
+inherit Cohen et al.'s ``datasets.py``). Here each image draws its crop offset and flip from its own
+seed, so a batch equals its images processed one by one.
 """
 
 from __future__ import annotations

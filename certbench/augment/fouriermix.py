@@ -1,4 +1,4 @@
-"""FourierMix (Sun et al., ECCV 2022, seed 000 §3 and Algorithm 1): spectrally diverse augmentation.
+"""FourierMix (Sun et al., ECCV 2022, §3 and Algorithm 1): spectrally diverse augmentation.
 
 Per image ``x`` in [0, 1] and each of ``width`` chains (Algorithm 1, lines 3-11):
 
@@ -83,9 +83,10 @@ __all__ = [
 ]
 
 CIFAR_AMPLITUDE_SEVERITIES = (0.2, 0.3, 0.4, 0.5, 0.6)
-"""s_A levels for CIFAR-10/100 and ImageNet (seed 000 Appendix E)."""
+"""s_A levels for CIFAR-10/100 and ImageNet (Sun et al., ECCV 2022, Appendix E)."""
 CIFAR_PHASE_SEVERITIES = (math.pi / 12, math.pi / 10, math.pi / 8, math.pi / 6, math.pi / 4)
-"""s_P levels for CIFAR-10/100 (seed 000 Appendix E; the release's ``π / (2·{6,5,4,3,2})``)."""
+"""s_P levels for CIFAR-10/100 (Sun et al., ECCV 2022, Appendix E; the release's
+``π / (2·{6,5,4,3,2})``)."""
 IMAGENET_PHASE_SEVERITIES = (
     math.pi / 4,
     3 * math.pi / 10,
@@ -93,7 +94,7 @@ IMAGENET_PHASE_SEVERITIES = (
     math.pi / 2,
     3 * math.pi / 4,
 )
-"""s_P levels for ImageNet (seed 000 Appendix E)."""
+"""s_P levels for ImageNet (Sun et al., ECCV 2022, Appendix E)."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ class FourierMixConfig:
 def truncated_normal_icdf(u: torch.Tensor, sigma: float, bound: torch.Tensor) -> torch.Tensor:
     """Map ``u ~ U(0, 1)`` to ``N(0, σ²)`` truncated to ``[−bound, bound]`` (inverse CDF).
 
-    ``x = σ·Φ⁻¹(Φ(−b/σ) + u·(2Φ(b/σ) − 1))`` has exactly the PDF of seed 000 Eq. 2,
+    ``x = σ·Φ⁻¹(Φ(−b/σ) + u·(2Φ(b/σ) − 1))`` has exactly the PDF of Sun et al., ECCV 2022, Eq. 2,
     ``φ(x/σ) / (σ·(2Φ(b/σ) − 1))`` on ``|x| ≤ b``, and is odd in ``u − 1/2``. Computed in the
     dtype of ``u`` (Φ stays near 1/2 for σ = 5, where float32 is well conditioned).
     """

@@ -14,8 +14,8 @@ import typer
 from certbench.cli.app import user_errors
 
 ANCHORS_PER_CLASS = 50
-"""``certbench.pd.anchors.DEFAULT_K`` (seed 004's k), repeated so that this module stays light;
-a test keeps the two equal."""
+"""``certbench.pd.anchors.DEFAULT_K`` (the k of Muthukumar et al. 2025, arXiv:2501.18098), repeated
+so that this module stays light; a test keeps the two equal."""
 
 Source = Annotated[str, typer.Argument(help="Training source: cifar10, cifar100, a path.")]
 

@@ -171,8 +171,9 @@ HEADERS = {
 
 def _print_table(rows: list[dict[str, Any]], title: str) -> None:
     """Accuracies per weather-severity set; for the base classifier with the gap random −
-    worst, the over-optimism of random-weather evaluation that seed 002 reports. Compact
-    headers (``@r``: certified accuracy at radius r) so the table fits 80 columns."""
+    worst, the over-optimism of random-weather evaluation that Wang et al. (NeurIPS 2022
+    ML Safety Workshop) report. Compact headers (``@r``: certified accuracy at radius r) so
+    the table fits 80 columns."""
     table = Table(title=title, show_header=True)
     table.add_column("set", no_wrap=True)
     shown = []

@@ -1,9 +1,9 @@
 """Heatmap specs: a labelled grid with the value printed in every cell (ACR over α × f_c) and the
 Fourier sensitivity map (one cell per grid frequency, DC in the centre).
 
-Conventions of the frequency maps (seed 000 Fig. 3, after Yin et al. 2019): the lowest frequency
-in the centre and the highest at the edges; axes are the centred offsets in cycles per image (i
-upwards, j to the right); colours are ColorBrewer's RdBu (Vega's ``redblue``: diverging and
+Conventions of the frequency maps (Sun et al., ECCV 2022, Fig. 3, after Yin et al. 2019): the lowest
+frequency in the centre and the highest at the edges; axes are the centred offsets in cycles per
+image (i upwards, j to the right); colours are ColorBrewer's RdBu (Vega's ``redblue``: diverging and
 colour-blind safe, red low, blue high, white at the centre value); dashed circles mark the radial
 band edges shared with the corruption sets (thirds of Nyquist); cells that were not computed are
 grey. A difference map may carry a significance grid (:mod:`certbench.figures.difference`): cells

@@ -1,6 +1,7 @@
 """The paper figures the command line writes, from the same specs as the web pages: Fourier
-sensitivity maps (``certbench fourier-heatmap``), the worst-case weather example panels (seed
-002 Fig. 1) and the PD threat scatter (seed 004 Fig. 5).
+sensitivity maps (``certbench fourier-heatmap``), the worst-case weather example panels (Wang
+et al., NeurIPS 2022 ML Safety Workshop, Fig. 1) and the PD threat scatter (Muthukumar et al. 2025,
+arXiv:2501.18098, Fig. 5).
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ def _png_url(picture: np.ndarray, scale: int) -> str:
 def weather_panel_figure(
     examples: Sequence[WeatherExample], *, positions: Sequence[int] | None = None, scale: int = 3
 ) -> dict[str, Any]:
-    """Seed 002 Fig. 1 as a spec: one row per image (labelled by its test position, its label
-    and the base classifier's predictions), columns clean / random / attacked /
+    """Wang et al., NeurIPS 2022 ML Safety Workshop, Fig. 1 as a spec: one row per image (labelled
+    by its test position, its label and the base classifier's predictions), columns clean / random /
+    attacked /
     |attacked − random| (divided by its maximum over the panel: black means identical).
 
     ``positions`` are the images' positions in the test set (default: their source indices).
@@ -149,9 +151,9 @@ def write_weather_panel(
 
 
 def threat_figure(sets: Sequence[dict[str, Any]], unsafe: dict[str, float]) -> dict[str, Any]:
-    """Seed 004 Fig. 5: mean d_∞ (x) against mean d_PD (y) per corruption set (size =
-    severity), the unsafe pairs as a star, the quadrant thresholds as rules. ``sets`` rows:
-    corruption, severity, d_inf, d_pd; ``unsafe``: d_inf, d_pd."""
+    """Muthukumar et al. 2025, arXiv:2501.18098, Fig. 5: mean d_∞ (x) against mean d_PD (y) per
+    corruption set (size = severity), the unsafe pairs as a star, the quadrant thresholds as rules.
+    ``sets`` rows: corruption, severity, d_inf, d_pd; ``unsafe``: d_inf, d_pd."""
     corruptions = sorted({s["corruption"] for s in sets})
     points = [{**s, "kind": "corruption set"} for s in sets]
     points.append({"corruption": "unsafe pairs", "severity": 3, "kind": "unsafe pairs", **unsafe})

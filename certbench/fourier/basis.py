@@ -1,27 +1,28 @@
 """Fourier basis images U_{i,j} and the perturbation x̃ = x + r·ε·U_{i,j} of Fourier sensitivity
-analysis (seed 000 §2.2 and Appendix, after Yin et al. 2019, https://arxiv.org/abs/1906.08988).
+analysis (Sun et al., ECCV 2022, §2.2 and Appendix, after Yin et al. 2019,
+https://arxiv.org/abs/1906.08988).
 
-What the sources say, side by side (seed 000 = Sun et al., "A Spectral View of Randomized
+What the sources say, side by side (Sun et al., "A Spectral View of Randomized
 Smoothing under Common Corruptions", ECCV 2022, code https://github.com/jiachens/FourierMix; Yin
 et al.'s code is google-research's ``frequency_analysis/freq_heatmap.py``):
 
-- Basis. Seed 000: "a real-valued matrix U_{i,j} ∈ R^{d×d} where ‖U_{i,j}‖₂ = 1, and FFT(U_{i,j})
+- Basis. Sun et al.: "a real-valued matrix U_{i,j} ∈ R^{d×d} where ‖U_{i,j}‖₂ = 1, and FFT(U_{i,j})
   only has two non-zero elements at (i, j) and (−i, −j) in the coordinate that views the image
   center as the origin." Yin et al.'s code (``_get_fourier_basis``): centred spectrum with
   ``0.5 + 0.5j`` at (i, j) and ``0.5 − 0.5j`` at its mirror (``1`` at a self-mirrored bin),
   ``U = sqrt(d·d) · real(ifft2(ifftshift(spectrum)))``, visiting bins in row-major order and
-  storing the same image at the mirror: U_{−i,−j} = U_{i,j} exactly. Seed 000's released code
+  storing the same image at the mirror: U_{−i,−j} = U_{i,j} exactly. Sun et al.'s released code
   (``code/fourier_basis.py``, copied from an unofficial port) instead builds a cosine,
   ``irfftn(one_hot)`` normalised to unit norm, and fills the left half of its grid with
   flipped (i.e. translated) copies of the right half.
-  **We implement Yin et al.'s construction** (the reference seed 000 cites for the analysis): it
-  satisfies seed 000's definition for every bin, its mirror images are identical (so one
+  **We implement Yin et al.'s construction** (the reference Sun et al. cite for the analysis): it
+  satisfies Sun et al.'s definition for every bin, its mirror images are identical (so one
   certification serves both cells, below), and U(m, n) = (cos θ − sin θ)/d with
   θ = 2π(i·m + j·n)/d. The released cosine differs only by a translation of the pattern.
 - Bins. A 32×32 centred grid has offsets i, j ∈ {−16, …, 15} (DC at array index (16, 16), as in
   ``certbench.fourier.spectral``). The four self-mirrored bins (0, 0), (0, −16), (−16, 0), (−16,
-  −16) have a *one*-element spectrum (a real cosine; "two elements" is impossible there). Seed 000's
-  released code evaluates 31×31 bins (it drops the −16 Nyquist row and column); we keep the
+  −16) have a *one*-element spectrum (a real cosine; "two elements" is impossible there). Sun
+  et al.'s released code evaluates 31×31 bins (it drops the −16 Nyquist row and column); we keep the
   whole 32×32 grid, as Yin et al. do.
 - Hermitian symmetry. U_{i,j} = U_{−i,−j}, so the two cells of a mirror pair are the same
   experiment: each distinct basis image is certified **once** (514 of the 1,024 cells of a 32×32
@@ -29,10 +30,10 @@ et al.'s code is google-research's ``frequency_analysis/freq_heatmap.py``):
   representative of a pair is the bin Yin et al.'s loop meets first (smaller row-major index in
   the centred layout, ``certbench.fourier.spectral.hermitian_half``); the released code certifies
   all 961 of its cells.
-- Perturbation and RGB. Seed 000: "x̃_{i,j} = x + r·ε·U_{i,j} … r is randomly sampled in
+- Perturbation and RGB. Sun et al.: "x̃_{i,j} = x + r·ε·U_{i,j} … r is randomly sampled in
   {−1, 1}, ε is the perturbation in ℓ2 norm, and we treat the RGB channels independently", with
   ε = 4. Yin et al. (paper and ``_generate_perturbed_images(rand_flip=True)``): every channel gets
-  ε·U_{i,j} with its *own* random sign. Seed 000's released ``certify_fourier.py``: one
+  ε·U_{i,j} with its *own* random sign. Sun et al.'s released ``certify_fourier.py``: one
   ``random.choice((-1, 1))`` per image applied to all three channels (its basis image is
   replicated over RGB). Both give each channel an ℓ2 norm of ε (‖x̃ − x‖₂ = ε·√3 over the
   image), neither clips x̃ to [0, 1]. **We implement both** as ``channel_signs``:

@@ -3,7 +3,7 @@
 Pure index arithmetic (numpy only, no torch), so benchmark definitions and the service can plan a
 heatmap (how many distinct basis images, which ones a shard computes) without loading the model
 stack. ``certbench.fourier.basis`` builds the basis images on these points; its docstring has the
-full comparison with seed 000 and Yin et al. 2019.
+full comparison with Sun et al., ECCV 2022, and Yin et al. 2019.
 
 A ``size``×``size`` centred grid has offsets ``−size//2 … size−size//2−1`` per axis (DC in the
 middle, as in ``certbench.fourier.spectral``). U_{i,j} = U_{−i,−j} (Hermitian symmetry), so a point

@@ -1,10 +1,11 @@
-"""Protocols of Fourier sensitivity analysis (seed 000 §2.2 and Appendix): what one heatmap costs.
+"""Protocols of Fourier sensitivity analysis (Sun et al., ECCV 2022, §2.2 and Appendix): what one
+heatmap costs.
 
 Torch-free (pydantic and ``certbench.fourier.grid`` only), so a benchmark definition's
 ``fourier_sensitivity`` block is validated, labelled and costed where no model is loaded; the
 computation itself is ``certbench.fourier.sensitivity``.
 
-Two protocols ship. ``paper`` is seed 000's: ε = 4, 200 test images per cell, n0 = 100,
+Two protocols ship. ``paper`` is Sun et al.'s: ε = 4, 200 test images per cell, n0 = 100,
 n = 100,000, α = 0.001, every bin of the 32×32 grid (514 distinct basis images): about 1.03e10
 forward passes. ``quick`` is cheaper and NOT the paper's (100 images, n = 10,000, every 2nd bin
 per axis: about 1.3e8). Any field can be overridden; the result is then named ``paper+custom`` /

@@ -1,11 +1,12 @@
-"""Fourier sensitivity analysis of smoothed classifiers (seed 000 §2.2, Fig. 3 and Fig. 7).
+"""Fourier sensitivity analysis of smoothed classifiers (Sun et al., ECCV 2022, §2.2, Fig. 3 and
+Fig. 7).
 
 For every distinct Fourier basis image U_{i,j} of the centred grid (``certbench.fourier.basis``:
 construction, signs, RGB handling and the paper/code comparison), each test image is perturbed
 to x̃ = x + r·ε·U_{i,j} and certified with Cohen et al.'s CERTIFY
 (``certbench.smoothing.core.certify``,
 the one sampler of the project: packing, per-image streams, early abstention); the heatmap cell
-(i, j) is the ACR over the images. Seed 000's protocol: ε = 4, 200 test images per cell,
+(i, j) is the ACR over the images. Sun et al.'s protocol: ε = 4, 200 test images per cell,
 n0 = 100, n = 100,000, α = 0.001. Beside it, always, the base classifier's accuracy on the same
 x̃ (no smoothing: Yin et al. 2019's own heatmap), which costs one forward pass per image.
 Which 200 images: the paper does not say; we take every 50th test image (``skip=50``), spread

@@ -13,7 +13,8 @@ import torch
 _DIMS = (-2, -1)
 
 BANDS = ("low", "mid", "high")
-"""Spectral bands of seed 000 (Sec. 2, Table 1): low-, mid- and high-frequency perturbations."""
+"""Spectral bands (Sun et al., ECCV 2022, Sec. 2, Table 1): low-, mid- and high-frequency
+perturbations."""
 
 NYQUIST = 16.0
 """Largest frequency along one axis of a 32×32 image, in cycles per image."""

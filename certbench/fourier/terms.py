@@ -1,6 +1,6 @@
 """Per-image terms of the Fourier sensitivity stage's figures (``certbench.stats.terms``).
 
-The mean of a heatmap band's cells (Sun et al. 2022, seed 000 §2.2) is the mean over images of
+The mean of a heatmap band's cells (Sun et al., ECCV 2022, §2.2) is the mean over images of
 each image's mean over those cells, when every cell holds every image (the stage checks it), with
 each record written to its cell and its mirror's as ``certbench.fourier.heatmap.assemble_heatmap``
 does.

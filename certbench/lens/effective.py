@@ -1,9 +1,9 @@
 """Effective robustness across entries, and which model metric best explains OOD accuracy.
 
-Accuracy on the line (Miller et al. 2021, seed 003 ref. [34]): across models, the probit of the
+Accuracy on the line (Miller et al., ICML 2021, arXiv:2107.04649): across models, the probit of the
 OOD accuracy is close to a linear function of the probit of the ID accuracy. A model's
-*effective robustness* (Taori et al. 2020; Andreassen et al. 2021, seed 003 ref. [1]) is how far
-its OOD accuracy lies above that trend. Fridovich-Keil et al. 2022 (seed 003 §4, Tables 1–3) fit
+*effective robustness* (Taori et al., NeurIPS 2020; Andreassen et al. 2021, arXiv:2106.15831) is how
+far its OOD accuracy lies above that trend. Fridovich-Keil et al., NeurIPS 2022 (§4, Tables 1–3) fit
 the same kind of line with each model metric (ID accuracy, Jacobian norm, pixel/amplitude/phase
 HFF, CD) as the predictor of probit OOD accuracy and compare slopes m and R².
 
@@ -87,7 +87,8 @@ class Accuracy:
         return math.sqrt(p * (1 - p) / self.total) / _normal_pdf(self.probit())
 
     def clopper_pearson(self, level: float = LEVEL) -> tuple[float, float]:
-        """Two-sided exact interval (what seed 003's figures draw around accuracies)."""
+        """Two-sided exact interval (what the figures of Fridovich-Keil et al., NeurIPS 2022 draw
+        around accuracies)."""
         from scipy.stats import beta
 
         a = (1 - level) / 2
@@ -261,8 +262,9 @@ def effective_robustness(entries: Sequence[Entry], ood_set: str, level: float = 
 
 @dataclass(frozen=True)
 class PredictorFit:
-    """How well one metric predicts probit OOD accuracy on one OOD set (seed 003 Tables 1–3:
-    slope m and R²). NaN slope/R² when fewer than 3 entries have the metric or it is constant."""
+    """How well one metric predicts probit OOD accuracy on one OOD set (Fridovich-Keil et al.,
+    NeurIPS 2022, Tables 1–3: slope m and R²). NaN slope/R² when fewer than 3 entries have
+    the metric or it is constant."""
 
     ood_set: str
     metric: str

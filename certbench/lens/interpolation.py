@@ -1,8 +1,8 @@
 """Interpolating image paths of the Fourier lens: Fourier amplitude/phase and pixel-space paths.
 
 Fridovich-Keil, Bartoldson, Diffenderfer, Kailkhura & Bremer, "Models Out of Line: A Fourier Lens
-on Distribution Shift Robustness", NeurIPS 2022 (seed 003 §3), and for the pixel paths
-Fridovich-Keil, Gontijo Lopes & Roelofs, "Spectral bias in practice", 2021 (seed 003 ref. [13]).
+on Distribution Shift Robustness", NeurIPS 2022 (§3), and for the pixel paths
+Fridovich-Keil, Gontijo Lopes & Roelofs, "Spectral bias in practice", 2021 (arXiv:2110.02424).
 Constants and conventions are checked against the released code, github.com/sarafridov/RobustNets
 (``fourier_interpolation.py`` and ``pixel_interpolation.py``); where paper and code differ, both
 are named below and the choice is explained.

@@ -1,6 +1,6 @@
 """The Jacobian norm of the Fourier lens (Hoffman, Roberts & Yaida 2019, "Robust Learning with
-Jacobian Regularization", https://arxiv.org/abs/1908.02729; Fridovich-Keil et al. 2022, seed 003
-ref. [24]), taken w.r.t. the input pixels in [0, 1] (see :mod:`certbench.lens.lens` for why), and
+Jacobian Regularization", https://arxiv.org/abs/1908.02729, as used by Fridovich-Keil et al.,
+NeurIPS 2022), taken w.r.t. the input pixels in [0, 1] (see :mod:`certbench.lens.lens` for why), and
 the conversion to a normalised input space such as the paper's.
 """
 

@@ -1,4 +1,4 @@
-"""The Fourier lens of Fridovich-Keil et al. 2022 (seed 003 §3): per-path records of a model.
+"""The Fourier lens of Fridovich-Keil et al., NeurIPS 2022 (§3): per-path records of a model.
 
 A model is probed along interpolating image paths (:mod:`certbench.lens.interpolation`): Fourier
 amplitude and phase paths between random test pairs (5,000 pairs on CIFAR-10, 100 images each)
@@ -11,7 +11,7 @@ probability vectors along a path come two numbers:
   stays that of the path's first image — higher is more stable.
 
 Plus the **Jacobian norm** of the logits w.r.t. the input pixels (Hoffman, Roberts & Yaida
-2019, seed 003 ref. [24]), per image.
+2019, arXiv:1908.02729), per image.
 
 One input space for every figure: pixels in [0, 1]. The paper and the released code work in the
 normalised space z = (x − mean)/std of their own preprocessing; an entry here *declares* its
@@ -43,8 +43,8 @@ Two seeds, because the draws play two roles (``lens_records``' ``pairs_seed`` an
   known projection directions) would score what it is not. So the service passes the run's secret
   seed (commit-reveal, revealed when the run ends); it changes no path and no exact figure.
 
-Seed 003 defers "further computational details" to its Appendix A.3–A.4, which the seed file
-does not contain; every constant here is checked against the released code instead
+The paper defers "further computational details" to its Appendix A.3–A.4, not in the version
+read here; every constant here is checked against the released code instead
 (github.com/sarafridov/RobustNets: ``fourier_interpolation.py``, ``pixel_interpolation.py``,
 ``jacobian_norm.py``) and each docstring says where paper and code differ.
 """

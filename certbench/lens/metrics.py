@@ -1,4 +1,4 @@
-"""Fourier-lens metrics (Fridovich-Keil et al. 2022, seed 003 §3): HFF and CD of one path, the
+"""Fourier-lens metrics (Fridovich-Keil et al., NeurIPS 2022, §3): HFF and CD of one path, the
 per-unit records, their summary (means with 95 % intervals) and their parquet form.
 
 Pure numpy/pyarrow: the service's merge step and the CLI summarise records without torch.
@@ -23,7 +23,8 @@ KINDS = ("amplitude", "phase", "pixel_within", "pixel_between", "jacobian")
 """Units of work, in plan order: four path kinds, then one unit per Jacobian image."""
 PATH_KINDS = KINDS[:4]
 HFF_THRESHOLD = 0.1
-"""High frequencies: above 10 % of the maximum frequency (seed 003 §3, released code)."""
+"""High frequencies: above 10 % of the maximum frequency (Fridovich-Keil et al., NeurIPS 2022, §3,
+released code)."""
 LEVEL = 0.95
 
 
@@ -35,12 +36,12 @@ def high_frequency_fraction(
 ) -> tuple[float, float]:
     """HFF of one path's (L, K) probability vectors: (paper wording, released code).
 
-    Seed 003 §3: "take the one-dimensional DFT of the 100 model predictions along the path,
-    average the Fourier amplitudes among all the classes, and compute the fraction of the total
-    amplitude above a frequency threshold (10 % of the maximum frequency)". Precisely: Ā_k =
-    mean over classes of |rfft(p_c)[k]|, k = 0 … L//2 (K = L//2 + 1 bins, 51 for L = 100);
-    k_t = ⌈threshold·K⌉ (= 6 for L = 100: frequencies above 5 = 10 % of the maximum 50);
-    HFF = Σ_{k ≥ k_t} Ā_k / Σ_{k ≥ 0} Ā_k.
+    Fridovich-Keil et al., NeurIPS 2022, §3: "take the one-dimensional DFT of the 100 model
+    predictions along the path, average the Fourier amplitudes among all the classes, and compute
+    the fraction of the total amplitude above a frequency threshold (10 % of the maximum
+    frequency)". Precisely: Ā_k = mean over classes of |rfft(p_c)[k]|, k = 0 … L//2 (K = L//2 + 1
+    bins, 51 for L = 100); k_t = ⌈threshold·K⌉ (= 6 for L = 100: frequencies above 5 = 10 %
+    of the maximum 50); HFF = Σ_{k ≥ k_t} Ā_k / Σ_{k ≥ 0} Ā_k.
 
     DC: the total *includes* the DC bin, in the paper and in the released ``process_path``.
     Because each image's probabilities sum to 1, Ā_0 = L/K_classes for every path, so HFF is
@@ -123,9 +124,9 @@ METRICS = {
     "hff_pixel_between": ("pixel_between", "hff_released"),
     "jacobian_norm": ("jacobian", "jacobian_sq"),
 }
-"""Leaderboard metric → (kind, record field): the predictors of seed 003's Tables 1–3. HFF is
-the released code's (Nyquist bin left out, :func:`high_frequency_fraction`), the convention of
-the paper's published values."""
+"""Leaderboard metric → (kind, record field): the predictors of Fridovich-Keil et al., NeurIPS 2022,
+Tables 1–3. HFF is the released code's (Nyquist bin left out, :func:`high_frequency_fraction`),
+the convention of the paper's published values."""
 NYQUIST_SUFFIX = "_nyquist"
 NYQUIST_METRICS = {
     f"{name}{NYQUIST_SUFFIX}": (kind, "hff")
@@ -140,9 +141,9 @@ when ``metrics`` kept the Nyquist bin and ``released`` dropped it)."""
 
 @dataclass(frozen=True)
 class Estimate:
-    """A mean over paths (or images) with its 95 % Gaussian interval (seed 003 §4: "Gaussian
-    bounds for averages of other metrics"): mean ± z₀.₉₇₅·s/√n. ``low``/``high`` are NaN for
-    n = 1."""
+    """A mean over paths (or images) with its 95 % Gaussian interval (Fridovich-Keil et al.,
+    NeurIPS 2022, §4: "Gaussian bounds for averages of other metrics"): mean ± z₀.₉₇₅·s/√n.
+    ``low``/``high`` are NaN for n = 1."""
 
     mean: float
     low: float

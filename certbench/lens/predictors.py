@@ -1,5 +1,5 @@
-"""Which metric explains OOD accuracy, fitted as Fridovich-Keil et al. 2022 fit it: per
-architecture, then slope and R² averaged over the architectures (seed 003 §4.1: "each reported
+"""Which metric explains OOD accuracy, fitted as Fridovich-Keil et al., NeurIPS 2022 fit it: per
+architecture, then slope and R² averaged over the architectures (their §4.1: "each reported
 slope (m) and R² value is the average of the corresponding values among the three architectures
 we consider"; §4.2: "we fit a separate regression line to each model architecture and average the
 resulting slope and R² values").

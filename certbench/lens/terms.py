@@ -1,7 +1,7 @@
 """Per-unit terms of the Fourier lens stage's figures (``certbench.stats.terms``).
 
 One term per path (HFF, consistent distance) or Jacobian image (‖J‖², the figure being its
-root-mean-square) of Fridovich-Keil et al. 2022 (seed 003), on the work units of the benchmark's
+root-mean-square) of Fridovich-Keil et al., NeurIPS 2022, on the work units of the benchmark's
 public plan, so two entries are paired unit by unit.
 """
 

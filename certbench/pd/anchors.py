@@ -1,4 +1,5 @@
-"""Anchor banks of the Projected Displacement (PD) threat (seed 004 §3.2, Algorithm 1).
+"""Anchor banks of the Projected Displacement (PD) threat (Muthukumar et al. 2025, arXiv:2501.18098,
+§3.2, Algorithm 1).
 
 The PD threat (``certbench.pd.threat``) compares a perturbation with the directions from an input
 to *anchors*: k training images per class picked by greedy farthest-first selection on cosine

@@ -1,9 +1,10 @@
 """Robust accuracy under ℓ∞ ∩ PD: the attack protocol and its per-image report.
 
-Robust accuracy under (ℓ∞ ∩ PD, ε) (seed 004 §6) takes the worse of two protocols:
-(a) ℓ∞ APGD-CE + APGD-T, each result lazily projected onto the PD sublevel set (the paper's), and
-(b) the PD-aware APGD-CE + APGD-T. Plain ℓ∞ robust accuracy counts every adversarial example any
-run found (all are inside the ℓ∞ ball), so it is never above the ℓ∞ ∩ PD figure.
+Robust accuracy under (ℓ∞ ∩ PD, ε) (Muthukumar et al. 2025, arXiv:2501.18098, §6) takes the worse
+of two protocols: (a) ℓ∞ APGD-CE + APGD-T, each result lazily projected onto the PD sublevel set
+(the paper's), and (b) the PD-aware APGD-CE + APGD-T. Plain ℓ∞ robust accuracy counts every
+adversarial example any run found (all are inside the ℓ∞ ball), so it is never above the ℓ∞ ∩ PD
+figure.
 
 The attack is APGD (Croce & Hein 2020, ``certbench.pd.apgd``): ℓ∞ runs project with
 :class:`~certbench.pd.apgd.LinfProjection`, PD-aware runs with

@@ -1,12 +1,12 @@
 """Exact (Euclidean) projection onto {d_PD ≤ ε_pd} ∩ ℓ∞(ε_inf) ∩ [0, 1]-box by dual ascent.
 
 The PD sublevel set at an input is an intersection of halfspaces ⟨δ, u_j⟩ ≤ b_j, one per anchor
-of another class (seed 004 §3.2; ``certbench.pd.threat``). :class:`Halfspaces` describes them
-for a batch once, :func:`project_exact` solves the dual of the projection with FISTA and adaptive
-restart, image by image (each image stops on its own tolerance, so its result does not depend on
-its batch), and every product with the anchor matrix runs in fixed-shape chunks keyed by the
-rows' slots (``certbench.nets.batch_invariance``). The PD-aware attack (``certbench.pd.apgd``)
-projects
+of another class (Muthukumar et al. 2025, arXiv:2501.18098, §3.2; ``certbench.pd.threat``).
+:class:`Halfspaces` describes them for a batch once, :func:`project_exact` solves the dual
+of the projection with FISTA and adaptive restart, image by image (each image stops on its own
+tolerance, so its result does not depend on its batch), and every product with the anchor matrix
+runs in fixed-shape chunks keyed by the rows' slots (``certbench.nets.batch_invariance``). The
+PD-aware attack (``certbench.pd.apgd``) projects
 every iterate this way; the lazy projection (``certbench.pd.lazy_projection``) is its safeguard.
 """
 

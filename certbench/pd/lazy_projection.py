@@ -1,4 +1,5 @@
-"""Lazy projection onto the PD threat's feasible set (seed 004 §6): feasible, not nearest.
+"""Lazy projection onto the PD threat's feasible set (Muthukumar et al. 2025, arXiv:2501.18098, §6):
+feasible, not nearest.
 
 δ is clipped to the ℓ∞ ball intersected with the [0, 1] image box, then scaled towards 0 by
 min(1, ε/d_PD). This is the projection of the paper's protocol (ℓ∞ attacks' results lazily

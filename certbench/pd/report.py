@@ -1,10 +1,11 @@
-"""Threat of every corruption set of a generated dataset under d_PD, d_∞ and d_2 (seed 004 §4).
+"""Threat of every corruption set of a generated dataset under d_PD, d_∞ and d_2 (Muthukumar et al.
+2025, arXiv:2501.18098, §4).
 
 For each config (one corruption at one severity) the perturbation of an image is
 (corrupted − clean) in [0, 1] pixel space, the clean image being the one of the source test split
 with the same ``source_index``. The report holds the mean and quantiles of the three threats per
 config, the same statistics for unsafe pairs (x̃ − x between clean images of different classes)
-for reference, and a figure in the style of seed 004 Fig. 5: mean d_∞ against mean d_PD, one
+for reference, and a figure in the style of the paper's Fig. 5: mean d_∞ against mean d_PD, one
 colour per corruption, marker size growing with severity.
 
 The ``certbench threat-report`` and ``certbench anchors`` commands live in
@@ -37,7 +38,8 @@ REPORT_FILE = "pd_threat.json"
 FIGURE_FILE = "images/pd_threat.png"
 CARD_START = "<!-- certbench:pd-threat:start -->"
 CARD_END = "<!-- certbench:pd-threat:end -->"
-#: Quadrant thresholds of seed 004 Fig. 5 (about half the mean threat of unsafe pairs there).
+#: Quadrant thresholds of Muthukumar et al. 2025, arXiv:2501.18098, Fig. 5 (about half the mean
+#: threat of unsafe pairs there).
 PD_THRESHOLD = 1.0
 LINF_THRESHOLD = 0.5
 
@@ -224,8 +226,9 @@ def threat_report(
 
 
 def threat_points(report: ThreatReport) -> tuple[list[dict[str, Any]], dict[str, float]]:
-    """What seed 004 Fig. 5 plots: per corruption set its corruption, severity, mean d_∞ and
-    mean d_PD, and the unsafe pairs' means (drawn by ``certbench.figures.threat_figure``)."""
+    """What Muthukumar et al. 2025, arXiv:2501.18098, Fig. 5 plots: per corruption set its
+    corruption, severity, mean d_∞ and mean d_PD, and the unsafe pairs' means (drawn by
+    ``certbench.figures.threat_figure``)."""
     sets = [
         {
             "corruption": s.corruption,

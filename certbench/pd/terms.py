@@ -1,8 +1,8 @@
 """Per-image terms of the robustness stage's figures (``certbench.stats.terms``).
 
 Clean accuracy of the base classifier and its ℓ∞ and ℓ∞ ∩ PD robust accuracies per ε (Muthukumar
-et al. 2025, seed 004): 0/1 per image, named like ``RobustnessReport.summary`` so the mean of
-every figure's terms IS the summary's figure (the tests check equality on real records).
+et al. 2025, arXiv:2501.18098): 0/1 per image, named like ``RobustnessReport.summary`` so the mean
+of every figure's terms IS the summary's figure (the tests check equality on real records).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Projected Displacement (PD) threat (seed 004 §3.2, Appendix A.2-A.5).
+"""Projected Displacement (PD) threat (Muthukumar et al. 2025, arXiv:2501.18098, §3.2,
+Appendix A.2-A.5).
 
 The PD threat of a perturbation δ at an input x of class y is
 

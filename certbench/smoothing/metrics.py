@@ -1,7 +1,8 @@
 """Metrics computed from certification records only (never from a model).
 
-ACR alone rewards easy images (seed 001), so every summary also carries certified accuracy at
-fixed radii and the distribution of p̂_A = n_y/n, the base classifier's accuracy under noise.
+ACR alone rewards easy images (Sun et al., ICML 2025), so every summary also carries certified
+accuracy at fixed radii and the distribution of p̂_A = n_y/n, the base classifier's accuracy under
+noise.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ RADII = (0.0, 0.25, 0.5, 0.75, 1.0)
 """Radius grid (ℓ2 over [0,1] pixels) reported in every summary."""
 
 PA_GRID = np.round(np.arange(500, 1001) / 1000, 3)
-"""x-axis of seed 001's p_A curve: 0.500, 0.501, ..., 1.000."""
+"""x-axis of the p_A curve of Sun et al., ICML 2025: 0.500, 0.501, ..., 1.000."""
 
 PA_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 
@@ -34,7 +35,8 @@ CIFAR_C_BANDS: Mapping[str, tuple[str, ...]] = {
     "mid": ("defocus_blur", "glass_blur", "motion_blur", "zoom_blur", "elastic_transform"),
     "high": ("gaussian_noise", "impulse_noise", "shot_noise", "pixelate", "jpeg_compression"),
 }
-"""Seed 000's hand grouping of CIFAR-C corruptions by the spectrum of their perturbation."""
+"""The hand grouping (Sun et al., ECCV 2022) of CIFAR-C corruptions by the spectrum of their
+perturbation."""
 
 Records: TypeAlias = Sequence[CertifyRecord] | pa.Table
 
@@ -106,7 +108,8 @@ def pa_hat(records: Records) -> np.ndarray:
 
 
 def pa_ecdf(records: Records, grid: np.ndarray = PA_GRID) -> np.ndarray:
-    """Seed 001's curve: for each x, the fraction of images with correct ∧ p̂_A ≥ x."""
+    """The p_A curve of Sun et al., ICML 2025: for each x, the fraction of images with correct ∧
+    p̂_A ≥ x."""
     c = _nonempty(_columns(records))
     pa = c["n_y"] / np.maximum(c["n"], 1)
     correct_pa = np.sort(np.where(c["correct"], pa, -1.0))
@@ -137,7 +140,7 @@ def summarize(records: Records, radii: Sequence[float] = RADII) -> Summary:
 
 
 def macr(acr_by_set: Mapping[str, float]) -> float:
-    """Mean ACR over the test sets of a benchmark (seed 000's mACR)."""
+    """Mean ACR over the test sets of a benchmark (the mACR of Sun et al., ECCV 2022)."""
     if not acr_by_set:
         raise RecordsError("mACR needs at least one test set")
     return float(np.mean(list(acr_by_set.values())))
@@ -147,7 +150,7 @@ def band_means(
     acr_by_corruption: Mapping[str, float],
     bands: Mapping[str, Sequence[str]] = CIFAR_C_BANDS,
 ) -> dict[str, float]:
-    """Mean ACR per spectral band (seed 000 Table 2's mACR-low/-mid/-high).
+    """Mean ACR per spectral band (mACR-low/-mid/-high of Sun et al., ECCV 2022, Table 2).
 
     `acr_by_corruption` holds one ACR per corruption, already averaged over its severities.
     """

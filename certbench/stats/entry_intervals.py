@@ -1,8 +1,9 @@
 """Intervals on every figure of a leaderboard entry, and paired tests from compact per-image terms.
 
-An entry's figures are means over its test sets of per-set figures (seed 000's mACR; certified
-accuracy, clean accuracy, abstain rate and the p̂_A quantiles of seed 001 likewise). Their 95 %
-intervals over the sampled images follow ``certbench.stats.intervals``:
+An entry's figures are means over its test sets of per-set figures (the mACR of Sun et al.,
+ECCV 2022; certified accuracy, clean accuracy, abstain rate and the p̂_A quantiles of Sun et al.,
+ICML 2025, likewise). Their 95 % intervals over the sampled images follow
+``certbench.stats.intervals``:
 
 - one test set: Clopper-Pearson for the proportions (certified accuracy at each radius, clean
   accuracy, abstain rate), percentile bootstrap over images for ACR and the p̂_A quantiles;
@@ -184,8 +185,9 @@ def figure_intervals(
 
 
 def mean_pa_band(counts: Sequence[int], level: float = LEVEL) -> tuple[float, str]:
-    """(half-width, method) of a simultaneous band around the p_A curve of an entry, i.e. seed
-    001's complementary ECDF averaged over its test sets of ``counts`` images each.
+    """(half-width, method) of a simultaneous band around the p_A curve of an entry, i.e. the
+    complementary ECDF of Sun et al., ICML 2025, averaged over its test sets of ``counts`` images
+    each.
 
     One test set: the exact Kolmogorov quantile (``certbench.stats.intervals.pa_band``). Several
     test sets: each set's Kolmogorov band at level 1 − (1 − level)/S (Bonferroni over the S sets);

@@ -2,7 +2,8 @@
 
 A test set of the protocol holds 500 images (every 20th of 10,000); the figures estimate what
 the certification procedure would score on the image distribution, and these intervals cover
-that sampling error at level 95 % (seed 001 shows ACR is fragile; no interval needs the model):
+that sampling error at level 95 % (Sun et al., ICML 2025 show ACR is fragile; no interval needs
+the model):
 
 - certified accuracy at a radius, one test set: exact two-sided Clopper-Pearson interval of a
   binomial proportion (conservative: coverage ≥ level for every true value);
@@ -197,7 +198,8 @@ def acr_interval(
 
 
 def pa_band(records: Records, grid: np.ndarray = PA_GRID, level: float = LEVEL) -> Band:
-    """Seed 001's p_A curve (fraction with correct ∧ p̂_A ≥ x) with a simultaneous band.
+    """The p_A curve of Sun et al., ICML 2025 (fraction with correct ∧ p̂_A ≥ x) with a simultaneous
+    band.
 
     ε is the exact Kolmogorov quantile for n images (valid, conservative for the discrete
     p̂_A); DKW-Massart's sqrt(ln(2/(1−level))/(2n)) would be slightly wider.

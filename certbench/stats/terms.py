@@ -5,15 +5,16 @@ stages'
 figures are all a mean over the sampled images (or paths) of one value per image: an accuracy
 (the image is correct, robust, safe: 0/1), a mean of such indicators over several sets of the
 same images (mean over severities, over the cells of a heatmap band), a mean of real values (ACR
-terms, a path's HFF), or a root-mean-square (the Jacobian norm, seed 003). ``FigureTerms`` holds
-those per-unit values, so every figure gets, from its stored records alone:
+terms, a path's HFF), or a root-mean-square (the Jacobian norm, Fridovich-Keil et al.,
+NeurIPS 2022). ``FigureTerms`` holds those per-unit values, so every figure gets, from its stored
+records alone:
 
 - an interval over the sampled units at level 95 %: exact Clopper-Pearson for a proportion of
   one set (0/1 terms; coverage ≥ level for every true value), else the percentile bootstrap over
   units with a fixed seed (``certbench.stats.intervals``: 1,000 resamples, seed 0, so recomputing
   gives the same numbers). A mean over several sets of the *same* images resamples images with all
-  their sets at once (a cluster bootstrap): the sets' errors are correlated (seed 001 shows how
-  fragile such averages are), so treating them as independent samples would be too narrow;
+  their sets at once (a cluster bootstrap): the sets' errors are correlated (Sun et al., ICML 2025
+  show how fragile such averages are), so treating them as independent samples would be too narrow;
 - a paired test of two entries measured on the same units (a figure of one benchmark's protocol
   is computed on the same images or paths for every entry): exact McNemar for a proportion of
   one set (binomial test on the discordant units), else the paired bootstrap of the difference

@@ -26,8 +26,8 @@ class TrainConfig:
     """Everything that defines the trained weights (stored in checkpoints and the log).
 
     ``batch_size``, ``lbd`` and ``eta`` default to the recipe's values (None = default).
-    ``augmix_variant="reference"`` reproduces the AugMix of seed 000's release (see
-    :mod:`certbench.augment.aug_mix`). ``sigma`` is the smoothing noise of the manifest; the
+    ``augmix_variant="reference"`` reproduces the AugMix of the release of Sun et al. (ECCV 2022)
+    (see :mod:`certbench.augment.aug_mix`). ``sigma`` is the smoothing noise of the manifest; the
     training noise ``train_sigma`` defaults to it (``train_sigma=0`` trains without noise,
     Cohen et al.'s "noise_0.00" models).
     """

@@ -1,14 +1,15 @@
 """Consistency regularisers for training base classifiers of smoothed models.
 
 - :func:`gaussian_consistency`: Jeong & Shin (NeurIPS 2020, "Consistency Regularization for
-  Certified Robustness of Smoothed Classifiers", arXiv:2006.04062), the regulariser of seed 000's
-  "Gaussian + JSD" baseline: for ``m`` noisy copies ``p_i = softmax(f(x + δ_i))`` and their mean
-  ``p̂``, ``λ·(1/m)·Σ_i KL(p̂ ‖ p_i) + η·H(p̂)``. Their CIFAR-10 setting: m = 2, λ = 20, η = 0.5
-  (github.com/jh-jeong/smoothing-consistency, ``consistency.py`` and EXPERIMENTS.MD).
+  Certified Robustness of Smoothed Classifiers", arXiv:2006.04062), the regulariser of the
+  "Gaussian + JSD" baseline of Sun et al., ECCV 2022: for ``m`` noisy copies
+  ``p_i = softmax(f(x + δ_i))`` and their mean ``p̂``, ``λ·(1/m)·Σ_i KL(p̂ ‖ p_i) + η·H(p̂)``. Their
+  CIFAR-10 setting: m = 2, λ = 20, η = 0.5 (github.com/jh-jeong/smoothing-consistency,
+  ``consistency.py`` and EXPERIMENTS.MD).
 - :func:`jensen_shannon`: AugMix's consistency (Hendrycks et al., ICLR 2020): the generalised
   Jensen-Shannon divergence ``(1/n)·Σ_j KL(p_j ‖ M)``, ``M = (1/n)·Σ_j p_j``, weighted by 12 in
-  AugMix's and seed 000's training code.
-- :func:`hierarchical_consistency`: HCR, seed 000 Eq. 3-4. For views ``x_0 … x_k`` (``x_0`` the
+  AugMix's and Sun et al.'s training code.
+- :func:`hierarchical_consistency`: HCR, Sun et al.'s Eq. 3-4. For views ``x_0 … x_k`` (``x_0`` the
   original) and noise samples ``δ_1 … δ_s``, with ``p_{j,i} = softmax(f(x_j + δ_i))``,
   ``p̄_j = (1/s)·Σ_i p_{j,i}`` and ``p̄ = (1/(k+1))·Σ_j p̄_j``::
 
@@ -55,17 +56,18 @@ __all__ = [
 ]
 
 JSD_WEIGHT = 12.0
-"""Weight of the JSD consistency in AugMix and in seed 000's ``*-jsd`` recipes."""
+"""Weight of the JSD consistency in AugMix and in the ``*-jsd`` recipes of Sun et al., ECCV 2022."""
 JEONG_SHIN_LAMBDA = 20.0
 """λ of Jeong & Shin's consistency for CIFAR-10 at σ = 0.25."""
 JEONG_SHIN_ETA = 0.5
 """η (entropy weight) of Jeong & Shin's consistency."""
 HCR_ETA = 10.0
-"""η of HCR on CIFAR-10/100 (seed 000 Appendix D)."""
+"""η of HCR on CIFAR-10/100 (Sun et al., ECCV 2022, Appendix D)."""
 
 
 def hcr_lambda(dataset: str) -> float:
-    """HCR's λ for a dataset: 20 for CIFAR-100, else CIFAR-10's 40 (seed 000 Appendix D)."""
+    """HCR's λ for a dataset: 20 for CIFAR-100, else CIFAR-10's 40 (Sun et al., ECCV 2022,
+    Appendix D)."""
     return 20.0 if "cifar100" in dataset.lower() else 40.0
 
 
@@ -118,7 +120,8 @@ def gaussian_consistency(
 def hierarchical_consistency(
     logits: torch.Tensor, *, lbd: float, eta: float = HCR_ETA
 ) -> torch.Tensor:
-    """HCR (seed 000 Eq. 4) of logits ``(k+1, s, B, classes)``: views × noise samples × batch.
+    """HCR (Sun et al., ECCV 2022, Eq. 4) of logits ``(k+1, s, B, classes)``: views × noise
+    samples × batch.
 
     View 0 is the original image. Returns the batch mean of ``L_HCR``.
     """

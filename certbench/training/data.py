@@ -34,7 +34,7 @@ BatchKey = tuple[int, list[int]]
 
 class EpochBatches(Sampler[BatchKey]):
     """Keys ``(epoch, positions)`` for epochs ``start..end-1``: a seeded permutation, cut into
-    full batches (the last partial batch is dropped, as in seed 000's release)."""
+    full batches (the last partial batch is dropped, as in the release of Sun et al., ECCV 2022)."""
 
     def __init__(self, count: int, batch_size: int, *, seed: int, start: int, end: int) -> None:
         if batch_size < 1 or count < batch_size:

@@ -1,4 +1,5 @@
-"""The training recipes of seed 000's Table 1 baselines: views, noise and loss of each.
+"""The training recipes of the Table 1 baselines of Sun et al., ECCV 2022: views, noise and loss
+of each.
 
 | recipe         | views of each image     | Gaussian noise          | loss                     |
 |----------------|-------------------------|-------------------------|--------------------------|
@@ -9,7 +10,7 @@
 | fouriermix-jsd | x, FourierMix(x) ×2     | half of the inputs      | CE(view 0) + 12·JSD      |
 | fouriermix-hcr | x, FourierMix(x) ×2     | s = 2 copies of each    | CE + HCR (Eq. 4)         |
 
-Seed 000 §4: "We follow Cohen et al. and Jeong et al. to train the Gaussian and Gaussian+JSD
+Sun et al. §4: "We follow Cohen et al. and Jeong et al. to train the Gaussian and Gaussian+JSD
 baseline models, respectively. For other augmentation methods, we apply Gaussian noise
 N(0, σ²I) to half of the training samples in the mini-batch ... and we follow Hendrycks et al. to
 apply JSD". HCR draws s noise samples for every view by definition (Eq. 4).
@@ -19,7 +20,7 @@ replacement (``np.random.choice``), so about 39 % of the inputs get noise; we gi
 noise with probability 1/2 (half in expectation), drawn from the step's noise stream.
 
 Images per SGD step (``batch_size``): 256 distinct images for every recipe (Cohen et al.'s and
-seed 000's ``--batch 256``), except ``gaussian-jsd`` with 128: Jeong & Shin split each 256-image
+Sun et al.'s ``--batch 256``), except ``gaussian-jsd`` with 128: Jeong & Shin split each 256-image
 loader batch into m = 2 chunks and take one step per chunk of 128 images × 2 noise copies.
 """
 

@@ -1,6 +1,7 @@
-"""The optimisation schedule of seed 000's CIFAR models: SGD, 200 epochs, step decay.
+"""The optimisation schedule of the CIFAR models of Sun et al., ECCV 2022: SGD, 200 epochs, step
+decay.
 
-Seed 000 Appendix D: "We train CIFAR-10/100 ... for 200 ... epochs for all methods with an SGD
+Sun et al., Appendix D: "We train CIFAR-10/100 ... for 200 ... epochs for all methods with an SGD
 optimizer". The release (github.com/jiachens/FourierMix, ``train.py``, ``train_augmix.py``,
 ``train_fourier.py``) fixes the rest: learning rate 0.1, momentum 0.9, weight decay 1e-4,
 batch 256, and for ``cifar_resnet110`` ``MultiStepLR(milestones=[100, 150], gamma=0.1)``.

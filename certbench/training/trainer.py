@@ -18,9 +18,9 @@ speed for that.
 
 The base classifier is ``nn.Sequential(NormalizeLayer(mean, std), net)`` of the registry.
 ``normalize="center"`` (default) subtracts the training set's per-channel mean and divides by 1:
-seed 000 Appendix D "exclude[s] the input normalization layer", and its release keeps only an
-input-centring layer (``get_input_center_layer``). ``"standardize"`` also divides by the
-per-channel std (Cohen et al.'s NormalizeLayer); ``"none"`` uses mean 0, std 1.
+Sun et al., ECCV 2022 (Appendix D) "exclude[s] the input normalization layer", and their release
+keeps only an input-centring layer (``get_input_center_layer``). ``"standardize"`` also divides by
+the per-channel std (Cohen et al.'s NormalizeLayer); ``"none"`` uses mean 0, std 1.
 """
 
 from __future__ import annotations

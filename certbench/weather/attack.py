@@ -1,4 +1,5 @@
-"""The simulation attack's evaluations (seed 002 §3–4): classifiers under adversarial weather.
+"""The simulation attack's evaluations (Wang et al., NeurIPS 2022 ML Safety Workshop, §3–4):
+classifiers under adversarial weather.
 
 The search (PGD on the particles' translations T_i and rotations R_i inside the set Δ, with
 restarts; ``AttackConfig``) is ``certbench.weather.search``. This module runs it on a test set for

@@ -1,5 +1,6 @@
-"""Example panels in the style of seed 002's Fig. 1: clean, random weather, simulation attack,
-and the difference between the attacked and the random image, for a few images.
+"""Example panels in the style of Wang et al., NeurIPS 2022 ML Safety Workshop, Fig. 1: clean,
+random weather, simulation attack, and the difference between the attacked and the random image, for
+a few images.
 
 The panel itself is drawn by ``certbench.figures.write_weather_panel`` (a Vega-Lite spec, like
 the web pages' figures). Examples can be kept as parquet (``write_examples`` /

@@ -1,6 +1,7 @@
-"""Objectives of the simulation attack (seed 002): what PGD ascends, per image.
+"""Objectives of the simulation attack (Wang et al., NeurIPS 2022 ML Safety Workshop): what PGD
+ascends, per image.
 
-- Base classifier: the cross-entropy of f(x') (seed 002 eq. 1), and f's prediction.
+- Base classifier: the cross-entropy of f(x') (their eq. 1), and f's prediction.
 - Smoothed classifier: SmoothAdv's loss (Salman et al. 2019, "Provably Robust Deep Learning via
   Adversarially Trained Smoothed Classifiers"), the cross-entropy of the Monte-Carlo soft
   smoothed classifier ``−log (1/m) Σ_j softmax(f(x' + δ_j))_y`` over m noise vectors δ_j that
@@ -46,7 +47,8 @@ def forward(model: nn.Module, inputs: torch.Tensor, slots: RowSlots | None = Non
 
 
 def base_objective(model: nn.Module) -> Objective:
-    """Cross-entropy of the base classifier (seed 002 eq. 1) and its prediction."""
+    """Cross-entropy of the base classifier (Wang et al., NeurIPS 2022 ML Safety Workshop, eq. 1)
+    and its prediction."""
 
     def objective(
         images: torch.Tensor,

@@ -33,10 +33,11 @@ class WeatherRecord:
     """The base classifier on one image under one weather set.
 
     ``robust``: no iterate of any restart (start points included) was misclassified: the image
-    is *safe* in seed 002's sense. ``random_correct``: correct on restart 0's start, the random
-    test set's weather for this image. ``broken_restart``/``broken_step``: where the first
-    misclassification was found (−1 if robust; step 0 is a start point). ``attacked_*``: the
-    reported attacked image (first misclassified iterate, else the highest-loss one).
+    is *safe* in the sense of Wang et al., NeurIPS 2022 ML Safety Workshop. ``random_correct``:
+    correct on restart 0's start, the random test set's weather for this image.
+    ``broken_restart``/``broken_step``: where the first misclassification was found (−1 if robust;
+    step 0 is a start point). ``attacked_*``: the reported attacked image (first misclassified
+    iterate, else the highest-loss one).
     """
 
     index: int

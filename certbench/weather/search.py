@@ -1,6 +1,7 @@
-"""The simulation attack's search (seed 002 §3–4): PGD on the weather simulator's particles.
+"""The simulation attack's search (Wang et al., NeurIPS 2022 ML Safety Workshop, §3–4): PGD on
+the weather simulator's particles.
 
-Seed 002's point is that random weather is over-optimistic: a classifier is *safe* on an image
+Wang et al.'s point is that random weather is over-optimistic: a classifier is *safe* on an image
 only if no weather in the perturbation set Δ fools it (eq. 1, ``max_{z ∈ Δ} l(f(x'), y)`` with
 ``x' = o + x(1 − o)``), and the worst case is found by PGD on the particles' translations T_i and
 rotations R_i through the differentiable simulator ("simulation attack", PGD-10 in §5.2).

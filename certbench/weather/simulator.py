@@ -1,5 +1,6 @@
-"""Rain and snow particle simulator (seed 002: "Evaluating worst case adversarial weather
-perturbations robustness"), differentiable in the particles' positions and rotations.
+"""Rain and snow particle simulator (Wang et al., "Evaluating worst case adversarial weather
+perturbations robustness", NeurIPS 2022 ML Safety Workshop), differentiable in the particles'
+positions and rotations.
 
 Two stages, as in the paper (§4, eq. 2):
 

@@ -1,9 +1,10 @@
 """Per-image terms of the worst-case weather stage's figures (``certbench.stats.terms``).
 
 Random and worst-case accuracy (0/1 per image and set), the smoothed classifier's ACR and
-certified accuracy under attacked weather (Wang et al. 2022, seed 002), per set, per weather
-(mean over severities) and overall (mean over every set): every set attacks the same images, so
-a mean over sets is the per-image mean over sets (``certbench.weather.records.summarize_weather``).
+certified accuracy under attacked weather (Wang et al., NeurIPS 2022 ML Safety Workshop), per set,
+per weather (mean over severities) and overall (mean over every set): every set attacks the same
+images, so a mean over sets is the per-image mean over sets
+(``certbench.weather.records.summarize_weather``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The perturbation set Δ of the simulation attack (seed 002 §3–4): what the attack may change.
+"""The perturbation set Δ of the simulation attack (Wang et al., NeurIPS 2022 ML Safety Workshop,
+§3–4): what the attack may change.
 
-Seed 002 attacks only the simulator's differentiable aggregation parameters, each particle's
+Wang et al. attack only the simulator's differentiable aggregation parameters, each particle's
 translation T_i and rotation R_i (eq. 2: ``o = Σ s_i R_i T_i``), "constrained in some given
 perturbation set" that the paper leaves unspecified. Here Δ is the set the random generator
 (``certbench.weather.simulator.draw_particles``, the published random test sets) samples from, so an

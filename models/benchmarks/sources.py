@@ -156,7 +156,7 @@ def spec_of_test_set(test_set: TestSet, settings: Settings) -> TestSetSpec:
 def image_source_spec(row: Mapping[str, Any], *, name: str, settings: Settings) -> TestSetSpec:
     """The images a stage's stored block names, resolved against this deployment's folders.
 
-    ``row`` is a stage's stored protocol row: an ``models.catalog.benchmarks.ImageSource`` block
+    ``row`` is a stage's stored protocol row: an ``models.benchmarks.definitions.ImageSource`` block
     dumped as JSON plus the subset ``protocol_row`` resolved (``subset_skip``, ``subset_limit``,
     ``num_images``). ``name`` labels the spec (``_<stage>``; it is no test set of the
     benchmark, so ``id`` is 0). The block's own ``provenance`` pins its images exactly as a test

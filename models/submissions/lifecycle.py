@@ -3,7 +3,7 @@
 Workers pass submission ids, never ORM objects; every function re-reads what it needs and commits
 its own unit of work. State changes go through ``transition``: a compare-and-set UPDATE guarded by
 ``TRANSITIONS``, so a cancel by the user and a worker finishing never both win. What the stages
-compute is planned and recorded in ``models.runs.shards`` and stored in ``models.completion``;
+compute is planned and recorded in ``models.runs.shards`` and stored in ``models.runs.results``;
 nothing here knows a stage by name.
 """
 

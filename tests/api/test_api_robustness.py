@@ -1,5 +1,6 @@
-"""The base-classifier robustness stage (seed 004) over HTTP: leaderboard columns, sorting, the
-results' ``robustness`` block and the benchmark's protocol, never exposing local paths."""
+"""The base-classifier robustness stage (Muthukumar et al. 2025, arXiv:2501.18098) over HTTP:
+leaderboard columns, sorting, the results' ``robustness`` block and the benchmark's protocol, never
+exposing local paths."""
 
 from __future__ import annotations
 

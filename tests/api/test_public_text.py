@@ -1,11 +1,11 @@
-"""Text that researchers read names papers, not the project's internal seed files.
+"""Text that researchers read names papers, not an internal numbering of them.
 
-The code cites its sources as "seed 000" … "seed 004" (files kept next to the repository); a
-reader of ``certbench … --help``, of the OpenAPI schema (``/docs``), of a web page or of a
-leaderboard column sees the paper's authors and year instead. Code docstrings that no user is
-shown may keep the seed numbers, so the check reads exactly what is shown: every registered
-command's help as click holds it, the app's OpenAPI schema, every web template and every
-stage's metric labels and help.
+The code and the docs cite their sources by authors, year and venue or arXiv link
+(``tests/docs/test_references.py`` holds every tracked file to that). A reader of ``certbench …
+--help``, of the OpenAPI schema (``/docs``), of a web page or of a leaderboard column sees text
+assembled at run time from many places, so this check reads exactly what is shown: every
+registered command's help as click holds it, the app's OpenAPI schema, every web template and
+every stage's metric labels and help.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from certbench.cli.app import register_plugins
 from models.core.settings import Settings
 from models.stages.registry import all_stages
 
-#: "seed 000", "Seed 004's", "seed  003" across a line break.
+#: "seed" and a three-digit number from 000, in any case, possessive, or across a line break.
 SEED_JARGON = re.compile(r"\bseed\s+0\d\d\b", re.IGNORECASE)
 TEMPLATES = Path(__file__).resolve().parents[2] / "api" / "web" / "templates"
 

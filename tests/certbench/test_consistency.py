@@ -1,4 +1,5 @@
-"""Consistency losses: HCR (seed 000 Eq. 3-4) by hand, its JSD limits, Jeong & Shin, gradients."""
+"""Consistency losses: HCR (Sun et al., ECCV 2022, Eq. 3-4) by hand, its JSD limits, Jeong & Shin,
+gradients."""
 
 from __future__ import annotations
 

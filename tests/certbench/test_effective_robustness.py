@@ -148,10 +148,11 @@ def test_entries_from_json_reads_counts_metrics_and_lens_summaries(tmp_path):
 
 
 def test_predictors_are_fitted_per_architecture_and_averaged_as_in_the_paper():
-    """Seed 003 §4.1: "each reported slope (m) and R² value is the average of the corresponding
-    values among the three architectures". Two architectures on parallel lines of slope −10 in
-    the metric, offset from each other: each fits exactly (R² = 1, m = −10); one line through
-    both mixes the offset in (another slope, R² < 1): the pooled view differs."""
+    """Fridovich-Keil et al., NeurIPS 2022, §4.1: "each reported slope (m) and R² value is
+    the average of the corresponding values among the three architectures". Two architectures on
+    parallel lines of slope −10 in the metric, offset from each other: each fits exactly (R² = 1,
+    m = −10); one line through both mixes the offset in (another slope, R² < 1): the pooled view
+    differs."""
     from certbench.lens import per_architecture_predictors
     from certbench.lens.predictors import architectures
 

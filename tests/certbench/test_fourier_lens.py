@@ -1,4 +1,5 @@
-"""Fourier-lens metrics (HFF, CD, Jacobian norm), records, sharding and summaries (seed 003 §3)."""
+"""Fourier-lens metrics (HFF, CD, Jacobian norm), records, sharding and summaries (Fridovich-Keil
+et al., NeurIPS 2022, §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""FourierMix (seed 000 Eq. 1-2, Algorithm 1): operator statistics, mixture, seeding, batching."""
+"""FourierMix (Sun et al., ECCV 2022, Eq. 1-2, Algorithm 1): operator statistics, mixture, seeding,
+batching."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Fourier amplitude/phase and pixel interpolation paths, and seeded pair selection (seed 003 §3).
+"""Fourier amplitude/phase and pixel interpolation paths, and seeded pair selection (Fridovich-Keil
+et al., NeurIPS 2022, §3).
 
 The end-point checks compare against an independent numpy construction written the way the
 released RobustNets code builds its window (``fftshift``, then the centred square slice

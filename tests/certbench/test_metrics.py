@@ -118,7 +118,8 @@ def test_summary_and_table_input_agree(records):
 
 
 def test_band_means_and_macr_reproduce_seed_000_table_2_gaussian_row():
-    # per-corruption ACR of the Gaussian-augmentation row of seed 000, Table 2 (CIFAR-10-C)
+    # per-corruption ACR of the Gaussian-augmentation row of Sun et al., ECCV 2022, Table 2
+    # (CIFAR-10-C)
     acr_by_corruption = {
         "gaussian_noise": 0.448,
         "shot_noise": 0.448,

@@ -1,4 +1,5 @@
-"""The simulation attack (seed 002): perturbation set, PGD, records, summaries, examples.
+"""The simulation attack (Wang et al., NeurIPS 2022 ML Safety Workshop): perturbation set, PGD,
+records, summaries, examples.
 
 A small CNN is trained here on synthetic 32x32 images (smooth class templates plus noise,
 under a second on one core), so the attack runs against a real decision boundary.

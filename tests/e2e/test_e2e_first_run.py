@@ -3,7 +3,7 @@
 In a fresh folder: ``certbench serve`` (SQLite, the embedded worker; the demo benchmark's data is
 generated and its two reference entries are submitted on first start), then the README's
 first-submission commands, read from the README itself (its ``<!-- cmd: first-run -->`` block, see
-``tests/docs/doc_blocks.py``) so that the two cannot drift apart: train a
+``tests/support/doc_blocks.py``) so that the two cannot drift apart: train a
 model for ``demo-digits``, create a user, ``certbench login``, ``certbench submit --wait``. The
 entry finishes with its figures and plots; ``results --json``, publishing the weights,
 ``certbench download`` and ``certbench.client.zoo.load_model`` give back the very model that was

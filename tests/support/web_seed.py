@@ -72,7 +72,8 @@ def _definition(name: str, title: str, test_sets: list[dict[str, Any]], **extra:
     )
 
 
-#: The robustness stage of webclean v2 (seed 004): the same 8 clean images, attacked at both ε.
+#: The robustness stage of webclean v2 (Muthukumar et al. 2025, arXiv:2501.18098): the same 8 clean
+#: images, attacked at both ε.
 ROBUSTNESS_ANCHORS = "web_k2_s0.safetensors"
 ROBUSTNESS_BANK_SHA256 = "5eed" * 16
 

@@ -324,7 +324,7 @@ def test_static_files_are_bundled(anonymous: TestClient) -> None:
     assert "http://" not in html.split("<body>")[0] and "https://" not in html.split("<body>")[0]
 
 
-# ---- base-classifier robustness (seed 004) ----------------------------------------------------
+# ---- base-classifier robustness (Muthukumar et al. 2025) --------------------------------------
 
 
 def _entries(site: Site, benchmark: str) -> dict[int, LeaderboardEntry]:

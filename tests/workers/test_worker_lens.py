@@ -177,7 +177,8 @@ def test_lens_shards_run_on_their_queue_and_merge_to_one_direct_run(
     assert entry.metrics["hff_phase_smoothed"] == pytest.approx(sum(smoothed) / 2)
     # kinds the protocol leaves out are stored as "not measured"
     assert entry.hff_pixel_within is None and entry.metrics["hff_pixel_between_smoothed"] is None
-    # every figure carries the Gaussian interval of the lens summary (seed 003 §4)
+    # every figure carries the Gaussian interval of the lens summary (Fridovich-Keil et al.,
+    # NeurIPS 2022, §4)
     for unit, suffix in (("base", ""), ("smoothed", "_smoothed")):
         for name, estimate in summarize(merged[unit]).metrics.items():
             key = f"{name}{suffix}"

@@ -1,5 +1,6 @@
-"""The robustness stage (seed 004) in the pipeline: shards on their own queue, anchors built
-once, records equal to one direct ``robust_accuracy`` run, leaderboard columns, failures."""
+"""The robustness stage (Muthukumar et al. 2025, arXiv:2501.18098) in the pipeline: shards on their
+own queue, anchors built once, records equal to one direct ``robust_accuracy`` run, leaderboard
+columns, failures."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The worst-case weather stage (Wang et al., seed 002) in the pipeline: shards on their own queue,
-records equal to one direct call of the core, leaderboard metrics over REST, the model-page
-section and its example panels, exactly-once recording, cancel, fresh rerun, and a perturbation
-set violation reported as a failure."""
+"""The worst-case weather stage (Wang et al., NeurIPS 2022 ML Safety Workshop) in the pipeline:
+shards on their own queue, records equal to one direct call of the core, leaderboard metrics over
+REST, the model-page section and its example panels, exactly-once recording, cancel, fresh rerun,
+and a perturbation set violation reported as a failure."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Web section of the PD robustness stage (seed 004) on the model page: the ε table and a
-hatched bar chart of the base classifier's clean, ℓ∞ and ℓ∞ ∩ PD accuracy.
+"""Web section of the PD robustness stage (Muthukumar et al. 2025, arXiv:2501.18098) on the model
+page: the ε table and a hatched bar chart of the base classifier's clean, ℓ∞ and ℓ∞ ∩ PD accuracy.
 
 A stage's web section is a module here (``STAGE``, ``TEMPLATE`` and ``context``) plus its template
 partial in ``templates/stages/``; ``api.web.stages`` finds every such module.
