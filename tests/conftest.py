@@ -7,13 +7,27 @@ minutes each) last, where they ran side by side after every short file was done 
 waited on them. scripts/test passes ``--no-loadscope-reorder`` and this hook puts the files with
 a ``slow`` test first (those that also start real processes, ``integration``, before the rest),
 keeping the collection's order otherwise, so the short files fill in around them.
+
+It also sets the time scale of the session's waits (``tests.support.timing``): measured once here,
+in the controlling process, and handed to pytest-xdist's processes so that all of them wait alike;
+and it stretches pytest-timeout's per-test limit (``timeout`` in pyproject.toml) by the same
+factor, so that a test that is only slow on a loaded machine is not killed before its own
+deadlines, which say what it was waiting for, run out.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.support import timing
+
+#: The key under which the controlling process hands the scale to pytest-xdist's processes.
+SCALE_KEY = "certbench_time_scale"
 
 
 def _rank(item: pytest.Item) -> int:
@@ -33,3 +47,43 @@ def _ranks(items: list[pytest.Item]) -> dict[Path, int]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = _ranks(items)
     items.sort(key=lambda item: rank[item.path])  # stable: each file's tests stay in order
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's time scale: the controller's (pytest-xdist process), else measured here."""
+    handed = getattr(config, "workerinput", {}).get(SCALE_KEY)
+    try:
+        timing.configure(timing.Scale(**handed) if handed else timing.measure())
+    except ValueError as err:
+        raise pytest.UsageError(str(err)) from err
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Hand the controller's scale to each pytest-xdist process (only with pytest-xdist)."""
+    node.workerinput[SCALE_KEY] = timing.current().as_dict()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return timing.current().describe()
+
+
+def _per_test_limit(config: pytest.Config) -> float | None:
+    """pytest-timeout's limit from pyproject.toml, or None when there is none or the command
+    line or PYTEST_TIMEOUT set one (an explicit limit is kept as given)."""
+    if not config.pluginmanager.hasplugin("timeout") or config.getoption("timeout") is not None:
+        return None
+    if os.environ.get("PYTEST_TIMEOUT"):
+        return None
+    configured = config.getini("timeout")
+    return float(configured) if configured else None
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Stretch the per-test limit by the time scale when the test starts (before pytest-timeout
+    reads it); a test's own ``timeout`` marker is kept as written."""
+    limit = _per_test_limit(item.config)
+    if limit and item.get_closest_marker("timeout") is None:
+        item.add_marker(pytest.mark.timeout(timing.seconds(limit)))
+    yield

@@ -17,6 +17,8 @@ from pathlib import Path
 import grimp
 import pytest
 
+from tests.support import timing
+
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("certbench", "models", "generators", "migrations", "api", "workers")
 TOP_LEVEL_FILES = {"__init__.py", "errors.py", "py.typed"}
@@ -40,7 +42,7 @@ def test_the_import_contracts_hold():
     systems > stats > smoothing | data > nets."""
     run = subprocess.run(
         [str(Path(sys.executable).with_name("lint-imports")), "--no-cache"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, capture_output=True, text=True, timeout=timing.seconds(300),
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     assert "0 broken" in run.stdout

@@ -29,6 +29,7 @@ OTHER_VARIABLES = {
     "CERTBENCH_TEST_REDIS_DB": "tests/support/api.py",
     "CERTBENCH_TEST_REDIS_URL": "benchmarks/api_load.py",
     "CERTBENCH_TEST_PROCESSES": "scripts/test",
+    "CERTBENCH_TEST_TIME_SCALE": "tests/support/timing.py",
     "CERTBENCH_SERVICES": "tests/workers/test_compose.py",
     "CERTBENCH_CUDA_TESTS_DEVICE": "tests/support/cuda.py",
 }

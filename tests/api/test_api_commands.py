@@ -21,6 +21,7 @@ from models.catalog.benchmarks import get_benchmark, packaged_definitions, upser
 from models.core.settings import Settings, get_settings
 from models.db.accounts import authenticate
 from models.db.engine import dispose_engines, session_scope
+from tests.support import timing
 from tests.support.service_factories import manifest, tiny_definition, weights_bytes
 
 register_plugins(app)
@@ -144,7 +145,7 @@ def test_serve_migrates_and_runs_the_embedded_worker(tmp_path: Path):
     process = subprocess.Popen(serve, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        ready = _wait_ready(base, process, time.monotonic() + 240)
+        ready = _wait_ready(base, process, time.monotonic() + timing.seconds(240))
         assert ready["embedded_broker"] is True and ready["migrations"] == "ok"
         names = [b["name"] for b in httpx.get(f"{base}/api/v1/benchmarks").json()]
         assert {"cifar10", "cifar10-c", "cifar100-f"} <= set(names)
@@ -165,20 +166,22 @@ def test_serve_migrates_and_runs_the_embedded_worker(tmp_path: Path):
                 "application/json",
             ),
         }
-        created = httpx.post(f"{base}/api/v1/submissions", headers=headers, files=files, timeout=60)
+        created = httpx.post(
+            f"{base}/api/v1/submissions", headers=headers, files=files, timeout=timing.seconds(60)
+        )
         assert created.status_code == 202, created.text
         url = f"{base}/api/v1/submissions/{created.json()['id']}"
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + timing.seconds(240)
         state = "submitted"
         while state == "submitted" and time.monotonic() < deadline:
             time.sleep(2)
-            state = httpx.get(url, headers=headers, timeout=10).json()["state"]
+            state = httpx.get(url, headers=headers, timeout=timing.seconds(10)).json()["state"]
         assert state != "submitted", "the embedded worker never picked up the validation job"
     finally:
         process.send_signal(signal.SIGTERM)
-        output = process.communicate(timeout=60)[0].decode(errors="replace")
+        output = process.communicate(timeout=timing.seconds(60))[0].decode(errors="replace")
     assert "starting the embedded worker" in output
-    time.sleep(2)
+    time.sleep(timing.seconds(2))
     for pid in workers:
         assert (
             not Path(f"/proc/{pid}").exists()

@@ -35,6 +35,7 @@ from models.db.entities import Submission
 from models.db.states import SubmissionState
 from models.submissions.artifacts import INCOMING_DIR
 from models.submissions.quotas import quota_usage
+from tests.support import timing
 from tests.support.api import Actors, drain_validations
 from tests.support.service_factories import make_user, manifest, multipart, weights_bytes
 
@@ -57,7 +58,7 @@ def serve(settings: Settings) -> Iterator[Callable[..., tuple[str, int]]]:
         )
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + timing.seconds(30)
         while not server.started:
             assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
             time.sleep(0.05)
@@ -67,7 +68,7 @@ def serve(settings: Settings) -> Iterator[Callable[..., tuple[str, int]]]:
     yield start
     for server, thread in servers:
         server.should_exit = True
-        thread.join(timeout=30)
+        thread.join(timeout=timing.seconds(30))
 
 
 def _parts(weights: bytes, document: dict | bytes) -> tuple[bytes, bytes]:
@@ -90,7 +91,7 @@ def _parts(weights: bytes, document: dict | bytes) -> tuple[bytes, bytes]:
 
 def _open_upload(port: int, headers: dict[str, str], length: int, first: bytes) -> socket.socket:
     """Send the request line, headers and the first bytes of a body of ``length`` bytes."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=20)
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timing.seconds(20))
     lines = [f"POST {URL} HTTP/1.1", f"Host: 127.0.0.1:{port}",
              f"Content-Type: multipart/form-data; boundary={BOUNDARY}",
              f"Content-Length: {length}", *(f"{k}: {v}" for k, v in headers.items())]  # fmt: skip
@@ -126,7 +127,10 @@ def test_a_bad_token_is_refused_before_the_body_is_read(serve, actors: Actors, s
 def test_quotas_are_checked_before_the_body_is_read(serve, actors: Actors):
     base, port = serve(quota_concurrent=1)
     first = httpx.post(
-        base + URL, headers=actors.alice, timeout=60, **multipart(weights_bytes(), manifest())
+        base + URL,
+        headers=actors.alice,
+        timeout=timing.seconds(60),
+        **multipart(weights_bytes(), manifest()),
     )
     assert first.status_code == 202, first.text
     sock = _open_upload(port, actors.alice, 100_000_000, b"x" * 65536)
@@ -146,7 +150,7 @@ def test_weights_stream_to_disk_while_the_body_arrives(serve, actors: Actors, se
             [p for p in incoming.glob("*.tmp") if p.stat().st_size > 0] if incoming.exists() else []
         )
 
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + timing.seconds(20)
     while not staged() and time.monotonic() < deadline:
         time.sleep(0.05)
     (partial,) = staged()  # half the weights are on disk while the rest is unsent
@@ -167,7 +171,7 @@ def _together(count: int, send: Callable[[int, httpx.Client], httpx.Response]) -
     barrier = threading.Barrier(count)
 
     def one(index: int) -> int:
-        with httpx.Client(timeout=120) as client:
+        with httpx.Client(timeout=timing.seconds(120)) as client:
             barrier.wait()
             return send(index, client).status_code
 

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+from tests.support import timing
+
 PROBE = textwrap.dedent(
     """
     import sys, tempfile
@@ -30,7 +32,11 @@ PROBE = textwrap.dedent(
 
 def test_importing_and_building_the_app_loads_no_torch_scipy_or_alembic():
     done = subprocess.run(
-        [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-c", PROBE],
+        capture_output=True,
+        text=True,
+        timeout=timing.seconds(300),
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "none", done.stdout

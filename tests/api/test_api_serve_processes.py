@@ -22,6 +22,7 @@ from models.core.queue import embedded_broker_path
 from models.core.settings import Settings
 from models.db.engine import dispose_engines, session_scope
 from models.submissions.artifacts import INCOMING_DIR
+from tests.support import timing
 from tests.support.api import drain_validations
 from tests.support.service_factories import make_user, manifest, weights_bytes
 
@@ -76,7 +77,7 @@ def test_serve_runs_several_api_processes_over_sqlite(tmp_path: Path):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(base, process, time.monotonic() + 240)
+        _wait_ready(base, process, time.monotonic() + timing.seconds(240))
         spawned = [c for c in _children(process.pid) if "multiprocessing" in c]
         assert len(spawned) >= 2, _children(process.pid)
         settings = Settings(data_dir=data, environment="test")
@@ -94,7 +95,7 @@ def test_serve_runs_several_api_processes_over_sqlite(tmp_path: Path):
                     "application/json",
                 ),
             }
-            with httpx.Client(timeout=120) as client:
+            with httpx.Client(timeout=timing.seconds(120)) as client:
                 return client.post(
                     f"{base}/api/v1/submissions", headers=headers, files=files
                 ).status_code
@@ -106,7 +107,7 @@ def test_serve_runs_several_api_processes_over_sqlite(tmp_path: Path):
         assert sorted(queued) == list(range(1, 9))
     finally:
         process.send_signal(signal.SIGTERM)
-        output = process.communicate(timeout=60)[0].decode(errors="replace")
+        output = process.communicate(timeout=timing.seconds(60))[0].decode(errors="replace")
         dispose_engines()
     assert "serving the API with 2 process(es)" in output
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import timing
+
 AVX2_ONLY = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
@@ -48,7 +50,7 @@ def test_invariance_holds_with_the_instruction_set_restricted_to_avx2():
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
          *INVARIANCE_TESTS],
-        cwd=root, env=env, capture_output=True, text=True, timeout=600,
+        cwd=root, env=env, capture_output=True, text=True, timeout=timing.seconds(600),
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert " passed" in run.stdout and "skipped" not in run.stdout.splitlines()[-1], run.stdout

@@ -22,6 +22,7 @@ from certbench.smoothing import write_records
 from certbench.smoothing.outcomes import certified_radius, lower_confidence_bound
 from certbench.stats.intervals import clopper_pearson, sign_test_p_value
 from tests.certbench.test_interval_commands import synthetic
+from tests.support import timing
 
 SCRIPT = textwrap.dedent(
     """
@@ -40,7 +41,10 @@ SCRIPT = textwrap.dedent(
 
 def _run(*argv: str) -> tuple[str, set[str]]:
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, *argv], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", SCRIPT, *argv],
+        capture_output=True,
+        text=True,
+        timeout=timing.seconds(300),
     )
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout)

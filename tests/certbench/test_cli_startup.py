@@ -14,6 +14,8 @@ import subprocess
 import sys
 import textwrap
 
+from tests.support import timing
+
 #: Libraries that take from a tenth of a second to several seconds to import.
 HEAVY = (
     "torch",
@@ -71,7 +73,11 @@ SCRIPT = textwrap.dedent(
 
 def _run() -> dict:
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-c", SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=timing.seconds(300),
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)

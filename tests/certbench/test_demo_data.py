@@ -16,6 +16,7 @@ from certbench.data import demo as demo_module
 from certbench.data.demo import TEST_EVERY, UPSCALE, demo_images, write_demo_dataset
 from certbench.data.sources import load_images
 from certbench.errors import DataSourceError
+from tests.support import timing
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +116,9 @@ def test_building_the_demo_images_does_not_import_scikit_learn():
         "assert images.shape == (1797, 3, 32, 32), images.shape\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'scipy')))\n"
     )
-    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=timing.seconds(120)
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"
 

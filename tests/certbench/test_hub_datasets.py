@@ -17,6 +17,7 @@ from certbench.data.image_set import Subset
 from certbench.data.names import HUB_ALIASES
 from certbench.data.sources import list_configs, load_images
 from certbench.errors import DataSourceError
+from tests.support import timing
 from tests.support.data_layouts import (
     CIFAR100_COARSE,
     CIFAR100_FINE,
@@ -105,7 +106,11 @@ def test_offline_hub_gives_clear_error() -> None:
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timing.seconds(300),
     )
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("ERR")]

@@ -14,6 +14,8 @@ import subprocess
 import zipfile
 from pathlib import Path
 
+from tests.support import timing
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -24,7 +26,7 @@ def test_the_wheel_carries_the_typing_marker_and_the_client(tmp_path: Path) -> N
         [uv, "build", "--wheel", "--offline", "--out-dir", str(tmp_path), str(ROOT)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timing.seconds(300),
         check=False,
     )
     assert built.returncode == 0, built.stderr

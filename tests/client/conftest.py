@@ -20,6 +20,7 @@ import uvicorn
 from api.main import create_app
 from models.db.engine import session_scope
 from models.db.entities import Role
+from tests.support import timing
 from tests.support.client import Live
 from tests.support.service_db import MigratedTemplates, service_settings, templates
 from tests.support.service_factories import (
@@ -62,7 +63,7 @@ def live(tmp_path: Path, migrated: MigratedTemplates) -> Iterator[Live]:
         )
         thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
         thread.start()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + timing.seconds(60)
         while not server.started:
             if not thread.is_alive() or time.monotonic() > deadline:
                 raise AssertionError("the uvicorn server did not start")
@@ -71,5 +72,5 @@ def live(tmp_path: Path, migrated: MigratedTemplates) -> Iterator[Live]:
             yield Live(f"http://127.0.0.1:{port}", settings, alice, bob, admin)
         finally:
             server.should_exit = True
-            thread.join(timeout=30)
+            thread.join(timeout=timing.seconds(30))
             listener.close()

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import timing
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # a subprocess that imports torch and runs for a minute
 ABSENT_ON_THE_GPU_IMAGE = (
@@ -65,7 +67,7 @@ def test_the_cuda_tests_and_gpu_check_import_without_the_service_packages():
     run = subprocess.run(
         [sys.executable, "-c", PROBE, ",".join(ABSENT_ON_THE_GPU_IMAGE), *modules],
         cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=timing.seconds(300),
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     assert f"imported {len(modules)}" in run.stdout
@@ -75,6 +77,6 @@ def test_the_probe_would_notice_a_service_import():
     run = subprocess.run(
         [sys.executable, "-c", PROBE, ",".join(ABSENT_ON_THE_GPU_IMAGE), "certbench.nets:Manifest"],
         cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=timing.seconds(300),
     )  # fmt: skip
     assert run.returncode != 0 and "not on the GPU image" in run.stderr

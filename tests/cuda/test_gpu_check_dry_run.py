@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from certbench.training import RECIPES
+from tests.support import timing
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # a subprocess that imports torch and runs for a minute
@@ -22,7 +23,7 @@ def test_gpu_check_dry_run_writes_both_reports(tmp_path):
     env.pop("CERTBENCH_CUDA_TESTS_DEVICE", None)
     run = subprocess.run(
         [sys.executable, "scripts/gpu-check", "--dry-run"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timing.seconds(300),
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = json.loads((tmp_path / "gpu-check.json").read_text())
@@ -66,7 +67,11 @@ def test_roofline_names_the_binding_limit():
 
 def test_the_wheel_bundle_builds_within_40_mib():
     run = subprocess.run(
-        ["bash", "scripts/gpu-wheels-build"], cwd=ROOT, capture_output=True, text=True, timeout=120
+        ["bash", "scripts/gpu-wheels-build"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timing.seconds(120),
     )
     assert run.returncode == 0, run.stderr
     assert "(limit 40 MiB)" in run.stdout

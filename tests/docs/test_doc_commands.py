@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import pytest
 from typer._click.exceptions import UsageError  # Typer's vendored click
 
+from tests.support import timing
 from tests.support.doc_blocks import ROOT, Block, all_blocks, blocks, command_lines, first_run_block
 from tests.support.processes import BIN, service_env
 
@@ -226,7 +227,7 @@ def test_runnable_blocks_run_as_written(block: Block, tmp_path: Path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timing.seconds(600),
     )
     assert done.returncode == 0, f"{block.where}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     outs = [argv[argv.index("--out") + 1] for argv in command_lines(block.text) if "--out" in argv]

@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 
 from api.main import create_app
 from models.core.settings import Settings
+from tests.support import timing
 from tests.support.doc_blocks import ROOT
 
 pytestmark = pytest.mark.slow
@@ -31,7 +32,7 @@ def site(tmp_path_factory) -> Path:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timing.seconds(600),
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     return folder

@@ -22,6 +22,7 @@ from api.commands import prepare_service
 from models.catalog.reference_entries import REFERENCE_USER
 from models.db.engine import session_scope
 from models.db.entities import Submission
+from tests.support import timing
 from tests.support.e2e import postgres_database, redis_database, running_stack
 from tests.support.processes import wait_for
 
@@ -82,7 +83,7 @@ def test_first_start_certifies_the_demo_reference_entries(tmp_path: Path):
             assert row["metrics"]["fourier_base_low"] is not None
         assert noisy["metrics"]["macr"] > clean["metrics"]["macr"]  # what noise training buys
 
-        with httpx.Client(base_url=stack.base, timeout=60) as web:
+        with httpx.Client(base_url=stack.base, timeout=timing.seconds(60)) as web:
             for row in (noisy, clean):
                 stages = web.get(f"/api/v1/results/{row['submission_id']}").json()["stages"]
                 seconds = ", ".join(f"{s['stage']} {s['seconds']:.1f} s" for s in stages)
@@ -104,5 +105,5 @@ def test_first_start_certifies_the_demo_reference_entries(tmp_path: Path):
 
 
 def _board_when_complete(base: str) -> dict | None:
-    board = httpx.get(f"{base}/api/v1/leaderboards/{DEMO}", timeout=30).json()
+    board = httpx.get(f"{base}/api/v1/leaderboards/{DEMO}", timeout=timing.seconds(30)).json()
     return board if board["total"] == 2 else None

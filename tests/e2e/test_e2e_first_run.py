@@ -39,9 +39,11 @@ import torch
 from certbench.client.zoo import load_model
 from certbench.nets.loading import load_manifest
 from certbench.nets.loading import load_model as load_local_model
+from tests.support import timing
 from tests.support.doc_blocks import command_lines, first_run_block
 from tests.support.flow import free_port
 from tests.support.processes import BIN, NO_NETWORK, Service, service_env, wait_for
+from tests.support.web import scale_waits
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -120,7 +122,7 @@ class Newcomer:
             env=self.env,
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=timing.seconds(600),
         )
         assert done.returncode == 0, f"{shlex.join(argv)}\n{done.stdout}\n{done.stderr}"
         return done
@@ -130,7 +132,11 @@ def _assert_offline(env: dict[str, str]) -> None:
     """The newcomer's processes cannot reach the Hub (the precondition of "no network")."""
     assert {k: env[k] for k in NO_NETWORK} == NO_NETWORK
     probe = subprocess.run(
-        [sys.executable, "-c", NETWORK_PROBE], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", NETWORK_PROBE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timing.seconds(120),
     )
     assert probe.returncode == 0, probe.stdout + probe.stderr
     assert probe.stdout.count("refused") == 2, probe.stdout
@@ -196,16 +202,18 @@ def test_the_readmes_first_run_reaches_a_finished_demo_entry_with_plots(tmp_path
         )
         ids = [row["submission_id"] for row in board]
         assert entry in ids and len(ids) == 3
-        model_page = httpx.get(f"{base}/models/{entry}", timeout=30).text
+        model_page = httpx.get(f"{base}/models/{entry}", timeout=timing.seconds(30)).text
         assert "not comparable with papers" in model_page
         assert model_page.count('class="chart-figure"') >= 2, "the model page should draw its plots"
-        compare = httpx.get(f"{base}/compare", params=[("id", i) for i in ids], timeout=30)
+        compare = httpx.get(
+            f"{base}/compare", params=[("id", i) for i in ids], timeout=timing.seconds(30)
+        )
         assert compare.status_code == 200, compare.text[:500]
         assert compare.text.count('class="chart-figure"') >= 1
         # Playwright's sync API refuses a thread with an asyncio loop (an earlier test may leave
         # one in this process): browse from a fresh thread
         with ThreadPoolExecutor(max_workers=1) as pool:
-            pool.submit(_browse_the_demo_leaderboard, base, ids).result(timeout=300)
+            pool.submit(_browse_the_demo_leaderboard, base, ids).result(timeout=timing.seconds(300))
 
         weights = folder / "my-model" / "model.safetensors"
         newcomer.run(["certbench", "publish-weights", str(entry), "--license", "CC-BY-4.0"])
@@ -216,7 +224,7 @@ def test_the_readmes_first_run_reaches_a_finished_demo_entry_with_plots(tmp_path
         _assert_same_function(loaded, weights, folder / "my-model" / "manifest.json")
     finally:
         os.kill(serve.pid, signal.SIGINT)  # what Ctrl-C does: uvicorn stops, then the worker
-        serve.process.wait(timeout=120)
+        serve.process.wait(timeout=timing.seconds(120))
         serve.stop()
     for pid in worker_pids:
         assert _gone(pid), f"worker {pid} outlived serve"
@@ -244,7 +252,7 @@ def _browse_the_demo_leaderboard(base: str, ids: list[int]) -> None:
             executable_path=str(chromium), args=["--headless", "--no-sandbox", "--disable-gpu"]
         )
         try:
-            page = browser.new_page(base_url=base)
+            page = scale_waits(browser.new_page(base_url=base))
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.goto(f"/leaderboards/{DEMO}")
             assert "not comparable with papers" in page.locator("h1").inner_text()
@@ -255,7 +263,7 @@ def _browse_the_demo_leaderboard(base: str, ids: list[int]) -> None:
             boxes.nth(1).check()
             page.locator("#compare-button").click()
             page.wait_for_url("**/compare**")
-            page.locator("figure svg").first.wait_for(timeout=30_000)  # vega-embed draws
+            page.locator("figure svg").first.wait_for()  # vega-embed draws
             assert page.locator("figure svg").count() >= 1
         finally:
             browser.close()
@@ -263,7 +271,8 @@ def _browse_the_demo_leaderboard(base: str, ids: list[int]) -> None:
 
 
 def _finished_board(base: str) -> list[dict] | None:
-    rows = httpx.get(f"{base}/api/v1/leaderboards/{DEMO}", timeout=30).json()["rows"]
+    board = httpx.get(f"{base}/api/v1/leaderboards/{DEMO}", timeout=timing.seconds(30))
+    rows = board.json()["rows"]
     return rows if len(rows) == 3 else None
 
 

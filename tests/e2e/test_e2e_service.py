@@ -11,6 +11,7 @@ import pytest
 
 from certbench.smoothing.metrics import acr
 from certbench.smoothing.records import table_to_records
+from tests.support import timing
 from tests.support.flow import put_benchmark, submit, wait_state
 from tests.support.processes import wait_for
 from tests.support.workers import TEST_SETS, manifest, tiny_model, weights_bytes
@@ -32,7 +33,7 @@ def test_submission_is_certified_ranked_and_its_records_downloadable(stack, tiny
     assert moves == ["submitted", "validating", "queued", "running", "finished"]
     assert done["heartbeat_at"] is not None and done["started_at"] is not None
 
-    board = httpx.get(f"{stack.base}/api/v1/leaderboards/tiny", timeout=30)
+    board = httpx.get(f"{stack.base}/api/v1/leaderboards/tiny", timeout=timing.seconds(30))
     assert board.status_code == 200, board.text
     rows = [row for row in board.json()["rows"] if row["submission_id"] == sid]
     assert len(rows) == 1 and rows[0]["model_name"] == "tiny resnet20"
@@ -70,7 +71,7 @@ def test_robustness_stage_runs_on_the_real_worker_and_reaches_the_leaderboard(st
     for tag in ("8", "16"):
         linf, pd = robust[f"linf_acc_{tag}"], robust[f"pd_acc_{tag}"]
         assert linf <= pd <= robust["base_accuracy"]
-    board = httpx.get(f"{stack.base}/api/v1/leaderboards/robust", timeout=30).json()
+    board = httpx.get(f"{stack.base}/api/v1/leaderboards/robust", timeout=timing.seconds(30)).json()
     (row,) = [r for r in board["rows"] if r["submission_id"] == sid]
     assert row["metrics"]["pd_acc_8"] == robust["pd_acc_8"]
     assert row["metrics"]["base_accuracy"] == robust["base_accuracy"]

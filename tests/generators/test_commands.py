@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from certbench.data.sources import list_configs, load_images
 from generators import commands
+from tests.support import timing
 from tests.support.cifar_f_sources import write_cifar10
 
 
@@ -125,7 +126,7 @@ def test_publish_offline_through_the_installed_command(
     proc = subprocess.run(
         [sys.executable, "-c", "from certbench.cli.app import main; main()", "publish", str(folder),
          "--repo", "me/x"],
-        env=env, capture_output=True, text=True, timeout=300,
+        env=env, capture_output=True, text=True, timeout=timing.seconds(300),
     )  # fmt: skip
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "HF_HUB_OFFLINE is set" in " ".join(proc.stderr.split())

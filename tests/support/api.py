@@ -11,6 +11,7 @@ from kombu import Connection
 
 from models.core.queue import CONTROL_QUEUE, TASK_VALIDATE, celery_config
 from models.core.settings import Settings
+from tests.support import timing
 
 #: The API tests' Redis database: 13, minus the pytest-xdist worker's number (gw1 → 12), so that
 #: parallel workers never flush each other's queues; CERTBENCH_TEST_REDIS_DB overrides it (two
@@ -37,7 +38,7 @@ HOW_TO_START_REDIS = (
 
 def fresh_redis() -> None:
     try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3).flushdb()
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=timing.seconds(3)).flushdb()
     except redis.exceptions.ConnectionError as err:
         pytest.fail(HOW_TO_START_REDIS.format(url=REDIS_URL, err=err), pytrace=False)
 

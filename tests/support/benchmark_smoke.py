@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.support import timing
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
 #: A figure: a number with a unit or a ratio, as every script prints them.
@@ -58,7 +60,7 @@ def run_smoke(script: Path) -> None:
             env=env,
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=timing.seconds(600),
         )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -16,6 +16,7 @@ from models.db.engine import session_scope
 from models.db.entities import Submission
 from models.db.states import SubmissionState
 from models.submissions import lifecycle as pipeline
+from tests.support import timing
 from tests.support.service_factories import (
     manifest,
     run_pipeline,
@@ -76,7 +77,7 @@ class Live:
             yield
         finally:
             stop.set()
-            thread.join(timeout=30)
+            thread.join(timeout=timing.seconds(30))
         if failures:
             raise failures[0]
 

@@ -19,7 +19,7 @@ from models.core.settings import Settings
 from models.db import accounts
 from models.db.engine import dispose_engines, session_scope
 from models.db.entities import Role
-from tests.support import redis_claims
+from tests.support import redis_claims, timing
 from tests.support.flow import free_port, settings_from_env
 from tests.support.processes import BIN, Service, service_env, start_worker, wait_for
 
@@ -76,7 +76,9 @@ SERVICE_ENV = {
 def postgres_database() -> Iterator[str]:
     """A fresh database on the local PostgreSQL, dropped afterwards."""
     try:
-        admin = psycopg.connect(POSTGRES_ADMIN, autocommit=True, connect_timeout=5)
+        admin = psycopg.connect(
+            POSTGRES_ADMIN, autocommit=True, connect_timeout=round(timing.seconds(5))
+        )
     except psycopg.OperationalError as err:
         pytest.fail(START_POSTGRES.format(err=err), pytrace=False)
     name = f"certbench_e2e_{uuid.uuid4().hex[:12]}"
@@ -98,7 +100,7 @@ def redis_database() -> Iterator[str]:
     registry that survives the claimed database being flushed (``redis_claims``), emptied,
     and emptied and given back afterwards."""
     try:
-        redis.Redis(REDIS_HOST, REDIS_PORT, socket_connect_timeout=5).ping()
+        redis.Redis(REDIS_HOST, REDIS_PORT, socket_connect_timeout=timing.seconds(5)).ping()
     except redis.exceptions.ConnectionError as err:
         pytest.fail(START_REDIS.format(err=err), pytrace=False)
     held = redis_claims.claim(REDIS_HOST, REDIS_PORT, E2E_REDIS_DATABASES)
@@ -137,7 +139,9 @@ class Stack:
 
     def client(self, token: str) -> httpx.Client:
         client = httpx.Client(
-            base_url=self.base, headers={"Authorization": f"Bearer {token}"}, timeout=60
+            base_url=self.base,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timing.seconds(60),
         )
         self.clients.append(client)
         return client
@@ -179,7 +183,7 @@ def running_stack(root: Path, postgres_url: str, redis_url: str, **overrides: st
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     admin_client = httpx.Client(
-        base_url=base, headers={"Authorization": f"Bearer {secret}"}, timeout=60
+        base_url=base, headers={"Authorization": f"Bearer {secret}"}, timeout=timing.seconds(60)
     )
     running = Stack(env=env, settings=settings, api=api, base=base, admin=admin_client, root=root)
     try:

@@ -79,7 +79,8 @@ def wait_state(
     services: tuple[Service, ...],
     timeout: float = 400,
 ) -> dict[str, Any]:
-    """Poll GET /submissions/{id} until its state is in ``states``; fail on another end state."""
+    """Poll GET /submissions/{id} until its state is in ``states``; fail on another end state
+    (``timeout``: seconds on the reference machine, scaled by ``wait_for``)."""
 
     def probe() -> dict[str, Any] | None:
         body = client.get(f"/api/v1/submissions/{submission_id}").json()

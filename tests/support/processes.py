@@ -2,7 +2,8 @@
 
 Each process gets its own session (process group), so ``kill_group`` takes down a Celery worker's
 main process and its pool process together, like a machine losing power. Logs go to files that
-failure messages quote, since a dead subprocess is otherwise silent.
+failure messages quote, since a dead subprocess is otherwise silent. Every deadline here is
+stretched by the machine's time scale (``tests.support.timing``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
+
+from tests.support import timing
 
 T = TypeVar("T")
 
@@ -97,14 +100,15 @@ class Service:
         """SIGKILL the whole process group (main process and pool children), then reap it."""
         if self.alive():
             os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
+        self.process.wait(timeout=timing.seconds(30))
 
     def stop(self, timeout: float = 30) -> None:
-        """SIGTERM to the main process (warm shutdown), SIGKILL the group if it lingers."""
+        """SIGTERM to the main process (warm shutdown), SIGKILL the group if it lingers past
+        ``timeout`` (scaled)."""
         if self.alive():
             os.kill(self.process.pid, signal.SIGTERM)
             try:
-                self.process.wait(timeout=timeout)
+                self.process.wait(timeout=timing.seconds(timeout))
             except subprocess.TimeoutExpired:
                 self.kill_group()
         self._handle.close()
@@ -123,8 +127,13 @@ def wait_for(
     services: tuple[Service, ...] = (),
     interval: float = 0.5,
 ) -> T:
-    """Poll ``probe`` until it returns something truthy; fail with the services' logs otherwise."""
-    deadline = time.monotonic() + timeout
+    """Poll ``probe`` until it returns something truthy; fail with the services' logs otherwise.
+
+    ``timeout`` is the deadline on the reference machine; the wait lasts ``timing.seconds(timeout)``
+    here.
+    """
+    limit = timing.seconds(timeout)
+    deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         value = probe()
         if value:
@@ -137,4 +146,7 @@ def wait_for(
                 )
         time.sleep(interval)
     logs = "\n\n".join(f"--- {s.args[1:3]} log:\n{s.tail()}" for s in services)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{logs}")
+    raise AssertionError(
+        f"timed out after {limit:.0f} s ({timeout} s scaled by the machine's time scale) "
+        f"waiting for {what}\n{logs}"
+    )

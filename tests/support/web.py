@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from models.core.settings import Settings
+from tests.support import timing
 from tests.support.web_seed import Seeded
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,8 +21,13 @@ ARTIFACTS = REPO / "test-artifacts" / "web"
 CHROMIUM = Path(os.environ.get("CERTBENCH_CHROMIUM", "/usr/bin/chromium"))
 
 
-#: Importing the app (torch included) can take a minute on a busy 2-core machine.
+#: Importing the app (torch included) can take a minute on a busy 2-core machine (scaled by the
+#: machine's time scale where it is waited for, tests/web/conftest.py).
 SERVER_START_SECONDS = 300
+
+
+#: Playwright's own default deadline (30 s) for each action and navigation of a page.
+BROWSER_ACTION_MILLISECONDS = 30_000
 
 
 CHROMIUM_ARGS = [
@@ -49,12 +55,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def scale_waits(context: Any) -> Any:
+    """Playwright's default deadline for every action and navigation of ``context`` (a browser
+    context or page), stretched by the machine's time scale; returns ``context``."""
+    context.set_default_timeout(timing.milliseconds(BROWSER_ACTION_MILLISECONDS))
+    return context
+
+
 def drawn(page: Any) -> None:
     """Wait until vega-embed has drawn every figure of the page (certbench.js marks
     ``<html data-charts>``); fails when a figure could not be drawn."""
     if page.locator("div.vega-chart").count() == 0:
         return
-    page.wait_for_function("document.documentElement.dataset.charts", timeout=60_000)
+    page.wait_for_function(
+        "document.documentElement.dataset.charts", timeout=timing.milliseconds(60_000)
+    )
     assert page.evaluate("document.documentElement.dataset.charts") == "drawn"
 
 

@@ -23,6 +23,7 @@ import migrations
 from api.main import create_app
 from models.core.settings import Settings
 from models.db.engine import dispose_engines, session_scope
+from tests.support import timing
 from tests.support.web import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -30,6 +31,7 @@ from tests.support.web import (
     SERVER_START_SECONDS,
     Site,
     free_port,
+    scale_waits,
 )
 from tests.support.web_seed import seed_database
 
@@ -80,7 +82,8 @@ def server(site: Site) -> Iterator[str]:
         cwd=REPO,
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + SERVER_START_SECONDS
+    start_limit = timing.seconds(SERVER_START_SECONDS)
+    deadline = time.monotonic() + start_limit
     while True:
         if process.poll() is not None:
             log.close()
@@ -95,12 +98,12 @@ def server(site: Site) -> Iterator[str]:
             pass  # not listening yet
         if time.monotonic() > deadline:
             process.kill()
-            pytest.fail(f"uvicorn did not answer /health within {SERVER_START_SECONDS} s")
+            pytest.fail(f"uvicorn did not answer /health within {start_limit:.0f} s")
         time.sleep(0.2)
     yield base
     process.terminate()
     try:
-        process.wait(timeout=10)
+        process.wait(timeout=timing.seconds(10))
     except subprocess.TimeoutExpired:
         process.kill()
     log.close()
@@ -134,6 +137,7 @@ def console() -> list[str]:
 def page(browser: Any, server: str, console: list[str]) -> Iterator[Any]:
     """A fresh browser context and page; fails the test on any console error."""
     context = browser.new_context(base_url=server, viewport={"width": 1280, "height": 900})
+    scale_waits(context)
     page = context.new_page()
     page.on("console", lambda msg: console.append(msg.text) if msg.type == "error" else None)
     page.on("pageerror", lambda exc: console.append(str(exc)))

@@ -14,7 +14,8 @@ from sqlalchemy import select
 
 from models.db.engine import session_scope
 from models.db.entities import LeaderboardEntry, MetricValue, Submission
-from tests.support.web import Site, drawn, screenshot
+from tests.support import timing
+from tests.support.web import Site, drawn, scale_waits, screenshot
 
 pytestmark = pytest.mark.slow
 
@@ -128,7 +129,7 @@ def test_model_page_plots_have_expected_series(page: Any, site: Site) -> None:
     assert page.locator("#bands tbody tr").count() == 3
     page.hover("#cert-acc svg", position={"x": 200, "y": 150})  # Vega's tooltip: the read-out
     tip = page.locator("#vg-tooltip-element.visible")
-    tip.wait_for(timeout=10_000)
+    tip.wait_for(timeout=timing.milliseconds(10_000))
     assert "radius" in tip.inner_text() and "certified accuracy" in tip.inner_text()
     screenshot(page, "model-bands")
 
@@ -259,7 +260,7 @@ def test_dataset_page_shows_samples_and_spectra(page: Any) -> None:
 
 def test_phone_width_has_no_horizontal_page_scroll(browser: Any, server: str, site: Site) -> None:
     context = browser.new_context(base_url=server, viewport={"width": 375, "height": 800})
-    page = context.new_page()
+    page = scale_waits(context).new_page()
     try:
         robust = site.seeded.entries["webclean"]["Bravo"]
         for path in ("/", "/leaderboards/webbands", "/leaderboards/webclean", f"/models/{robust}"):
@@ -275,7 +276,7 @@ def test_phone_width_has_no_horizontal_page_scroll(browser: Any, server: str, si
 
 def test_pages_read_without_javascript(browser: Any, server: str, site: Site) -> None:
     context = browser.new_context(base_url=server, java_script_enabled=False)
-    page = context.new_page()
+    page = scale_waits(context).new_page()
     try:
         page.goto("/leaderboards/webbands?sort=cert_acc_050")
         assert _model_names(page) == _db_order(site, "webbands", "cert_acc_050", descending=True)
@@ -289,7 +290,7 @@ def test_pages_read_without_javascript(browser: Any, server: str, site: Site) ->
         picture.scroll_into_view_if_needed()
         page.wait_for_function(
             "document.querySelector('figure[data-figure=cert-acc] img').naturalWidth > 0",
-            timeout=60_000,
+            timeout=timing.milliseconds(60_000),
         )
         screenshot(page, "model-no-js")
     finally:
@@ -323,7 +324,7 @@ def _offline(page: Any, server: str) -> list[str]:
 
 
 def _operations(server: str) -> int:
-    spec = httpx.get(f"{server}/openapi.json", timeout=30).json()
+    spec = httpx.get(f"{server}/openapi.json", timeout=timing.seconds(30)).json()
     return sum(
         1
         for path in spec["paths"].values()
@@ -336,7 +337,7 @@ def test_api_docs_render_offline(page: Any, server: str) -> None:
     """Swagger UI at /docs renders every operation with only this app reachable."""
     attempted = _offline(page, server)
     page.goto("/docs")
-    page.wait_for_selector(".opblock", timeout=60_000)
+    page.wait_for_selector(".opblock", timeout=timing.milliseconds(60_000))
     assert page.locator(".opblock").count() == _operations(server)
     paths = page.locator(".opblock-summary-path").all_inner_texts()
     assert "/api/v1/leaderboards/{benchmark}" in [p.replace("\u200b", "") for p in paths]
@@ -351,7 +352,7 @@ def test_api_redoc_renders_offline(page: Any, server: str, console: list[str]) -
     attempted = _offline(page, server)
     page.goto("/redoc")
     operations = page.locator("div[id^='tag/'][id*='/operation/']")
-    operations.first.wait_for(timeout=60_000)
+    operations.first.wait_for(timeout=timing.milliseconds(60_000))
     assert operations.count() == _operations(server)
     assert "certbench" in page.locator("h1").first.inner_text()
     screenshot(page, "api-redoc")

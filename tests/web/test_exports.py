@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 
 from api.web.leaderboard_view import metric_columns
 from certbench.figures import Cell, Column, Table, read_csv, to_csv, to_latex
+from tests.support import timing
 from tests.support.web import Site
 
 DOCUMENT = r"""\documentclass{article}
@@ -53,7 +54,7 @@ def compile_latex(body: str, folder: Path) -> None:
     source.write_text(DOCUMENT.replace("BODY", body), encoding="utf-8")
     run = subprocess.run(
         [pdflatex, "-interaction=nonstopmode", "-halt-on-error", source.name],
-        cwd=folder, capture_output=True, text=True, timeout=120, check=False,
+        cwd=folder, capture_output=True, text=True, timeout=timing.seconds(120), check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:]
     assert (folder / "table.pdf").stat().st_size > 1000
@@ -177,7 +178,7 @@ def test_certbench_export_writes_what_rest_serves(
     cli = [certbench, "export", "webclean", "--server", server]
     run = subprocess.run(
         [*cli, "--format", "bibtex", "--out", str(out)], capture_output=True, text=True,
-        timeout=300, check=False,
+        timeout=timing.seconds(300), check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     served = anonymous.get("/api/v1/leaderboards/webclean/export", params={"format": "bibtex"})
@@ -186,7 +187,7 @@ def test_certbench_export_writes_what_rest_serves(
     paired = subprocess.run(
         [*cli[:2], "webbands", "--server", server, "--id", str(ids["Alpha"]), "--id",
          str(ids["Echo"]), "--format", "csv", "--table", "paired"],
-        capture_output=True, text=True, timeout=300, check=False,
+        capture_output=True, text=True, timeout=timing.seconds(300), check=False,
     )  # fmt: skip
     assert paired.returncode == 0, paired.stderr
     assert paired.stdout.splitlines()[0].startswith("a,b,figure,estimate_a")

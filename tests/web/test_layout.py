@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.web import REPO, Site, drawn
+from tests.support.web import REPO, Site, drawn, scale_waits
 
 pytestmark = pytest.mark.slow
 
@@ -150,7 +150,7 @@ def test_every_page_fits_at_desktop_widths(
     browser: Any, server: str, site: Site, width: int
 ) -> None:
     context = browser.new_context(base_url=server, viewport={"width": width, "height": 900})
-    page = context.new_page()
+    page = scale_waits(context).new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     failures: dict[str, list[str]] = {}

@@ -15,6 +15,7 @@ from models.db.states import Reason, SubmissionState
 from models.runs import shards
 from models.submissions import lifecycle as pipeline
 from models.submissions import storage
+from tests.support import timing
 from tests.support.workers import create_submission, manifest, tiny_model, weights_bytes
 from workers.app import app
 from workers.errors import ShardCancelled
@@ -49,7 +50,7 @@ def test_heartbeat_thread_renews_the_lease_while_a_shard_runs(settings, session,
     before = _row(session, running).lease_expires_at
     lease = ShardLease(settings, running, worker="w1/1", shard_images=1, cancel_check_seconds=60)
     with lease:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + timing.seconds(30)
         while lease.beats < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
     assert lease.beats >= 2 and not lease.lost.is_set()
@@ -93,7 +94,7 @@ def test_heartbeat_notices_a_cancelled_run_and_says_cancelled(settings, session,
     _cancel(session, running)
     lease = ShardLease(settings, running, worker="w1/1", shard_images=1, cancel_check_seconds=60)
     with lease:
-        assert lease.lost.wait(timeout=30)
+        assert lease.lost.wait(timeout=timing.seconds(30))
         with pytest.raises(ShardCancelled, match="cancelled by alice") as stop:
             lease.on_record(None)
     assert stop.value.outcome == "cancelled"
@@ -151,7 +152,7 @@ def test_watchdog_resends_a_shard_whose_worker_died_then_fails_with_history(
         session.commit()
         thread = WatchdogThread(app, settings, interval=0.1)
         thread.start()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + timing.seconds(30)
         while time.monotonic() < deadline:
             row = session.get(ShardDispatch, (running, *spec.key), populate_existing=True)
             if row.expired_claims == attempt:
