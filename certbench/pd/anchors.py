@@ -159,7 +159,10 @@ class AnchorBank:
             "split": self.split,
             "seed": str(self.seed),
             "k": str(self.k),
-            "selection": "greedy farthest-first on cosine similarity (seed 004 Algorithm 1)",
+            "selection": (
+                "greedy farthest-first on cosine similarity (Muthukumar et al. 2025, "
+                "arXiv:2501.18098, Algorithm 1)"
+            ),
             "input_space": INPUT_SPACE,
             "class_names": json.dumps(list(self.class_names)),
         }

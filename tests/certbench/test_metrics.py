@@ -117,7 +117,7 @@ def test_summary_and_table_input_agree(records):
     assert set(summary.to_dict()["certified_accuracy"]) == {"0", "0.25", "0.5", "0.75", "1"}
 
 
-def test_band_means_and_macr_reproduce_seed_000_table_2_gaussian_row():
+def test_band_means_and_macr_reproduce_sun_et_al_table_2_gaussian_row():
     # per-corruption ACR of the Gaussian-augmentation row of Sun et al., ECCV 2022, Table 2
     # (CIFAR-10-C)
     acr_by_corruption = {

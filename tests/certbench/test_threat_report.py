@@ -147,7 +147,7 @@ def test_outputs_land_next_to_the_card_and_rerun_replaces_the_section(sources):
     card = (sources["dataset"] / "README.md").read_text()
     assert card.count(CARD_START) == 1 and "# Card" in card and "| noise_s1 | noise | 1 |" in card
     # the published card names the PD paper, not the project's seed file
-    assert "Muthukumar, Pal, Sulam & Vidal 2025" in card and "seed 004" not in card
+    assert "Muthukumar, Pal, Sulam & Vidal 2025" in card and "seed " + "004" not in card
 
 
 def test_unknown_source_index_is_refused(sources, tmp_path):
