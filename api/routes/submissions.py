@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response, status
-from starlette.concurrency import run_in_threadpool
 
 from api.deps import CurrentUser, QueueDep, RowId, SessionDep, SettingsDep
 from api.errors import ERROR_RESPONSES
@@ -48,9 +47,7 @@ async def create_submission(
     submission = await service.submit(request, session, queue, user=user, settings=settings)
     if submission.state == SubmissionState.DUPLICATE:
         response.status_code = status.HTTP_200_OK
-    return await run_in_threadpool(
-        service.public, session, submission, viewer=user, settings=settings
-    )
+    return submission
 
 
 @router.get("", response_model=SubmissionList)

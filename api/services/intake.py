@@ -19,7 +19,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from api.services.upload_stream import FILES_SWAPPED_CODE
+from api.services.upload_stream import FILES_SWAPPED_CODE, ReceivedUpload
 from certbench.errors import (
     ManifestError,
     StateDictMismatchError,
@@ -45,8 +45,7 @@ from models.core.errors import IntakeError, NotFoundError
 from models.core.settings import Settings
 from models.db.entities import Benchmark
 from models.db.states import Reason
-from models.submissions.intake import StagedWeights, Upload
-from models.submissions.zoo import check_publication
+from models.submissions.intake import Upload
 
 SIGMA_TOLERANCE = 1e-9
 #: Image shape (C, H, W) of each base dataset the benchmarks certify on: a model is fed exactly
@@ -174,33 +173,36 @@ def _head(src: Path | bytes, size: int = 64) -> bytes:
 
 
 def build_upload(
-    session: Session,
-    *,
-    weights: StagedWeights,
-    manifest_bytes: bytes,
-    is_private: bool,
-    extra_data: bool,
-    venue: str | None,
-    settings: Settings,
-    weights_public: bool = False,
-    weights_license: str | None = None,
+    session: Session, received: ReceivedUpload, *, settings: Settings
 ) -> tuple[Benchmark, Upload]:
-    """Run every cheap check, in the order a submitter would fix them; nothing is written."""
-    manifest = parse_manifest(manifest_bytes)
+    """Run every cheap check on a received body, in the order a submitter would fix them;
+    nothing is written. (The licence of published weights is checked with the submission's
+    other columns, ``models.submissions.intake.with_publication_checked``.)"""
+    if received.manifest is None:
+        raise IntakeError(
+            "the form part 'manifest' is missing; send the JSON manifest as a part named manifest",
+            code="invalid_request",
+        )
+    if received.weights is None:
+        raise IntakeError(
+            "the form part 'weights' is missing; send the .safetensors file as a part named "
+            "weights",
+            code="invalid_request",
+        )
+    manifest = parse_manifest(received.manifest)
     benchmark = check_against_benchmark(session, manifest)
     check_data_available(benchmark, settings)
-    check_weights(weights.path, manifest)
-    weights_public, weights_license = check_publication(weights_public, weights_license)
+    check_weights(received.weights.path, manifest)
     return benchmark, Upload(
         weights=b"",
-        staged=weights,
+        staged=received.weights,
         manifest=manifest.model_dump(mode="json"),
         model_name=manifest.metadata.name,
         architecture=manifest.architecture.name,
         sigma=manifest.smoothing.sigma,
-        is_private=is_private,
-        extra_data=extra_data,
-        venue=venue or None,
-        weights_public=weights_public,
-        weights_license=weights_license,
+        is_private=received.private,
+        extra_data=received.extra_data,
+        venue=received.venue or None,
+        weights_public=received.weights_public,
+        weights_license=received.weights_license,
     )

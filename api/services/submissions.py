@@ -2,28 +2,29 @@
 
 from __future__ import annotations
 
+import anyio.to_thread
 from fastapi import Request
 from sqlalchemy.orm import Session
-from starlette.concurrency import run_in_threadpool
 
 from api.queue import JobQueue
 from api.schemas.progress import ProgressPublic
 from api.schemas.submission import SubmissionList, SubmissionPublic
 from api.schemas.user import QuotaPublic
 from api.services.intake import build_upload
-from api.services.upload_stream import ReceivedUpload, receive_upload
-from models.core.errors import IntakeError, ServiceUnavailableError
+from api.services.upload_stream import receive_upload
 from models.core.settings import Settings
 from models.db.entities import Submission, User
-from models.db.states import Reason, SubmissionState
+from models.db.states import SubmissionState
 from models.runs import estimates, progress
 from models.runs.progress import ProgressReport
-from models.submissions import compute_quota, run_seeds, zoo
-from models.submissions import intake as intake
+from models.submissions import compute_quota, intake, lifecycle, quotas, run_seeds, zoo
 from models.submissions import queries as crud
-from models.submissions import quotas as quotas
-from models.submissions import refusals as upload_refusals
-from models.submissions.lifecycle import fail
+
+#: Uploads one API process takes in at once; more wait, with their bodies unread. Each holds a
+#: worker thread while its body streams (``models.submissions.intake.submit`` runs in one), from
+#: this pool and not Starlette's, so slow uploads never starve the other endpoints' threads.
+UPLOADS_AT_ONCE = 16
+_UPLOADS = anyio.CapacityLimiter(UPLOADS_AT_ONCE)
 
 
 async def submit(
@@ -33,96 +34,45 @@ async def submit(
     *,
     user: User,
     settings: Settings,
-) -> Submission:
-    """Check, store and enqueue the upload in ``request``'s body. Returns the new submission, or
-    a ``duplicate`` row.
+) -> SubmissionPublic:
+    """Check, store and enqueue the upload in ``request``'s body; the new submission as ``user``
+    sees it, or a ``duplicate`` pointing at an identical earlier one.
 
-    The quotas are checked before the body is read (and again, authoritatively, in the
-    transaction that creates the rows); the weights stream to a staged file. The work is
-    estimated from the manifest (``models.runs.estimates``) and checked against the daily compute
-    quota. Every IntakeError is counted against the user's refused-upload rate limit
-    (``models.submissions.refusals``), checked first. Raises QuotaExceededError (429, also for too
-    many refused uploads), IntakeError/PayloadTooLargeError (nothing stored; also for
-    an estimate beyond the compute quota), and ServiceUnavailableError when the queue is down
-    (the submission is then marked failed, and the error names it).
+    One pass down the layers, in one worker thread: ``models.submissions.intake.submit`` checks
+    the refused-uploads limit and refuses a user over quota before the body is read, calls back
+    :func:`_prepare` (the weights stream to a staged file, the cheap checks, the estimate), then
+    creates the submission (the quota decided in that transaction) and queues it. Raises
+    QuotaExceededError (429, also for too many refused uploads), IntakeError/
+    PayloadTooLargeError (nothing stored; also for an estimate beyond the compute quota), and
+    ServiceUnavailableError when the queue is down (the submission is then marked failed, and
+    the error names it).
     """
-    await run_in_threadpool(upload_refusals.check, session, user, settings=settings)
-    await run_in_threadpool(quotas.check_quotas, session, user, settings=settings)
-    await run_in_threadpool(compute_quota.check_room, session, user, settings=settings)
+
+    def one_pass() -> SubmissionPublic:
+        submission = intake.submit(
+            session, user, settings=settings, enqueue=queue.enqueue_validation,
+            prepare=lambda: _prepare(request, session, settings=settings),
+        )  # fmt: skip
+        return public(session, submission, viewer=user, settings=settings)
+
+    return await anyio.to_thread.run_sync(one_pass, limiter=_UPLOADS)
+
+
+def _prepare(request: Request, session: Session, *, settings: Settings) -> intake.Prepared:
+    """The API's part of an upload, called back by the intake once the user may upload: read
+    the body, run the cheap checks (``api.services.intake``) and estimate the work from the
+    manifest (``models.runs.estimates``). Leaves no staged file behind when it raises."""
+    received = receive_upload(request, settings=settings)
     try:
-        received = await receive_upload(request, settings=settings)
-        try:
-            return await run_in_threadpool(
-                _accept, session, queue, received, user=user, settings=settings
-            )
-        finally:
-            received.discard()
-    except IntakeError as err:  # refused before anything was stored: counted, then raised
-        await run_in_threadpool(upload_refusals.record, session, user, err.code, settings=settings)
+        benchmark, upload = build_upload(session, received, settings=settings)
+        work = estimates.for_manifest(
+            session, benchmark, sigma=upload.sigma, manifest=upload.manifest, settings=settings,
+            rates={},
+        )  # fmt: skip
+    except BaseException:
+        received.discard()
         raise
-
-
-def _accept(
-    session: Session,
-    queue: JobQueue,
-    received: ReceivedUpload,
-    *,
-    user: User,
-    settings: Settings,
-) -> Submission:
-    if received.manifest is None:
-        raise IntakeError(
-            "the form part 'manifest' is missing; send the JSON manifest as a part named manifest",
-            code="invalid_request",
-        )
-    if received.weights is None:
-        raise IntakeError(
-            "the form part 'weights' is missing; send the .safetensors file as a part named "
-            "weights",
-            code="invalid_request",
-        )
-    benchmark, upload = build_upload(
-        session,
-        weights=received.weights,
-        manifest_bytes=received.manifest,
-        is_private=received.private,
-        extra_data=received.extra_data,
-        venue=received.venue,
-        settings=settings,
-        weights_public=received.weights_public,
-        weights_license=received.weights_license,
-    )
-    work = estimates.for_manifest(
-        session, benchmark, sigma=upload.sigma, manifest=upload.manifest, settings=settings,
-        rates={},
-    )  # fmt: skip
-    compute_quota.check_size(user, work.forward_passes, settings=settings)
-    submission = intake.create_submission(
-        session, user=user, benchmark=benchmark, upload=upload, settings=settings,
-        forward_passes=work.forward_passes,
-    )  # fmt: skip
-    if submission.state == SubmissionState.SUBMITTED:
-        _enqueue(session, queue, submission.id)
-    return submission
-
-
-def _enqueue(session: Session, queue: JobQueue, submission_id: int) -> None:
-    """Queue validation; if the broker is down, mark the submission failed (queue_unavailable,
-    which does not count against the submitter's quota) and raise an error naming it."""
-    try:
-        queue.enqueue_validation(submission_id)
-    except ServiceUnavailableError as err:
-        fail(
-            session,
-            submission_id,
-            reason=Reason.QUEUE_UNAVAILABLE.value,
-            message=f"could not queue validation: {err}",
-        )
-        raise ServiceUnavailableError(
-            f"{err}. Submission {submission_id} was recorded as failed (queue_unavailable, "
-            "which counts against no quota); try again later",
-            submission_id=submission_id,
-        ) from err
+    return intake.Prepared(benchmark, upload, work.forward_passes)
 
 
 def public(
@@ -238,7 +188,7 @@ def rerun(
 ) -> SubmissionPublic:
     """Admin re-run: reset to ``submitted`` and queue validation again."""
     submission = crud.rerun(session, submission_id, fresh=fresh, settings=settings)
-    _enqueue(session, queue, submission.id)
+    lifecycle.queue_or_fail(session, submission.id, queue.enqueue_validation)
     return public(session, submission, viewer=admin, settings=settings, events=True)
 
 

@@ -4,10 +4,16 @@ memory, after the caller has authenticated and checked the quotas.
 FastAPI's ``UploadFile`` parameters make the framework read (and spool to a temporary file) the
 whole body before any dependency runs, so an anonymous client could push a full-size body before
 its 401, and the intake then held it in memory. Here the route declares no body parameters; once
-its dependencies pass, :func:`receive_upload` feeds ``request.stream()`` to ``python_multipart``
-and writes the ``weights`` part chunk by chunk to ``<artifacts>/incoming/<random>.tmp`` (same
-file system as the weights folder, so storing it is a rename), computing its SHA-256 on the way.
-Every part is capped as it arrives; a repeated or unknown part is refused.
+its dependencies pass and the intake has checked the quotas (``models.submissions.intake.submit``
+calls back ``api.services.submissions``), :func:`receive_upload` feeds ``request.stream()`` to
+``python_multipart`` and writes the ``weights`` part chunk by chunk to
+``<artifacts>/incoming/<random>.tmp`` (same file system as the weights folder, so storing it is a
+rename), computing its SHA-256 on the way. Every part is capped as it arrives; a repeated or
+unknown part is refused.
+
+It runs in the intake's worker thread: each chunk is awaited on the event loop as it arrives
+(``anyio.from_thread``) and parsed and written in that thread, so the event loop never blocks on
+the disk and the upload needs no second thread.
 """
 
 from __future__ import annotations
@@ -16,15 +22,16 @@ import hashlib
 import os
 import unicodedata
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
+import anyio.from_thread
 import python_multipart
 from fastapi import Request
 from pydantic import TypeAdapter, ValidationError
 from python_multipart.multipart import parse_options_header
-from starlette.concurrency import run_in_threadpool
 
 from certbench.nets import FILES_SWAPPED, looks_like_safetensors
 from models.core.errors import IntakeError, PayloadTooLargeError
@@ -32,6 +39,9 @@ from models.core.settings import Settings
 from models.db.states import Reason
 from models.submissions.artifacts import INCOMING_DIR, PARTIAL_SUFFIX
 from models.submissions.intake import StagedWeights
+
+if TYPE_CHECKING:  # a TypedDict python_multipart defines for type checkers only
+    from python_multipart.multipart import MultipartCallbacks
 
 #: Code of the refusal of an upload whose weights and manifest parts were exchanged.
 FILES_SWAPPED_CODE = "files_swapped"
@@ -59,7 +69,7 @@ class ReceivedUpload:
     def discard(self) -> None:
         """Remove the staged weights file (a no-op once it was moved into the store)."""
         if self.weights is not None:
-            self.weights.path.unlink(missing_ok=True)
+            self.weights.discard()
 
 
 @dataclass
@@ -167,7 +177,7 @@ class _Receiver:
             self.file.close()
             self.file = None
 
-    def callbacks(self) -> dict[str, object]:
+    def callbacks(self) -> MultipartCallbacks:
         return {
             "on_part_begin": self.on_part_begin,
             "on_part_data": self.on_part_data,
@@ -179,10 +189,11 @@ class _Receiver:
         }
 
 
-async def receive_upload(request: Request, *, settings: Settings) -> ReceivedUpload:
-    """Read the body of ``POST /api/v1/submissions``. Raises IntakeError (422) for a body that is
-    not multipart or has unknown, repeated or malformed parts, PayloadTooLargeError (413) as soon
-    as a part exceeds its cap. Nothing is left on disk when it raises."""
+def receive_upload(request: Request, *, settings: Settings) -> ReceivedUpload:
+    """Read the body of ``POST /api/v1/submissions``, from a worker thread of the request's event
+    loop (``anyio.to_thread``). Raises IntakeError (422) for a body that is not multipart or has
+    unknown, repeated or malformed parts, PayloadTooLargeError (413) as soon as a part exceeds
+    its cap. Nothing is left on disk when it raises."""
     content_type = request.headers.get("content-type", "")
     kind, options = parse_options_header(content_type)
     boundary = options.get(b"boundary")
@@ -194,9 +205,8 @@ async def receive_upload(request: Request, *, settings: Settings) -> ReceivedUpl
     receiver = _Receiver(settings)
     try:
         parser = python_multipart.MultipartParser(boundary, receiver.callbacks())
-        async for chunk in request.stream():
-            if chunk:
-                await run_in_threadpool(_feed, parser, chunk)
+        for chunk in _chunks(request):
+            _feed(parser, chunk)
         parser.finalize()
         if receiver.file is not None:
             raise _invalid("the body ended inside the weights part; send the whole file")
@@ -219,6 +229,18 @@ async def receive_upload(request: Request, *, settings: Settings) -> ReceivedUpl
         if receiver.path is not None:
             receiver.path.unlink(missing_ok=True)
         raise
+
+
+def _chunks(request: Request) -> Iterator[bytes]:
+    """The body's non-empty chunks, each awaited on the event loop as it arrives."""
+    stream = request.stream()
+
+    async def next_chunk() -> bytes | None:
+        return await anext(stream, None)
+
+    while (chunk := anyio.from_thread.run(next_chunk)) is not None:
+        if chunk:
+            yield chunk
 
 
 def _feed(parser: python_multipart.MultipartParser, chunk: bytes) -> None:

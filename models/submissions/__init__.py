@@ -1,7 +1,9 @@
 """A submission from upload to its last state: intake, quotas, artifacts, life cycle, run seed.
 
-- :mod:`~models.submissions.intake`: dedup, quota and storage of an upload, all or nothing;
-- :mod:`~models.submissions.quotas`: a user's submissions over 24 hours and in flight;
+- :mod:`~models.submissions.intake`: an upload in one pass, from its first check to the queue
+  (``submit``, the API's one call for it); dedup, quota and storage, all or nothing;
+- :mod:`~models.submissions.quotas`: a user's submissions over 24 hours and in flight, and the
+  one quota decision (``decide``) over every quota;
 - :mod:`~models.submissions.compute_quota`: the daily compute quota in forward passes;
 - :mod:`~models.submissions.refusals`: the rate limit on refused uploads;
 - :mod:`~models.submissions.artifacts`: stored weights files, shared by content;

@@ -10,7 +10,8 @@ any shard), duplicates, and runs the service could not queue. Admins are exempt.
 Two refusals, both before anything is stored: a submission whose estimate alone exceeds the
 limit can never run (422, ``estimate_exceeds_quota``); one that does not fit in what is left of
 the window is refused with 429 (``quota_compute``) and a Retry-After of when enough of the
-window's older charges expire.
+window's older charges expire. These are rules; the decision that applies them with the count
+quotas is ``models.submissions.quotas.decide``.
 """
 
 from __future__ import annotations
@@ -78,18 +79,22 @@ def usage(
     )
 
 
-def check_room(session: Session, user: User, *, settings: Settings) -> None:
-    """Before an upload is read: refuse (429) a user whose quota is already used up."""
+def check_room(
+    session: Session, user: User, *, settings: Settings, now: datetime | None = None
+) -> None:
+    """Refuse (429) a user whose quota is already used up: the early refusal, before an upload's
+    body and so its estimate are known (``models.submissions.quotas.decide``)."""
     if user.role == Role.ADMIN:
         return
-    current = usage(session, user, settings=settings)
+    now = now or utcnow()
+    current = usage(session, user, settings=settings, now=now)
     if current.left <= 0:
-        _refuse(current, 1, now=utcnow())
+        _refuse(current, 1, now=now)
 
 
 def check_size(user: User, forward_passes: int, *, settings: Settings) -> None:
     """Refuse (422) a submission whose estimate alone exceeds the daily limit: it can never run,
-    whatever the user's usage (checked before the intake transaction: nothing is stored)."""
+    whatever the user's usage (nothing is stored: the intake transaction rolls back)."""
     limit = settings.quota_forward_passes_per_day
     if user.role != Role.ADMIN and forward_passes > limit:
         raise IntakeError(

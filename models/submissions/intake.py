@@ -1,8 +1,13 @@
-"""Submission intake: dedup, quotas and storage of the artifact, all or nothing.
+"""Submission intake: an upload from its first check to the queue, in one pass.
 
-The API's cheap checks (size caps, safetensors header, manifest schema) run before these
-functions; ``create_submission`` is where an upload becomes rows + one weights file, all or
-nothing: the file is put in place inside the transaction and removed again if it fails.
+:func:`submit` is the whole of it, and the API's only call into this package for an upload: the
+refused-uploads limit (``models.submissions.refusals``) and the quotas' early refusal
+(``models.submissions.quotas.decide``) before the body is read; then the API's part, handed in as
+``prepare`` (stream the body, the cheap checks: size caps, safetensors header, manifest schema;
+the estimate); then ``create_submission``, where an upload becomes rows + one weights file, all or
+nothing (the file is put in place inside the transaction and removed again if it fails) and the
+quota is decided, authoritatively, in that transaction; then the queue. Every refusal of the
+upload itself (IntakeError) is counted against the refused-uploads limit.
 
 Quotas and dedup hold under concurrency because the database enforces them: an intake first
 locks its user's row (so one user's uploads are counted one at a time) and the weights' row
@@ -15,7 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +29,13 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from certbench.data import UnknownLicenseError, canonical_license
+from models.core.errors import IntakeError
 from models.core.settings import Settings
 from models.db.base import utcnow
 from models.db.entities import Artifact, Benchmark, Submission, SubmissionEvent, User
 from models.db.states import DEDUP_STATES, Reason, SubmissionState
-from models.submissions import artifacts, compute_quota, run_seeds
-from models.submissions.quotas import check_quotas
+from models.submissions import artifacts, lifecycle, quotas, refusals, run_seeds
 
 S = SubmissionState
 
@@ -45,6 +52,10 @@ class StagedWeights:
     path: Path
     sha256: str
     size: int
+
+    def discard(self) -> None:
+        """Remove the staged file (a no-op once ``create_submission`` moved it into the store)."""
+        self.path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,86 @@ class Upload:
             "weights_public": self.weights_public,
             "weights_license": self.weights_license,
         }
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An upload the API has read and checked (``api.services.intake``): the benchmark it is
+    for, the upload, and its estimated work (``models.runs.estimates``; None: not estimated)."""
+
+    benchmark: Benchmark
+    upload: Upload
+    forward_passes: int | None
+
+
+def submit(
+    session: Session,
+    user: User,
+    *,
+    settings: Settings,
+    prepare: Callable[[], Prepared],
+    enqueue: Callable[[int], object],
+) -> Submission:
+    """Take one upload of ``user`` from its first check to the queue; the new submission, or a
+    ``duplicate`` row pointing at an identical earlier one.
+
+    ``prepare`` is the API's part, called once the user may upload at all: read the body, run
+    the cheap checks, estimate the work. ``enqueue`` queues validation of a submission id. The
+    staged weights file is gone when this returns or raises (moved into the store, or removed).
+    Raises QuotaExceededError (429, also for too many refused uploads), IntakeError (nothing
+    stored; counted against the refused-uploads limit) and ServiceUnavailableError when the
+    queue is down (the submission is then failed, ``lifecycle.queue_or_fail``).
+    """
+    refusals.check(session, user, settings=settings)
+    quotas.decide(session, user, settings=settings, before_upload=True)
+    try:
+        prepared = prepare()
+        try:
+            submission = create_submission(
+                session, user=user, benchmark=prepared.benchmark,
+                upload=with_publication_checked(prepared.upload), settings=settings,
+                forward_passes=prepared.forward_passes,
+            )  # fmt: skip
+        finally:
+            if prepared.upload.staged is not None:
+                prepared.upload.staged.discard()
+    except IntakeError as err:  # refused before anything was stored: counted, then raised
+        refusals.record(session, user, err.code, settings=settings)
+        raise
+    if submission.state == S.SUBMITTED:
+        lifecycle.queue_or_fail(session, submission.id, enqueue)
+    return submission
+
+
+def check_license(license: str | None) -> str | None:
+    """The canonical SPDX spelling of ``license`` (None stays None). Raises IntakeError
+    (invalid_license) naming the accepted identifiers."""
+    if license is None:
+        return None
+    try:
+        return canonical_license(license)
+    except UnknownLicenseError as err:
+        raise IntakeError(str(err), code="invalid_license") from err
+
+
+def check_publication(public: bool, license: str | None) -> tuple[bool, str | None]:
+    """Validated (public, licence): publishing needs a licence (``models.submissions.zoo``).
+    Raises IntakeError."""
+    canonical = check_license(license)
+    if public and canonical is None:
+        raise IntakeError(
+            "weights_public needs weights_license: name the SPDX licence the weights are "
+            "published under (e.g. CC-BY-4.0, MIT or Apache-2.0)",
+            code="license_required",
+        )
+    return public, canonical
+
+
+def with_publication_checked(upload: Upload) -> Upload:
+    """``upload`` with its licence in canonical SPDX spelling. Raises IntakeError when it
+    publishes its weights without a (known) licence."""
+    public, license = check_publication(upload.weights_public, upload.weights_license)
+    return replace(upload, weights_public=public, weights_license=license)
 
 
 def manifest_sha256(manifest: dict[str, Any]) -> str:
@@ -164,9 +255,7 @@ def _create_once(
         original = find_original(session, key)
         if original is not None:
             return _create_duplicate(session, user=user, original=original, upload=upload, key=key)
-        check_quotas(session, user, settings=settings)
-        if forward_passes is not None:
-            compute_quota.check(session, user, forward_passes, settings=settings)
+        quotas.decide(session, user, settings=settings, forward_passes=forward_passes)
         artifact, written = _store_artifact(session, upload, settings=settings)
         submission = Submission(
             user_id=user.id,

@@ -10,15 +10,15 @@ nothing here knows a stage by name.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import CursorResult, delete, func, select, update
 from sqlalchemy.orm import Session
 
-from models.core.errors import InvalidTransitionError, NotFoundError
+from models.core.errors import InvalidTransitionError, NotFoundError, ServiceUnavailableError
 from models.core.settings import Settings
 from models.db.base import utcnow
 from models.db.entities import (
@@ -116,11 +116,12 @@ def transition(
         values.update(finished_at=None, started_at=None, heartbeat_at=None, worker=None)
         values["attempt"] = Submission.attempt + 1
     old_state = get_state(session, submission_id)
-    result = session.execute(
+    result = _execute_update(
+        session,
         update(Submission)
         .where(Submission.id == submission_id, Submission.state.in_(sources))
         .values(**values)
-        .execution_options(synchronize_session=False)
+        .execution_options(synchronize_session=False),
     )
     if result.rowcount != 1:
         session.rollback()
@@ -158,14 +159,30 @@ def heartbeat(
     }
     if worker is not None:
         values["worker"] = worker
-    result = session.execute(
+    result = _execute_update(
+        session,
         update(Submission)
         .where(Submission.id == submission_id, Submission.state.in_(LEASED_STATES))
         .values(**values)
-        .execution_options(synchronize_session=False)
+        .execution_options(synchronize_session=False),
     )
     session.commit()
     return result.rowcount == 1
+
+
+def set_shards_total(session: Session, submission_id: int, total: int) -> None:
+    """Store how many shards the run's plan has (``models.runs.shards``), if that changed;
+    commits then."""
+    submission = get_submission(session, submission_id)
+    if submission.shards_total != total:
+        submission.shards_total = total
+        session.commit()
+
+
+def _execute_update(session: Session, statement: Any) -> CursorResult[Any]:
+    """Run an UPDATE: ``Session.execute`` is typed as returning a plain ``Result``, for an UPDATE
+    it is a ``CursorResult``, the result that carries ``rowcount``."""
+    return cast("CursorResult[Any]", session.execute(statement))
 
 
 def should_continue(session: Session, submission_id: int) -> bool:
@@ -188,6 +205,26 @@ def fail(session: Session, submission_id: int, *, reason: str, message: str) -> 
         reason=reason,
         message=message,
     )
+
+
+def queue_or_fail(session: Session, submission_id: int, enqueue: Callable[[int], object]) -> None:
+    """Hand a submitted run to ``enqueue`` (the API's ``JobQueue.enqueue_validation``); if the
+    broker is down, mark it failed (``queue_unavailable``, which counts against no quota:
+    ``models.submissions.quotas``) and raise ServiceUnavailableError naming it."""
+    try:
+        enqueue(submission_id)
+    except ServiceUnavailableError as err:
+        fail(
+            session,
+            submission_id,
+            reason=Reason.QUEUE_UNAVAILABLE.value,
+            message=f"could not queue validation: {err}",
+        )
+        raise ServiceUnavailableError(
+            f"{err}. Submission {submission_id} was recorded as failed (queue_unavailable, "
+            "which counts against no quota); try again later",
+            submission_id=submission_id,
+        ) from err
 
 
 def reject(

@@ -1,7 +1,13 @@
 """The submission quotas of a user over the last 24 hours and right now: submissions made,
 submissions rejected or failed, and submissions waiting or running at once (the
 ``CERTBENCH_QUOTA_*`` settings). Duplicates cost no compute and are free; admins are exempt.
-The forward-pass quota is ``models.submissions.compute_quota``.
+The forward-pass quota's rules are ``models.submissions.compute_quota``.
+
+:func:`decide` is the one quota decision on a new submission, every quota in one place: the
+intake transaction takes it, authoritatively, once the user's row is locked
+(``models.submissions.intake``). The same function, with ``before_upload=True``, refuses a user
+who could not submit anything before an upload's body is read; that early call is a refusal only,
+never a promise (issue 19 §2: a user over quota must not make the service read a 100 MB body).
 """
 
 from __future__ import annotations
@@ -65,11 +71,35 @@ def quota_usage(session: Session, user: User, *, now: datetime | None = None) ->
     )
 
 
-def check_quotas(session: Session, user: User, *, settings: Settings) -> None:
-    """Raise QuotaExceededError when a new submission would exceed a quota (admins are exempt)."""
+def decide(
+    session: Session,
+    user: User,
+    *,
+    settings: Settings,
+    forward_passes: int | None = None,
+    before_upload: bool = False,
+    now: datetime | None = None,
+) -> None:
+    """Refuse a new submission of ``user`` that a quota does not allow; admins are exempt.
+
+    The counts first (at once, per day, unsuccessful per day: QuotaExceededError, 429), then the
+    compute quota (``models.submissions.compute_quota``): a submission estimated at
+    ``forward_passes`` is refused with 422 when the estimate alone exceeds the daily limit, with
+    429 when it does not fit what is left (None: not estimated, the compute quota is skipped).
+    ``before_upload``: the early refusal, before an upload's body (and so its estimate) is known:
+    the counts, and whether any compute is left at all.
+    """
     if user.role == Role.ADMIN:
         return
-    usage = quota_usage(session, user)
+    _check_counts(quota_usage(session, user, now=now), settings)
+    if before_upload:
+        compute_quota.check_room(session, user, settings=settings, now=now)
+    elif forward_passes is not None:
+        compute_quota.check(session, user, forward_passes, settings=settings, now=now)
+
+
+def _check_counts(usage: QuotaUsage, settings: Settings) -> None:
+    """Raise QuotaExceededError when one more submission would exceed a count quota."""
     if usage.active >= settings.quota_concurrent:
         raise QuotaExceededError(
             f"you have {usage.active} submission(s) waiting or running; the limit is "

@@ -75,6 +75,9 @@ def record(
 
 def count(session: Session, user: User) -> int:
     """Refusals of ``user`` still stored (tests and diagnostics)."""
-    return session.scalar(
-        select(func.count()).select_from(UploadRefusal).where(UploadRefusal.user_id == user.id)
+    return (
+        session.scalar(
+            select(func.count()).select_from(UploadRefusal).where(UploadRefusal.user_id == user.id)
+        )
+        or 0
     )

@@ -20,38 +20,15 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from certbench.data import UnknownLicenseError, canonical_license
-from models.core.errors import IntakeError, NotFoundError, PermissionDeniedError
+from models.core.errors import NotFoundError, PermissionDeniedError
 from models.core.settings import Settings
 from models.db.entities import Role, Submission, User
 from models.db.states import SubmissionState
 from models.submissions import storage
+from models.submissions.intake import check_publication
 from models.submissions.queries import get_visible
 
 log = logging.getLogger(__name__)
-
-
-def check_license(license: str | None) -> str | None:
-    """The canonical SPDX spelling of ``license`` (None stays None). Raises IntakeError
-    (invalid_license) naming the accepted identifiers."""
-    if license is None:
-        return None
-    try:
-        return canonical_license(license)
-    except UnknownLicenseError as err:
-        raise IntakeError(str(err), code="invalid_license") from err
-
-
-def check_publication(public: bool, license: str | None) -> tuple[bool, str | None]:
-    """Validated (public, licence): publishing needs a licence. Raises IntakeError."""
-    canonical = check_license(license)
-    if public and canonical is None:
-        raise IntakeError(
-            "weights_public needs weights_license: name the SPDX licence the weights are "
-            "published under (e.g. CC-BY-4.0, MIT or Apache-2.0)",
-            code="license_required",
-        )
-    return public, canonical
 
 
 def publicly_downloadable(submission: Submission) -> bool:
