@@ -2,10 +2,12 @@
 
 Messages carry ids only (JSON); each task re-reads the submission and returns quietly when the
 state says its work is done or no longer wanted, so a redelivered or duplicated message is
-harmless. One task, ``run_shard``, runs a shard of any stage (``models.stages``) under a lease and
-records it once per (submission, stage, unit, shard index) by a unique key after its records file
-is written atomically. The last shard to finish enqueues ``aggregate``, which runs every stage's
-merge. Nothing here knows a stage by name; nothing ever blocks on another task's result.
+harmless. A task that has work reads the submission's ``WorkItem`` once
+(``models.stages.work.get_work_item``) and passes it to everything it calls. One task,
+``run_shard``, runs a shard of any stage (``models.stages``) under a lease and records it once
+per (submission, stage, unit, shard index) by a unique key after its records file is written
+atomically. The last shard to finish enqueues ``aggregate``, which runs every stage's merge.
+Nothing here knows a stage by name; nothing ever blocks on another task's result.
 """
 
 from __future__ import annotations
@@ -103,9 +105,6 @@ def validate(self: PipelineTask, submission_id: int) -> str:
     settings = get_settings()
     with session_scope(settings) as session:
         state = pipeline.get_state(session, submission_id)
-        if state in (S.QUEUED, S.RUNNING):
-            # Redelivered after the state moved on: the crash may have cut dispatch short.
-            return dispatch(session, submission_id, settings)
         if state == S.SUBMITTED:
             started = pipeline.transition(
                 session,
@@ -117,9 +116,12 @@ def validate(self: PipelineTask, submission_id: int) -> str:
             )
             if not started:
                 return f"skipped: submission {submission_id} left 'submitted' meanwhile"
-        elif state != S.VALIDATING:
+        elif state not in (S.VALIDATING, S.QUEUED, S.RUNNING):
             return f"skipped: submission {submission_id} is {state}"
         item = get_work_item(session, submission_id, settings=settings)
+        if state in (S.QUEUED, S.RUNNING):
+            # Redelivered after the state moved on: the crash may have cut dispatch short.
+            return dispatch(session, item, settings)
         if item.weights_path is None or not item.weights_path.is_file():
             pipeline.fail(
                 session,
@@ -154,13 +156,46 @@ def validate(self: PipelineTask, submission_id: int) -> str:
         )
         if not queued:
             return f"skipped: submission {submission_id} left 'validating' meanwhile"
-        return dispatch(session, submission_id, settings)
+        return dispatch(session, item, settings)
 
 
-def dispatch(session: Session, submission_id: int, settings: Settings) -> str:
+def plan(session: Session, item: WorkItem, settings: Settings) -> list[ShardSpec]:
+    """Every shard of the submission, planned from its work item (``shards.plan_item``), and
+    its ``shards_total`` kept current (``shards.all_recorded`` counts against it)."""
+    full = shards.plan_item(item, settings)
+    pipeline.set_shards_total(session, item.submission_id, len(full))
+    return full
+
+
+def missing_shards(session: Session, item: WorkItem, settings: Settings) -> list[ShardSpec]:
+    """The planned shards not yet recorded (what a resumed submission still has to run)."""
+    done = {(s.stage, s.unit, s.shard_index) for s in shards.recorded(session, item.submission_id)}
+    return [spec for spec in plan(session, item, settings) if spec.key not in done]
+
+
+def dispatch(session: Session, item: WorkItem, settings: Settings) -> str:
     """Enqueue every shard not yet recorded, each on its stage's queue; with none left, go
     straight to aggregate."""
-    missing = shards.missing(session, submission_id, settings=settings)
+    missing = missing_shards(session, item, settings)
+    if missing:
+        return send_shards(session, item.submission_id, missing)
+    submission_id = item.submission_id
+    pipeline.transition(
+        session,
+        submission_id,
+        from_states={S.QUEUED},
+        to_state=S.RUNNING,
+        reason=Reason.STARTED.value,
+        message="all shards already recorded (resumed run)",
+        worker=worker_name(),
+        settings=settings,
+    )
+    app.send_task(AGGREGATE, args=[submission_id], queue=CONTROL_QUEUE)
+    return "aggregate enqueued"
+
+
+def send_shards(session: Session, submission_id: int, missing: list[ShardSpec]) -> str:
+    """Note the shards as dispatched, then send each to its stage's queue (ids only)."""
     shards.mark_dispatched(session, submission_id, missing)
     for spec in missing:
         app.send_task(
@@ -168,19 +203,6 @@ def dispatch(session: Session, submission_id: int, settings: Settings) -> str:
             args=[submission_id, spec.stage, spec.unit, spec.shard_index],
             queue=registry.get(spec.stage).queue,
         )
-    if not missing:
-        pipeline.transition(
-            session,
-            submission_id,
-            from_states={S.QUEUED},
-            to_state=S.RUNNING,
-            reason=Reason.STARTED.value,
-            message="all shards already recorded (resumed run)",
-            worker=worker_name(),
-            settings=settings,
-        )
-        app.send_task(AGGREGATE, args=[submission_id], queue=CONTROL_QUEUE)
-        return "aggregate enqueued"
     return f"{len(missing)} shard(s) enqueued"
 
 
@@ -205,7 +227,8 @@ def run_shard(
         }:
             _maybe_aggregate(session, submission_id)
             return "already recorded"
-        spec = shards.find(session, submission_id, key, settings=settings)
+        item = get_work_item(session, submission_id, settings=settings)
+        spec = next((s for s in plan(session, item, settings) if s.key == key), None)
         if spec is None:
             raise WorkerError(
                 f"submission {submission_id} has no shard {shard_index} of {stage_name} unit "
@@ -215,7 +238,6 @@ def run_shard(
         holder = shards.claim(session, submission_id, spec, worker=worker, settings=settings)
         if holder is not None:
             return f"skipped: {stage_name} shard {shard_index} is running on {holder}"
-        item = get_work_item(session, submission_id, settings=settings)
         pipeline.heartbeat(session, submission_id, settings=settings, worker=worker)
     relpath = shards.records_relpath(submission_id, spec)
     target = storage.resolve(settings.artifacts_dir, relpath)
@@ -437,8 +459,11 @@ def aggregate(self: PipelineTask, submission_id: int) -> str:
         state = pipeline.get_state(session, submission_id)
         if state != S.RUNNING:
             return f"skipped: submission {submission_id} is {state}"
-        if shards.missing(session, submission_id, settings=settings):
-            return dispatch(session, submission_id, settings)
+        item = get_work_item(session, submission_id, settings=settings)
+        missing = missing_shards(session, item, settings)
+        if missing:
+            return send_shards(session, submission_id, missing)
+        # complete_submission takes the id and reads the item once more itself
         finished = results.complete_submission(session, submission_id, settings=settings)
     return "finished" if finished else "skipped: no longer running"
 
