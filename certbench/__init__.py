@@ -35,10 +35,11 @@ def public_face(
         if not (isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"):
             continue
         for statement in node.body:
-            if isinstance(statement, ast.ImportFrom) and (statement.module or "").startswith(
-                package + "."
-            ):
-                module = statement.module[len(package) + 1 :]
+            if not isinstance(statement, ast.ImportFrom):
+                continue
+            source = statement.module or ""  # None for ``from . import x``
+            if source.startswith(package + "."):
+                module = source[len(package) + 1 :]
                 attrs.setdefault(module, []).extend(alias.name for alias in statement.names)
     if not attrs:
         raise ImportError(f"{package}: no face: import its names under `if TYPE_CHECKING:`")

@@ -274,8 +274,8 @@ def draw_parameters(
     channels, height, width = shape[-3:]
     columns = list(zip(*(_scalar_draws(s, cfg, height, width) for s in seeds), strict=True))
     scalars = [torch.from_numpy(np.stack(col)) for col in columns]
-    shape = (cfg.width, channels, 2, height, width)
-    uniforms = torch.stack([RandomStream(s, device, salt=1).uniform(shape) for s in seeds])
+    draws = (cfg.width, channels, 2, height, width)
+    uniforms = torch.stack([RandomStream(s, device, salt=1).uniform(draws) for s in seeds])
     weights, amplitude, phase, blend, angle, tx, ty, shear, skip = scalars
     return FourierMixParameters(
         weights, amplitude, phase, blend, angle, tx, ty, shear, skip.squeeze(-1), uniforms

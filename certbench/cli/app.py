@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -33,7 +33,8 @@ from certbench.cli.checks import (
 )
 from certbench.errors import CertbenchError, ManifestError
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 console = Console()
 errors = Console(stderr=True, soft_wrap=True)  # keep paths unbroken
 
@@ -47,18 +48,18 @@ app = typer.Typer(
 )
 
 
-def user_errors(command: F) -> F:
+def user_errors(command: Callable[P, R]) -> Callable[P, R]:
     """Show a CertbenchError as one clear line and exit 2, never as a traceback."""
 
     @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return command(*args, **kwargs)
         except CertbenchError as err:
             errors.print(f"[bold red]error:[/] {err}", highlight=False)
             raise typer.Exit(2) from err
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 Weights = Annotated[Path, typer.Option(help="Model weights (safetensors only).")]

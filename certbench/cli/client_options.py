@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
     from certbench.client import Client
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: Exit status of a run that ended without results (failed, rejected, cancelled).
 EXIT_RUN_FAILED = 1
@@ -54,12 +55,12 @@ def consoles() -> tuple[Console, Console]:
     return Console(), Console(stderr=True, soft_wrap=True)
 
 
-def client_errors(command: F) -> F:
+def client_errors(command: Callable[P, R]) -> Callable[P, R]:
     """Show a refused or impossible request as one line on stderr and exit 2; Ctrl-C leaves a
     line saying the server keeps going."""
 
     @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         from certbench.client import AuthenticationFailed
         from certbench.errors import CertbenchError
 
@@ -79,7 +80,7 @@ def client_errors(command: F) -> F:
             errors.print(f"[bold red]error:[/] {err}", highlight=False)
             raise typer.Exit(EXIT_ERROR) from err
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 def connect(server: str | None, token: str | None, *, need_token: bool) -> Client:

@@ -31,9 +31,9 @@ RecipeName = StrEnum("RecipeName", [(name, name) for name in RECIPE_NAMES])  # t
 
 
 class Normalization(StrEnum):
-    center = "center"
-    standardize = "standardize"
-    none = "none"
+    CENTER = "center"  # upper-case names: a member named ``center`` would hide ``str.center``
+    STANDARDIZE = "standardize"
+    NONE = "none"
 
 
 @user_errors
@@ -82,7 +82,7 @@ def train_command(
     seed: int = 0,
     normalize: Annotated[
         Normalization, typer.Option(help="Input layer: center (paper), standardize, none.")
-    ] = Normalization.center,
+    ] = Normalization.CENTER,
     config: Annotated[str | None, typer.Option(help="Dataset config.")] = None,
     revision: Annotated[str | None, typer.Option(help="Hub revision of the dataset.")] = None,
     limit: Annotated[int | None, typer.Option(help="Train on the first N images only.")] = None,

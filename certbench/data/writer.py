@@ -17,6 +17,7 @@ import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -41,7 +42,7 @@ def shard_name(split: str) -> str:
     return f"{split}-00000-of-00001.parquet"
 
 
-def _atomic(path: Path, write: Callable[[Path], None]) -> None:
+def _atomic(path: Path, write: Callable[[Path], object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -118,7 +119,7 @@ def write_card(
     pretty_name: str,
     license: str,
     body: str,
-    extra: Mapping[str, object] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> Path:
     """README.md: YAML header (``configs:`` with one ``default`` config) + markdown ``body``."""
     from huggingface_hub import DatasetCard, DatasetCardData

@@ -36,6 +36,9 @@ BAND_OPACITY = 0.18
 #: Curves' legend: a stroke in the curve's colour and dash (merged from both channels).
 LEGEND = {"symbolType": "stroke", "symbolOpacity": 1, "symbolSize": 400}
 
+#: A column of numbers: a list, or a 1-D array (what the figures' callers mostly hold).
+Values = Sequence[float] | np.ndarray
+
 
 @dataclass(frozen=True)
 class Axis:
@@ -71,14 +74,14 @@ class Curve:
     at every x, shaded under the curve."""
 
     label: str
-    x: Sequence[float]
-    y: Sequence[float]
+    x: Values
+    y: Values
     emphasis: bool = False
     markers: bool = False
-    band: tuple[Sequence[float], Sequence[float], str] | None = None
+    band: tuple[Values, Values, str] | None = None
 
 
-def compact(*columns: Sequence[float]) -> list[np.ndarray]:
+def compact(*columns: Values) -> list[np.ndarray]:
     """Drop interior points of runs where every column after the first is constant: a flat
     stretch needs only its two ends. Curves on fine grids (certified accuracy on 0.005-radius
     steps, p_A on 0.001 steps) are mostly flat, so this shrinks a spec by an order of magnitude
@@ -104,7 +107,7 @@ def _curve_rows(curves: Sequence[Curve]) -> list[dict[str, Any]]:
             raise ValueError(
                 f"curve {curve.label!r}: {len(curve.x)} x values but {len(curve.y)} y values"
             )
-        columns: list[Sequence[float]] = [curve.x, curve.y]
+        columns: list[Values] = [curve.x, curve.y]
         if curve.band is not None:
             low, high, _ = curve.band
             if not len(low) == len(high) == len(curve.x):
@@ -277,15 +280,15 @@ def bar_chart(
         if len(s.values) != len(groups):
             raise ValueError(f"series {s.label!r}: {len(s.values)} values for {len(groups)} groups")
         for g, (group, value) in enumerate(zip(groups, s.values, strict=True)):
-            measured = value is not None and math.isfinite(value)
+            measured = value if value is not None and math.isfinite(value) else None
             row: dict[str, Any] = {
                 "group": group,
                 "series": s.label,
-                "value": _number(value) if measured else None,
-                "text": _bar_text(value, y.percent) if measured else "n/a",
-                "at": _number(value) if measured else float(y.lo),
+                "value": _number(measured) if measured is not None else None,
+                "text": _bar_text(measured, y.percent) if measured is not None else "n/a",
+                "at": _number(measured) if measured is not None else float(y.lo),
             }
-            if s.low is not None and s.high is not None and measured:
+            if s.low is not None and s.high is not None and measured is not None:
                 low, high = s.low[g], s.high[g]
                 if low is not None and high is not None:
                     row["lo"], row["hi"] = _number(low), _number(high)

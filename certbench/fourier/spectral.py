@@ -45,7 +45,8 @@ def centred_offsets(
     width = height if width is None else width
     u = torch.arange(height, dtype=dtype) - height // 2
     v = torch.arange(width, dtype=dtype) - width // 2
-    return torch.meshgrid(u, v, indexing="ij")
+    rows, cols = torch.meshgrid(u, v, indexing="ij")
+    return rows, cols
 
 
 def radial_frequency(

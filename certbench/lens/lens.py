@@ -52,8 +52,9 @@ read here; every constant here is checked against the released code instead
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 import numpy as np
 import torch
@@ -168,9 +169,9 @@ class LensProtocol:
         return {"version": PROTOCOL_VERSION, **asdict(self), "kinds": list(self.kinds)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, object]) -> LensProtocol:
+    def from_dict(cls, data: Mapping[str, Any]) -> LensProtocol:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 # --------------------------------------------------------------------------- plan

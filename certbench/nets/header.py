@@ -24,7 +24,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeGuard
 
 from certbench.errors import (
     TruncatedWeightsError,
@@ -204,7 +204,7 @@ def _entry(name: str, value: Any) -> TensorInfo:
     if not isinstance(value, dict):
         raise _invalid(f"entry {name!r} is not an object")
     dtype, shape, offsets = value.get("dtype"), value.get("shape"), value.get("data_offsets")
-    if dtype not in DTYPE_SIZES:
+    if not isinstance(dtype, str) or dtype not in DTYPE_SIZES:
         raise WeightsFormatError(
             f"tensor {name!r} has unknown dtype {dtype!r}; use one of {sorted(DTYPE_SIZES)}"
         )
@@ -220,7 +220,7 @@ def _entry(name: str, value: Any) -> TensorInfo:
     return TensorInfo(dtype, tuple(shape), start, stop)
 
 
-def _ints(value: Any) -> bool:
+def _ints(value: Any) -> TypeGuard[list[int]]:
     return isinstance(value, list) and all(
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
     )

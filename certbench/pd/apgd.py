@@ -127,7 +127,9 @@ def margin_dlr_targeted(
     return -(own - other) / scale
 
 
-def _loss(logits: torch.Tensor, labels: torch.Tensor, loss: Loss, target: torch.Tensor | None):
+def _loss(
+    logits: torch.Tensor, labels: torch.Tensor, loss: Loss, target: torch.Tensor | None
+) -> torch.Tensor:
     if loss == "ce":
         return F.cross_entropy(logits, labels, reduction="none")
     if target is None:

@@ -303,8 +303,13 @@ def robust_accuracy(
         prediction = clean_logits.argmax(1)
         correct = prediction == y
         for eps in eps_list:
+            linf, projected, aware = (
+                torch.zeros(len(y), dtype=torch.bool, device=dev) for _ in range(3)
+            )
             runs = _Runs(
-                *(torch.zeros(len(y), dtype=torch.bool, device=dev) for _ in range(3)),
+                linf,
+                projected,
+                aware,
                 torch.full((len(y),), math.nan, dtype=torch.float64, device=dev),
                 torch.full((len(y),), -1, dtype=torch.int64, device=dev),
             )

@@ -353,7 +353,7 @@ class _NearTies:
                 enabled=bool(settings.amp),
             ),
         ):
-            classes = slots.forward(forward, noisy).argmax(dim=1)
+            classes = slots.apply(forward, noisy).argmax(dim=1)
         phase_slot = torch.from_numpy(codes // self.stride).to(settings.device)
         width = counts.shape[1]
         counts.view(-1).index_add_(0, phase_slot * width + classes, torch.ones_like(classes))

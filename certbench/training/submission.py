@@ -112,7 +112,7 @@ def write_submission(out: Path, model: nn.Module, manifest: Manifest) -> tuple[P
     """
     weights = out / WEIGHTS_FILE
     manifest_path = out / MANIFEST_FILE
-    save_weights(model.to("cpu", memory_format=torch.contiguous_format), weights)
+    save_weights(model.to("cpu").to(memory_format=torch.contiguous_format), weights)
     manifest_path.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
     try:
         load_model(weights, load_manifest(manifest_path))
