@@ -276,9 +276,12 @@ def write_cifar_f_card(
     source: dict[str, Any],
 ) -> Path:
     """Draw both figures and write README.md listing every config in ``specs``."""
-    common = {"dataset": dataset, "protocol": protocol, "seed": seed}
-    sample_grid(images, specs, path=hub.figure_path(out_dir, GRID_FIGURE), **common)
-    spectrum_figure(images, specs, path=hub.figure_path(out_dir, SPECTRUM_FIGURE), **common)
+    grid_path = hub.figure_path(out_dir, GRID_FIGURE)
+    sample_grid(images, specs, dataset=dataset, protocol=protocol, seed=seed, path=grid_path)
+    spectrum_path = hub.figure_path(out_dir, SPECTRUM_FIGURE)
+    spectrum_figure(
+        images, specs, dataset=dataset, protocol=protocol, seed=seed, path=spectrum_path
+    )
     title = f"{DISPLAY_NAMES.get(dataset, dataset)}-F"
     body = card_body(
         dataset=dataset,

@@ -111,13 +111,15 @@ def cifar_f_command(
         tqdm(total=len(specs), desc="test sets", unit="set", position=0) as sets_bar,
         tqdm(total=len(specs) * len(images), desc="images", unit="img", position=1) as img_bar,
     ):
-        state = {"config": None, "done": 0}
+        current: str | None = None  # the config the images bar counts
+        counted = 0
 
         def hook(config: str, done: int, total: int) -> None:
-            if config != state["config"]:
-                state["config"], state["done"] = config, 0
-            img_bar.update(done - state["done"])
-            state["done"] = done
+            nonlocal current, counted
+            if config != current:
+                current, counted = config, 0
+            img_bar.update(done - counted)
+            counted = done
             if done == total:
                 sets_bar.update(1)
                 sets_bar.set_postfix_str(config)

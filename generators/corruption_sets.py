@@ -55,7 +55,9 @@ def benchmark(key: str, *, frost_dir: str | Path | None = None) -> CorruptionBen
 
     bank = load_photographs(frost_dir)
 
-    def apply_c(images, name, level, seed, indices):  # type: ignore[no-untyped-def]
+    def apply_c(
+        images: np.ndarray, name: str, level: int, seed: int, indices: np.ndarray
+    ) -> np.ndarray:
         return cc.corrupt(images, name, level, seed=seed, indices=indices, frost_bank=bank)
 
     return replace(
@@ -128,10 +130,14 @@ def _benchmarks() -> dict[str, CorruptionBenchmark]:
     from generators import corruptions_cbar as cb
     from generators import weather
 
-    def apply_c(images, name, level, seed, indices):  # type: ignore[no-untyped-def]
+    def apply_c(
+        images: np.ndarray, name: str, level: int, seed: int, indices: np.ndarray
+    ) -> np.ndarray:
         return cc.corrupt(images, name, level, seed=seed, indices=indices)
 
-    def apply_cbar(images, name, level, seed, indices):  # type: ignore[no-untyped-def]
+    def apply_cbar(
+        images: np.ndarray, name: str, level: int, seed: int, indices: np.ndarray
+    ) -> np.ndarray:
         return cb.corrupt_bar(images, name, level, seed=seed, indices=indices)
 
     return {

@@ -208,8 +208,7 @@ def glass_blur(images: np.ndarray, p: Params, c: tuple[float, int, int]) -> np.n
     x = truncate_uint8(blur_hw(to_unit(images), sigma) * 255)
     lo, hi = max_delta, IMAGE_SIZE - max_delta  # visited rows/cols: hi .. lo+1
     coords = np.arange(hi, lo, -1)
-    hh, ww = np.meshgrid(coords, coords, indexing="ij")
-    hh, ww = hh.ravel(), ww.ravel()
+    hh, ww = (grid.ravel() for grid in np.meshgrid(coords, coords, indexing="ij"))
     batch = np.arange(len(images))[:, None]
     for it in range(iterations):
         dx, dy = p["shifts"][:, it, :, 0], p["shifts"][:, it, :, 1]
@@ -323,7 +322,10 @@ def photograph_frost(bank: FrostBank) -> Corruption:
 
 
 def _blend_frost(
-    images: np.ndarray, textures: Sequence[np.ndarray], p: Params, c: tuple[float, float]
+    images: np.ndarray,
+    textures: np.ndarray | Sequence[np.ndarray],
+    p: Params,
+    c: tuple[float, float],
 ) -> np.ndarray:
     crops = np.stack(
         [
@@ -431,8 +433,8 @@ def pixelate(images: np.ndarray, p: Params, c: float) -> np.ndarray:
     small = int(IMAGE_SIZE * c)
 
     def one(image: np.ndarray) -> np.ndarray:
-        pil = Image.fromarray(image).resize((small, small), Image.BOX)
-        return np.asarray(pil.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BOX))
+        pil = Image.fromarray(image).resize((small, small), Image.Resampling.BOX)
+        return np.asarray(pil.resize((IMAGE_SIZE, IMAGE_SIZE), Image.Resampling.BOX))
 
     return np.stack([one(image) for image in images])
 

@@ -218,6 +218,11 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+def _publish_errors() -> tuple[type[BaseException], ...]:
+    """What a publish may raise that ``_hub_error`` turns into a PublishError."""
+    return (*_transport_errors(), HfHubHTTPError, LocalTokenNotFoundError)
+
+
 def _hub_error(err: BaseException, repo: str) -> PublishError:
     if isinstance(err, OfflineModeIsEnabled):
         return PublishError(
@@ -285,7 +290,7 @@ def publish(
         return PublishResult(plan=plan, dry_run=True)
     try:
         return _publish_online(api or HfApi(), files, repo, branch, private, max_commit_bytes, log)
-    except (*_transport_errors(), HfHubHTTPError, LocalTokenNotFoundError) as err:
+    except _publish_errors() as err:
         raise _hub_error(err, repo) from err
 
 

@@ -92,7 +92,9 @@ CITATION = """@misc{weather_simulator_eval,
 def benchmark_spec() -> CorruptionBenchmark:
     """The weather benchmark for ``generators.corruption_sets``."""
 
-    def apply(images, name, level, seed, indices):  # type: ignore[no-untyped-def]
+    def apply(
+        images: np.ndarray, name: str, level: int, seed: int, indices: np.ndarray
+    ) -> np.ndarray:
         return simulate(images, name, level, seed=seed, indices=indices)
 
     return CorruptionBenchmark(
