@@ -12,12 +12,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1024 * 1024
 #: Where ``uv run mkdocs build`` writes the documentation site in a clone (``mkdocs.yml``).
-PROJECT_SITE = Path(__file__).resolve().parents[1] / "site"
+PROJECT_SITE = Path(__file__).resolve().parents[2] / "site"
 
 
 class Settings(BaseSettings):
@@ -48,8 +48,11 @@ class Settings(BaseSettings):
         description="Celery broker (`redis://host:6379/0`); unset: the embedded broker, and "
         "`serve` starts an embedded worker.",
     )
-    artifacts_dir: Path | None = Field(
-        default=None, description="Weights, records and figures; default `<data_dir>/artifacts`."
+    # Unset (None or empty) is filled from data_dir before validation, so readers get a Path.
+    artifacts_dir: Path = Field(
+        default=None,
+        validate_default=True,
+        description="Weights, records and figures; default `<data_dir>/artifacts`.",
     )
     datasets_dir: Path | None = Field(
         default=None,
@@ -191,7 +194,6 @@ class Settings(BaseSettings):
 
     @field_validator(
         "broker_url",
-        "artifacts_dir",
         "datasets_dir",
         "anchors_dir",
         "guide_dir",
@@ -205,6 +207,16 @@ class Settings(BaseSettings):
         """An empty env var (``CERTBENCH_BROKER_URL=``) means "not configured"."""
         return None if value == "" else value
 
+    @field_validator("artifacts_dir", mode="before")
+    @classmethod
+    def _artifacts_under_data_dir(cls, value: object, info: ValidationInfo) -> object:
+        """Unset (None, or an empty env var) means ``<data_dir>/artifacts``."""
+        if value is not None and value != "":
+            return value
+        if "data_dir" not in info.data:
+            raise ValueError("artifacts_dir defaults to <data_dir>/artifacts: set a valid data_dir")
+        return info.data["data_dir"] / "artifacts"
+
     @model_validator(mode="after")
     def _fill_defaults(self) -> Settings:
         """Derive the SQLite URL and artifacts dir from data_dir; pick the psycopg driver."""
@@ -213,8 +225,6 @@ class Settings(BaseSettings):
         for prefix in ("postgresql://", "postgres://"):
             if self.database_url.startswith(prefix):
                 self.database_url = "postgresql+psycopg://" + self.database_url[len(prefix) :]
-        if self.artifacts_dir is None:
-            self.artifacts_dir = self.data_dir / "artifacts"
         self.artifacts_dir = self.artifacts_dir.resolve()
         self.anchors_dir = (self.anchors_dir or self.artifacts_dir / "anchors").resolve()
         self.datasets_dir = (self.datasets_dir or self.data_dir / "datasets").resolve()

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import CursorResult, Delete, Engine, Update, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
@@ -97,3 +97,11 @@ def dispose_engines() -> None:
         engine.dispose()
     _ENGINES.clear()
     _SESSIONMAKERS.clear()
+
+
+def rows_matched(session: Session, statement: Update | Delete) -> int:
+    """Execute an UPDATE or DELETE in ``session``; the number of rows it matched.
+
+    ``Session.execute`` is typed as returning a plain ``Result``; for these statements it is a
+    ``CursorResult``, the result that carries ``rowcount``."""
+    return cast("CursorResult[Any]", session.execute(statement)).rowcount

@@ -83,7 +83,7 @@ def fleet_rates(session: Session, stages: Iterable[str]) -> dict[str, Rate]:
         if rows and seconds > 0:
             rates[stage] = Rate(
                 samples_per_second=sum(row.samples_done for row in rows) / seconds,
-                images_per_second=sum(row.count for row in rows) / seconds,
+                images_per_second=sum(count for _, count, _ in rows) / seconds,
                 basis=f"this fleet's last {len(rows)} recorded {stage} shard(s)",
             )
     return rates

@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session
 
 from models.core.settings import Settings
 from models.db.base import utcnow
+from models.db.engine import rows_matched
 from models.db.entities import ShardDispatch, Submission
 from models.db.states import Reason, SubmissionState
 from models.runs import shards
@@ -86,16 +87,18 @@ def release_node(session: Session, node: str, *, now: datetime | None = None) ->
     before it takes work. Returns the number of leases ended."""
     now = now or utcnow()
     mine = f"{node}/"
-    claims = session.execute(
+    claims = rows_matched(
+        session,
         update(ShardDispatch)
         .where(
             ShardDispatch.claimed_by.startswith(mine, autoescape=True),
             ShardDispatch.claimed_until > now,
         )
         .values(claimed_until=now)
-        .execution_options(synchronize_session=False)
+        .execution_options(synchronize_session=False),
     )
-    validations = session.execute(
+    validations = rows_matched(
+        session,
         update(Submission)
         .where(
             Submission.state == S.VALIDATING,
@@ -103,10 +106,10 @@ def release_node(session: Session, node: str, *, now: datetime | None = None) ->
             Submission.lease_expires_at > now,
         )
         .values(lease_expires_at=now)
-        .execution_options(synchronize_session=False)
+        .execution_options(synchronize_session=False),
     )
     session.commit()
-    return claims.rowcount + validations.rowcount
+    return claims + validations
 
 
 def _expired_claims(session: Session, actions: Actions, *, settings: Settings, now: datetime
@@ -129,9 +132,11 @@ def _expired_claims(session: Session, actions: Actions, *, settings: Settings, n
         if (row.submission_id, *key) in done:
             row.claimed_by, row.claimed_until = None, None
             continue
+        expired_at = row.claimed_until
+        assert expired_at is not None  # the query selects claims with a lease end
         row.history = [
             *row.history,
-            {"worker": row.claimed_by, "lease_expired_at": row.claimed_until.isoformat()},
+            {"worker": row.claimed_by, "lease_expired_at": expired_at.isoformat()},
         ]
         row.expired_claims += 1
         row.claimed_by, row.claimed_until = None, None
@@ -230,6 +235,8 @@ def _shards(
         actions.shards += [(submission_id, spec) for spec in lost_specs]
     elif not missing and state == S.RUNNING:
         submission = session.get(Submission, submission_id)
+        if submission is None:  # deleted since the sweep listed it: nothing to aggregate
+            return
         last = max(t for t in (updated_at, submission.heartbeat_at) if t is not None)
         if last < stale:
             _touch(session, submission_id, now)
