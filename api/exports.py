@@ -6,7 +6,7 @@ answers as the pages (``api.services.leaderboards``); formats by ``certbench.fig
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -122,7 +122,7 @@ def entries_table(
         *figures,
         Column("tied_with", "Tied with", "text"),
     ]
-    rows = []
+    rows: list[Mapping[str, Cell | str | None]] = []
     for entry in entries:
         cells: dict[str, Cell | str | None] = {
             "rank": "" if entry.rank is None else str(entry.rank),
@@ -183,7 +183,7 @@ def paired_table(comparison: ComparisonPublic, bench: BenchmarkPublic) -> Table:
         Column("p_value", "p"),
         Column("verdict", "Verdict", "text"),
     ]
-    rows = []
+    rows: list[Mapping[str, Cell | str | None]] = []
     for pair in comparison.pairs:
         for test in pair.tests:
             d = test.difference

@@ -6,7 +6,7 @@ marks, and BibTeX of each shown entry's paper and of the benchmark's papers (``a
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
@@ -23,7 +23,7 @@ from models.boards.leaderboard import SORT_COLUMNS, LeaderboardQuery
 
 router = APIRouter(prefix="/leaderboards", tags=["exports"], responses=ERROR_RESPONSES)
 FORMAT_HELP = "latex (a booktabs table float), csv (each figure with _low and _high) or bibtex"
-TEXT_RESPONSES = {
+TEXT_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "the export as text",
         "content": {m: {"schema": {"type": "string"}} for m, _ in exports.MEDIA_TYPES.values()},

@@ -112,7 +112,7 @@ class Metrics(BaseModel):
             for key, low in sorted(figures.items())
             if key.endswith(CI_LOW)
         }
-        return cls(**values, **fixed, **extra, intervals=intervals)
+        return cls.model_validate({**values, **fixed, **extra, "intervals": intervals})
 
 
 _DECLARED = frozenset(Metrics.model_fields) - {"intervals"}

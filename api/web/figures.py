@@ -123,9 +123,10 @@ def _mean_on_common_grid(curves: Sequence[SetCurves]) -> tuple[np.ndarray, np.nd
 def mean_pa(curves: Sequence[SetCurves]) -> np.ndarray | None:
     """The p_A curve (Sun et al., ICML 2025) averaged over test sets (None if any set lacks its
     records)."""
-    if not curves or any(c.pa is None for c in curves):
+    measured = [c.pa for c in curves if c.pa is not None]
+    if not curves or len(measured) < len(curves):
         return None
-    return np.mean([c.pa for c in curves], axis=0)
+    return np.mean(measured, axis=0)
 
 
 def _radius_range(curves: Sequence[SetCurves]) -> float:

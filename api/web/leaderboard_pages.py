@@ -59,7 +59,7 @@ def home(
     """Benchmarks grouped by base dataset, with their dataset links and current top entries (and
     "data not available here" with the fix where this machine lacks a benchmark's data)."""
     benchmarks = lb_service.benchmarks(session, viewer=viewer, settings=settings)
-    cards = []
+    cards: list[dict[str, Any]] = []
     for bench in benchmarks:
         top = page_service.leaderboard(
             session, bench.name, LeaderboardQuery(limit=HOME_TOP), viewer=viewer

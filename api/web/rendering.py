@@ -9,7 +9,7 @@ interactively with vega-embed and adds conveniences.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +102,7 @@ templates.env.globals.update(max_compare=MAX_COMPARE, vega_bundle_url=BUNDLE_URL
 class HTMLRoute(APIRoute):
     """Service errors and bad query strings render the error page instead of JSON."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def render_errors(request: Request) -> Response:

@@ -230,7 +230,7 @@ class CompareMaps:
     title: str
     panels: list[Figure]
     differences: list[Figure]
-    tests: list[CellTests]
+    tests: list[CellTests | None]
 
 
 def compare_context(
