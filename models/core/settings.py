@@ -219,7 +219,8 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _fill_defaults(self) -> Settings:
-        """Derive the SQLite URL and artifacts dir from data_dir; pick the psycopg driver."""
+        """Derive the SQLite URL, anchors and datasets dirs from data_dir (the artifacts dir is
+        filled before validation); resolve every dir; pick the psycopg driver."""
         if not self.database_url:
             self.database_url = f"sqlite:///{(self.data_dir / 'certbench.db').resolve()}"
         for prefix in ("postgresql://", "postgres://"):
