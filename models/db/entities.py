@@ -9,10 +9,10 @@ leaderboard through one index). ``leaderboard_entries`` marks a finished submiss
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -423,6 +423,24 @@ class MetricValue(Base):
     value: Mapped[float | None] = mapped_column(Float)
 
 
+_figure_keys: set[str] = set()
+
+
+def declare_figures(keys: Iterable[str]) -> None:
+    """Declare metric keys a stage writes, so that ``LeaderboardEntry`` tells a known figure
+    that was not measured (None) from a typo (AttributeError).
+
+    The stage registry calls it for every stage it registers (``models.stages.registry``): the
+    database layer sits below the stages and never imports them, so they are named to it.
+    """
+    _figure_keys.update(keys)
+
+
+def known_figures() -> frozenset[str]:
+    """Every metric key declared so far (``declare_figures``)."""
+    return frozenset(_figure_keys)
+
+
 class LeaderboardEntry(Base):
     """A finished submission's place on its benchmark's leaderboard, written once at the end.
 
@@ -434,11 +452,6 @@ class LeaderboardEntry(Base):
     __table_args__ = (
         Index("ix_leaderboard_entries_benchmark_finished_at", "benchmark_id", "finished_at"),
     )
-    known_figures: ClassVar[Callable[[], Iterable[str]]] = staticmethod(tuple)
-    """Every figure key a registered stage writes. ``models.stages.registry`` installs its
-    ``metric_keys`` here when it is imported, so the table tells "known, not measured" (None)
-    from a typo (AttributeError) without importing the stages."""
-
     submission_id: Mapped[int] = mapped_column(
         ForeignKey("submissions.id", ondelete="CASCADE"), primary_key=True
     )
@@ -467,7 +480,7 @@ class LeaderboardEntry(Base):
             metrics = self.metrics
             if name in metrics:
                 return metrics[name]
-            if name in LeaderboardEntry.known_figures():
+            if name in _figure_keys:  # a registered stage's figure (``declare_figures``)
                 return None
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 

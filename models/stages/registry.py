@@ -17,7 +17,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, TypeVar
 
 from models.core.errors import BenchmarkDefinitionError
-from models.db.entities import LeaderboardEntry
+from models.db.entities import declare_figures
 from models.stages.base import Stage
 
 if TYPE_CHECKING:
@@ -40,7 +40,8 @@ _lock = threading.RLock()
 
 
 def register(cls: S) -> S:
-    """Class decorator: register one instance of a stage under ``cls.name``.
+    """Class decorator: register one instance of a stage under ``cls.name`` and declare its
+    figures to the leaderboard entries (``models.db.entities.declare_figures``).
 
     Re-registering the same class (a module imported twice) is harmless; another class under a
     taken name is refused, so two plug-ins cannot silently replace each other.
@@ -52,7 +53,8 @@ def register(cls: S) -> S:
                 f"stage name {cls.name!r} is already registered by "
                 f"{type(existing).__module__}.{type(existing).__qualname__}"
             )
-        _stages[cls.name] = cls()
+        stage = _stages[cls.name] = cls()
+        declare_figures(spec.key for spec in stage.all_metric_specs())
     return cls
 
 
@@ -110,6 +112,3 @@ def metric_keys() -> dict[str, bool]:
         for spec in stage.all_metric_specs():
             out[spec.key] = spec.higher_is_better
     return out
-
-
-LeaderboardEntry.known_figures = staticmethod(metric_keys)  # type: ignore[assignment]
