@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, select, update
+from sqlalchemy import CursorResult, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -274,7 +274,8 @@ def claim(
         & (ShardDispatch.unit == unit)
         & (ShardDispatch.shard_index == index)
     )
-    taken = session.execute(
+    taken = _rows_updated(
+        session,
         update(ShardDispatch)
         .where(
             where,
@@ -290,10 +291,10 @@ def claim(
             started_at=now,
             updated_at=now,
         )
-        .execution_options(synchronize_session=False)
+        .execution_options(synchronize_session=False),
     )
     session.commit()
-    if taken.rowcount == 1:
+    if taken == 1:
         return None
     holder = session.scalar(select(ShardDispatch.claimed_by).where(where))
     return holder or "another worker"
@@ -304,14 +305,21 @@ def renew_claim(
     settings: Settings,
 ) -> bool:  # fmt: skip
     """Extend ``worker``'s claim (heartbeat). False when the claim was taken from it."""
-    result = session.execute(
+    renewed = _rows_updated(
+        session,
         update(ShardDispatch)
         .where(*ShardDispatch.held(submission_id, key, worker))
         .values(claimed_until=utcnow() + timedelta(seconds=settings.lease_seconds))
-        .execution_options(synchronize_session=False)
+        .execution_options(synchronize_session=False),
     )
     session.commit()
-    return result.rowcount == 1
+    return renewed == 1
+
+
+def _rows_updated(session: Session, statement: Any) -> int:
+    """The rows an UPDATE changed: ``Session.execute`` types its result as a ``Result``, an
+    UPDATE's is a ``CursorResult``, the one that carries ``rowcount``."""
+    return cast("CursorResult[Any]", session.execute(statement)).rowcount
 
 
 def release_claim(

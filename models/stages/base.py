@@ -23,6 +23,12 @@ Plus what the service shows: ``metric_specs(benchmark)`` (leaderboard keys, labe
 units) and, optionally, a web section (``api/web/stages/<name>.py`` + a template partial).
 A stage's protocol block in benchmark definitions (``stages: {<name>: {...}}``) is the pydantic
 model ``protocol_model``, validated when the definition loads.
+
+The plumbing of ``run`` and ``merge`` is the contract's too: what a shard file and a merged file
+carry, reading shard files back verified against the run seed's commitment and the data hashes,
+and the stored results (``models.stages.shard_files``); the run seed's checks are here
+(``run_seed_metadata``, ``check_shard_seed``, ``recorded_data_hashes``), as is a stored protocol
+row resolved to the images it reads (``StageSpec``).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ if TYPE_CHECKING:
     import torch
 
     from models.benchmarks.definitions import BenchmarkSchema
+    from models.benchmarks.sources import TestSetSpec
     from models.core.settings import Settings
     from models.stages.work import WorkItem
 
@@ -92,6 +99,12 @@ class ShardSpec:
     def key(self) -> tuple[str, str, int]:
         return (self.stage, self.unit, self.shard_index)
 
+    @property
+    def placement(self) -> dict[str, Any]:
+        """Where the shard sits, as its file's metadata names it (``shard_metadata``)."""
+        return {"unit": self.unit, "shard_index": self.shard_index, "start": self.start,
+                "stop": self.stop}  # fmt: skip
+
 
 @dataclass(frozen=True)
 class RecordedShard:
@@ -104,6 +117,11 @@ class RecordedShard:
     count: int
     seconds: float
     path: Path
+
+
+Shards = Mapping[str, Sequence[RecordedShard]]
+"""What ``merge`` is handed: each unit's recorded shards (``models.stages.shard_files`` reads
+them back)."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +186,21 @@ class StageEstimate:
 def per_image(units: Sequence[Unit], passes: int) -> tuple[UnitCost, ...]:
     """Every unit at the same forward passes per image."""
     return tuple(UnitCost(unit.name, ((unit.num_images, passes),)) for unit in units)
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """A stage's stored protocol row resolved against this deployment's folders: the images the
+    stage reads (``images``, from ``models.benchmarks.sources.image_source_spec``) and the row
+    itself, stored with each result without local paths (``describe``). Stages subclass it with
+    their protocol's fields."""
+
+    images: TestSetSpec
+    row: dict[str, Any]
+
+    def describe(self) -> dict[str, Any]:
+        """The settings stored with a result: the row without local paths."""
+        return {key: value for key, value in self.row.items() if key != "folder"}
 
 
 @dataclass(frozen=True)
@@ -295,23 +328,28 @@ class Stage:
         stage that declares no cost, counts one forward pass per image and says so; built-in
         stages override it with their protocol's count.
         """
-        return StageEstimate(
-            stage=self.name,
-            units=per_image(self.units(item, settings), 1),
+        return self.per_image_estimate(
+            item,
+            settings,
+            1,
             exact=False,
             basis="one forward pass per image",
             note=f"the {self.name} stage declares no cost: counted as one forward pass per image",
         )
 
+    def per_image_estimate(
+        self, item: WorkItem, settings: Settings, passes: int, *, exact: bool, basis: str,
+        note: str = "",
+    ) -> StageEstimate:  # fmt: skip
+        """Every unit at ``passes`` forward passes per image, the count ``basis`` explains."""
+        units = per_image(self.units(item, settings), passes)
+        return StageEstimate(stage=self.name, units=units, exact=exact, basis=basis, note=note)
+
     def run(self, item: WorkItem, shard: ShardSpec, context: RunContext) -> ShardOutput:
         raise NotImplementedError
 
     def merge(
-        self,
-        item: WorkItem,
-        shards: Mapping[str, Sequence[RecordedShard]],
-        context: MergeContext,
-        settings: Settings,
+        self, item: WorkItem, shards: Shards, context: MergeContext, settings: Settings
     ) -> StageOutcome:
         raise NotImplementedError
 

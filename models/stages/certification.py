@@ -2,47 +2,34 @@
 
 Units are the benchmark's test sets; a shard certifies images ``[start, stop)`` of one test set's
 protocol subset with ``certbench.smoothing.core.certify``, whose per-image random streams derive
-from
-(the run's seed, test set, image index), so any sharding gives the records of one unsharded run.
-Merging computes each test set's metrics from its per-image records
-(``certbench.smoothing.metrics``) and the
-leaderboard figures: mACR, certified accuracy on the radius grid, the p̂_A distribution (seed 001),
-band means (seed 000 Table 1). The stage's protocol is the benchmark's own (``protocol`` and
-``test_sets`` in the definition), so it takes no ``stages`` block and every benchmark runs it.
+from (the run's seed, test set, image index), so any sharding gives the records of one unsharded
+run. Merging computes each test set's metrics from its per-image records
+(``certbench.smoothing.metrics``) and the leaderboard figures: mACR, certified accuracy on the
+radius grid, the p̂_A distribution (Sun et al., ICML 2025), band means (Sun et al., ECCV 2022,
+Table 1). The stage's protocol is the benchmark's own (``protocol`` and ``test_sets`` in the
+definition), so it takes no ``stages`` block and every benchmark runs it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from models.benchmarks.sources import TestSetSpec
 from models.core.queue import DEFAULT_QUEUE
-from models.core.settings import Settings
-from models.db.entities import StageResult, TestSet
-from models.stages.base import (
-    MergeContext,
-    MetricSpec,
-    RecordedShard,
-    RunContext,
-    ShardOutput,
-    ShardSpec,
-    Stage,
-    StageEstimate,
-    StageOutcome,
-    Unit,
-    UnitResult,
-    check_shard_seed,
-    per_image,
-    recorded_data_hashes,
-    run_seed_metadata,
-)
+from models.stages.base import MetricSpec, ShardOutput, Stage, StageOutcome, Unit, UnitResult
 from models.stages.certification_keys import BANDS, PA_QUANTILES, RADIUS_KEYS
+from models.stages.certification_results import TestSetResult as TestSetResult  # its readers'
+from models.stages.certification_results import stored_summary
 from models.stages.registry import register
-from models.stages.work import WorkItem
+from models.stages.shard_files import json_table, read_shards, shard_metadata
+
+if TYPE_CHECKING:
+    from models.core.settings import Settings
+    from models.stages.base import MergeContext, RunContext, Shards, ShardSpec, StageEstimate
+    from models.stages.work import WorkItem
 
 
 @register
@@ -67,13 +54,9 @@ class Certification(Stage):
         """Exact: CERTIFY draws n0 selection and n estimation samples per image (the stage
         never abstains early), one forward pass each, on every test set."""
         images = sum(ts.num_images for ts in item.test_sets)
-        return StageEstimate(
-            stage=self.name,
-            units=per_image(self.units(item, settings), item.n0 + item.n),
-            exact=True,
-            basis=f"{images:,} images over {len(item.test_sets)} test set(s) × "
-            f"(n0 {item.n0:,} + n {item.n:,}) samples",
-        )
+        basis = f"{images:,} images over {len(item.test_sets)} test set(s) × "
+        basis += f"(n0 {item.n0:,} + n {item.n:,}) samples"
+        return self.per_image_estimate(item, settings, item.n0 + item.n, exact=True, basis=basis)
 
     def run(self, item: WorkItem, shard: ShardSpec, context: RunContext) -> ShardOutput:
         """CERTIFY the shard's images with the benchmark protocol; write the records."""
@@ -82,7 +65,7 @@ class Certification(Stage):
         from certbench.smoothing import certify, write_records
         from models.stages.inputs import data_hashes, images_for, model_for
 
-        test_set = _test_set(item, shard.unit)
+        test_set = item.test_set(shard.unit)
         hashes = data_hashes(test_set)  # raises DatasetMismatchError before any work
         images = images_for(test_set)
         window = slice(shard.start, shard.stop)
@@ -108,22 +91,18 @@ class Certification(Stage):
             test_set=stream_key(item, test_set),
             on_record=on_record,
         )
-        metadata = {**records_metadata(item, test_set, shard), "data_hashes": hashes}
+        metadata = shard_metadata(item, hashes, **records_metadata(item, test_set, shard))
         write_records(records, context.target, metadata=metadata)
         return ShardOutput(count=len(records))
 
     def merge(
-        self,
-        item: WorkItem,
-        shards: Mapping[str, Sequence[RecordedShard]],
-        context: MergeContext,
-        settings: Settings,
+        self, item: WorkItem, shards: Shards, context: MergeContext, settings: Settings
     ) -> StageOutcome:
         """Merge each test set's shard records, compute its metrics and the leaderboard's."""
         from certbench.smoothing import write_table_atomic
         from models.stages.certification_intervals import TERMS_UNIT, entry_intervals
 
-        merged = [self._merge_test_set(item, ts, shards[ts.name], context) for ts in item.test_sets]
+        merged = [self._merge_test_set(item, ts, shards, context) for ts in item.test_sets]
         results = [result for result, _ in merged]
         bounds, terms = entry_intervals(
             {r.unit: table for r, table in merged}, {ts.name: ts.band for ts in item.test_sets}
@@ -142,66 +121,34 @@ class Certification(Stage):
         )
 
     def _merge_test_set(
-        self,
-        item: WorkItem,
-        test_set: TestSetSpec,
-        shards: Sequence[RecordedShard],
-        context: MergeContext,
+        self, item: WorkItem, test_set: TestSetSpec, shards: Shards, context: MergeContext
     ) -> tuple[UnitResult, Any]:
         """The test set's stored result and its merged records table."""
         import pyarrow as pa
 
-        from certbench.smoothing import (
-            read_table,
-            records_to_table,
-            summarize,
-            table_to_records,
-            write_records,
-        )
-        from models.stages.certification_intervals import set_intervals
+        from certbench.smoothing import records_to_table, summarize, table_to_records, write_records
 
-        ordered = sorted(shards, key=lambda s: s.start)
-        tables = [read_table(s.path) for s in ordered]
-        for shard, table in zip(ordered, tables, strict=True):
-            where = f"certification shard {str(shard.path)!r}"
-            check_shard_seed(item, shard_metadata(table), where)
-        hashes = shard_data_hashes(tables, test_set=test_set.name)
-        records = table_to_records(
-            pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+        name = test_set.name
+        found = read_shards(item, shards, json_table, label="certification", units=[name],
+                            hashes_of=f"test set {name!r}")  # fmt: skip
+        found.data_hashes()  # shards computed on other bytes are refused before anything is written
+        records = table_to_records(pa.concat_tables(found.parts))
+        relpath, target = context.target_for(name)
+        metadata = found.merged_metadata(
+            context,
+            test_set=name,
+            protocol_version=item.protocol_version,
+            noise_stream_key=stream_key(item, test_set),
         )
-        relpath, target = context.target_for(test_set.name)
-        write_records(
-            records,
-            target,
-            metadata={
-                "submission_id": item.submission_id,
-                "test_set": test_set.name,
-                "protocol_version": item.protocol_version,
-                "evaluator_version": context.evaluator_version,
-                **run_seed_metadata(item),
-                "noise_stream_key": stream_key(item, test_set),
-            },
-        )
+        write_records(records, target, metadata=metadata)
         summary = summarize(records)
         table = records_to_table(records)
-        result = UnitResult(
-            unit=test_set.name,
-            summary={
-                "acr": summary.acr,
-                "certified_accuracy": {f"{r:g}": v for r, v in summary.certified_accuracy.items()},
-                "clean_accuracy": summary.clean_accuracy,
-                "abstain_rate": summary.abstain_rate,
-                "pa_median": summary.pa_median,
-                "pa_quantiles": {f"{q:g}": v for q, v in summary.pa_quantiles.items()},
-                "protocol_version": item.protocol_version,
-                "intervals": set_intervals(table),
-            },
+        result = found.result(
+            name,
+            summary=stored_summary(summary, item.protocol_version, table),
             records_path=relpath,
             count=summary.count,
-            seconds=float(sum(s.seconds for s in shards)),
             protocol={"n0": item.n0, "n": item.n, "alpha": item.alpha, "sigma": item.sigma},
-            seeds=run_seed_metadata(item),
-            data_hashes=hashes,
         )
         return result, table
 
@@ -211,9 +158,9 @@ class Certification(Stage):
     def metric_specs(
         self, protocol: Mapping[str, Any] | None, *, test_sets: int, bands: Sequence[str]
     ) -> list[MetricSpec]:
-        """ACR with the p_A summary beside it (seed 001), certified accuracy on the radius grid,
-        abstain rate, band means when the benchmark has bands; the smoothed model's clean
-        accuracy and the p_A quantiles are REST fields and sort keys, not columns."""
+        """ACR with the p_A summary beside it (Sun et al., ICML 2025), certified accuracy on the
+        radius grid, abstain rate, band means when the benchmark has bands; the smoothed model's
+        clean accuracy and the p_A quantiles are REST fields and sort keys, not columns."""
         many = test_sets > 1
         specs = [
             MetricSpec(
@@ -266,13 +213,6 @@ class Certification(Stage):
         return specs
 
 
-def _test_set(item: WorkItem, name: str) -> TestSetSpec:
-    for test_set in item.test_sets:
-        if test_set.name == name:
-            return test_set
-    raise KeyError(f"benchmark {item.benchmark!r} has no test set {name!r}")
-
-
 def leaderboard_metrics(item: WorkItem, results: Sequence[UnitResult]) -> dict[str, float | None]:
     """Means over test sets (mACR = mean ACR) and band means; None where the benchmark has no
     test set in a band."""
@@ -315,39 +255,16 @@ def stream_key(item: WorkItem, test_set: TestSetSpec) -> str:
     return f"{test_set.config or 'default'}/{test_set.split}"
 
 
-def shard_metadata(table: Any) -> dict[str, Any]:
-    """The JSON metadata a certification shard's records file carries (empty if none)."""
-    import json
-
-    from certbench.smoothing import METADATA_KEY
-
-    raw = (table.schema.metadata or {}).get(METADATA_KEY)
-    return json.loads(raw) if raw else {}
-
-
-def shard_data_hashes(tables: Sequence[Any], *, test_set: str) -> dict[str, str]:
-    """The data hashes every shard of a test set recorded (``recorded_data_hashes``; shards
-    written before data pinning carry none). Raises StorageError for shards computed on
-    different bytes."""
-    found = [shard_metadata(table).get("data_hashes") for table in tables]
-    return recorded_data_hashes(found, where=f"test set {test_set!r}")
-
-
 def records_metadata(item: WorkItem, test_set: TestSetSpec, shard: ShardSpec) -> dict[str, object]:
-    """What rides with a shard's parquet file, so it can be traced without the database.
-
-    Shard files are written while the run is going on, so they name the seed's commitment, never
-    the seed; the merged file (served once the run has ended) carries the seed itself.
-    """
+    """The certification fields of a shard file's metadata (``shard_metadata`` adds the
+    submission, the seed's commitment and the data hashes), so it can be traced without the
+    database."""
     return {
-        "submission_id": item.submission_id,
-        "benchmark": item.benchmark,
         "test_set": test_set.name,
         "shard_index": shard.shard_index,
         "start": shard.start,
         "stop": shard.stop,
         "protocol_version": item.protocol_version,
-        "seed_commitment": item.seed_commitment,
         "seed_kind": item.seed_kind,
         "noise_stream_key": stream_key(item, test_set),
         "n0": item.n0,
@@ -355,52 +272,3 @@ def records_metadata(item: WorkItem, test_set: TestSetSpec, shard: ShardSpec) ->
         "alpha": item.alpha,
         "sigma": item.sigma,
     }
-
-
-@dataclass(frozen=True)
-class TestSetResult:
-    """A stored certification result of one test set, read as typed fields."""
-
-    __test__ = False
-
-    id: int
-    submission_id: int
-    test_set: TestSet
-    acr: float
-    certified_accuracy: dict[str, float]
-    clean_accuracy: float
-    abstain_rate: float
-    pa_median: float
-    pa_quantiles: dict[str, float]
-    count: int
-    seconds: float
-    protocol_version: str
-    evaluator_version: str
-    records_path: str
-    intervals: dict[str, Any] = field(default_factory=dict)
-    """95 % intervals of the figures (``FigureIntervals.to_dict``); empty before backfill."""
-
-    @property
-    def test_set_id(self) -> int:
-        return self.test_set.id
-
-    @classmethod
-    def of(cls, row: StageResult, test_set: TestSet) -> TestSetResult:
-        summary = row.summary
-        return cls(
-            id=row.id,
-            submission_id=row.submission_id,
-            test_set=test_set,
-            acr=summary["acr"],
-            certified_accuracy=dict(summary["certified_accuracy"]),
-            clean_accuracy=summary["clean_accuracy"],
-            abstain_rate=summary["abstain_rate"],
-            pa_median=summary["pa_median"],
-            pa_quantiles=dict(summary["pa_quantiles"]),
-            count=row.count,
-            seconds=row.seconds,
-            protocol_version=summary["protocol_version"],
-            evaluator_version=row.evaluator_version,
-            records_path=row.records_path,
-            intervals=dict(summary.get("intervals") or {}),
-        )

@@ -1,7 +1,7 @@
 """Fourier-lens stage: HFF, consistent distance, pixel-path HFF and Jacobian norm of an entry.
 
 Fridovich-Keil, Bartoldson, Diffenderfer, Kailkhura & Bremer, "Models Out of Line: A Fourier Lens
-on Distribution Shift Robustness", NeurIPS 2022 (seed 003 §3, Tables 1–3): per model, on the
+on Distribution Shift Robustness", NeurIPS 2022 (§3, Tables 1–3): per model, on the
 clean test set, the high-frequency fraction (HFF) and consistent distance (CD) along Fourier
 amplitude and phase interpolation paths, the HFF of pixel-space paths within and between classes
 (Fridovich-Keil, Gontijo Lopes & Roelofs 2021) and the Jacobian norm (Hoffman, Roberts & Yaida
@@ -37,7 +37,6 @@ when they differ (a class missing from the set, a wrong ``num_classes``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,26 +44,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from models.benchmarks.definitions import BenchmarkSchema
-from models.benchmarks.sources import TestSetSpec, image_source_spec
+from models.benchmarks.sources import TestSetSpec
 from models.core.errors import BenchmarkDefinitionError, StorageError
 from models.core.settings import Settings
-from models.stages.base import (
-    MergeContext,
-    MetricSpec,
-    RecordedShard,
-    RunContext,
-    ShardOutput,
-    ShardSpec,
-    Stage,
-    StageEstimate,
-    StageOutcome,
-    Uncertainty,
-    Unit,
-    UnitResult,
-    check_shard_seed,
-    recorded_data_hashes,
-    run_seed_metadata,
-)
+from models.stages.base import MetricSpec, ShardOutput, Stage, StageOutcome, Unit, UnitResult
 from models.stages.lens_block import (
     BASE,
     KINDS,
@@ -76,13 +59,16 @@ from models.stages.lens_block import (
     SMOOTHED,
     SMOOTHED_SUFFIX,
     LensBlock,
+    LensSpec,
     feasibility,
     fingerprint,
+    lens_spec,
     work_estimate,
     work_sizes,
 )
+from models.stages.lens_figures import figure_specs, lens_metric_specs, metric_keys
 from models.stages.registry import register
-from models.stages.work import WorkItem
+from models.stages.shard_files import read_shards, shard_metadata
 
 __all__ = [
     "BASE", "KINDS", "LENS_VERSION", "METRICS", "NYQUIST_METRICS", "PAPER", "PRESETS", "SMOOTHED",
@@ -92,54 +78,15 @@ __all__ = [
 if TYPE_CHECKING:
     import torch
 
-    from certbench.lens import LensProtocol, LensRecord
-
-
-@dataclass(frozen=True)
-class LensSpec:
-    """A stored ``fourier_lens`` row resolved against this deployment's folders."""
-
-    images: TestSetSpec
-    parameters: dict[str, Any]
-    kinds: tuple[str, ...]
-    pairs_seed: int
-    """The benchmark's public ``lens_seed``: the pairs (never the noise; module docstring)."""
-    noise_samples: int
-    units: dict[str, int]
-    label: str
-    fingerprint: str
-    row: dict[str, Any]
-
-    def protocol(self, unit: str, sigma: float) -> LensProtocol:
-        """The core protocol of one unit (``smoothed``: vote fractions at ``sigma``)."""
-        from certbench.lens import LensProtocol
-
-        kinds = self.kinds if unit == BASE else tuple(k for k in self.kinds if k != "jacobian")
-        return LensProtocol(
-            **self.parameters,
-            kinds=kinds,
-            sigma=sigma if unit == SMOOTHED else None,
-            noise_samples=self.noise_samples,
-        )
-
-    def describe(self) -> dict[str, Any]:
-        """The settings stored with a result: the row without local paths."""
-        return {k: v for k, v in self.row.items() if k != "folder"}
-
-
-def lens_spec(row: Mapping[str, Any], settings: Settings) -> LensSpec:
-    """Resolve a benchmark's stored ``fourier_lens`` row."""
-    return LensSpec(
-        images=image_source_spec(row, name="_fourier_lens", settings=settings),
-        parameters=dict(row["parameters"]),
-        kinds=tuple(row["run_kinds"]),
-        pairs_seed=int(row["lens_seed"]),
-        noise_samples=int(row["noise_samples"]),
-        units=dict(row["units"]),
-        label=row["label"],
-        fingerprint=row["fingerprint"],
-        row=dict(row),
+    from models.stages.base import (
+        MergeContext,
+        RunContext,
+        Shards,
+        ShardSpec,
+        StageEstimate,
+        Uncertainty,
     )
+    from models.stages.work import WorkItem
 
 
 @lru_cache(maxsize=1)
@@ -237,37 +184,27 @@ class FourierLens(Stage):
             device=context.device,
             on_progress=context.on_progress,
         )
-        metadata = {
-            "submission_id": item.submission_id,
-            "benchmark": item.benchmark,
-            "unit": shard.unit,
-            "shard_index": shard.shard_index,
-            "start": shard.start,
-            "stop": shard.stop,
-            "fingerprint": spec.fingerprint,
-            "protocol": protocol.to_dict(),
-            "pairs_seed": spec.pairs_seed,
-            # shard files exist before the run ends: the noise seed's commitment only
-            "seed_commitment": item.seed_commitment,
-            "data_hashes": hashes,
-        }
+        metadata = shard_metadata(
+            item,
+            hashes,
+            **shard.placement,
+            fingerprint=spec.fingerprint,
+            protocol=protocol.to_dict(),
+            pairs_seed=spec.pairs_seed,
+        )
         write_lens_records(records, context.target, metadata)
         return ShardOutput(count=len(records), noun="lens unit(s)")
 
     def merge(
-        self,
-        item: WorkItem,
-        shards: Mapping[str, Sequence[RecordedShard]],
-        context: MergeContext,
-        settings: Settings,
+        self, item: WorkItem, shards: Shards, context: MergeContext, settings: Settings
     ) -> StageOutcome:
         """Per unit: merged records, their summary (means, 95 % intervals); the means are the
         leaderboard figures (``<metric>_smoothed`` for the smoothed unit)."""
         spec = lens_spec(item.stages[self.name], settings)
-        results, metrics = [], dict.fromkeys(self.metric_keys(spec.row))
+        results, metrics = [], dict.fromkeys(metric_keys(spec.row))
         wanted = set(metrics)
         for unit, size in spec.units.items():
-            result, means = self._merge_unit(item, spec, unit, size, shards[unit], context)
+            result, means = self._merge_unit(item, spec, unit, size, shards, context)
             if unit == BASE:
                 nyquist = result.summary.get("nyquist", {})
                 metrics.update({k: v["mean"] for k, v in nyquist.items() if k in wanted})
@@ -287,31 +224,25 @@ class FourierLens(Stage):
         spec: LensSpec,
         unit: str,
         size: int,
-        recorded: Sequence[RecordedShard],
+        shards: Shards,
         context: MergeContext,
     ) -> tuple[UnitResult, dict[str, float]]:
         from certbench.errors import LensError
         from certbench.lens import read_lens_metadata, read_lens_records, summarize
         from certbench.lens import write_lens_records as write
 
-        ordered = sorted(recorded, key=lambda s: s.start)
-        records: list[LensRecord] = []
-        hashes: list[Any] = []
-        for shard in ordered:
-            try:
-                metadata = read_lens_metadata(shard.path)
-                records += read_lens_records(shard.path)
-                hashes.append(metadata.get("data_hashes"))
-            except LensError as err:
-                raise StorageError(f"Fourier-lens shard {str(shard.path)!r}: {err}") from err
-            check_shard_seed(item, metadata, f"Fourier-lens shard {str(shard.path)!r}")
-            found = metadata.get("fingerprint")
-            if found != spec.fingerprint:
-                raise StorageError(
-                    f"Fourier-lens shard {str(shard.path)!r} was computed under another protocol "
-                    f"(fingerprint {str(found)[:12]}…, benchmark {spec.fingerprint[:12]}…); "
-                    "re-run the submission fresh"
-                )
+        def differs(metadata: Mapping[str, Any]) -> str:
+            found = str(metadata.get("fingerprint"))[:12]
+            return f"under another protocol (fingerprint {found}…, benchmark {wanted[:12]}…)"
+
+        wanted = spec.fingerprint
+        found = read_shards(
+            item, shards, lambda path: (read_lens_metadata(path), read_lens_records(path)),
+            label="Fourier-lens", units=[unit], wrap=(LensError,),
+            expect={"fingerprint": wanted}, differs=differs,
+            hashes_of=f"Fourier-lens unit {unit!r} of submission {item.submission_id}",
+        )  # fmt: skip
+        records = found.records()
         if [r.unit for r in records] != list(range(size)):
             raise StorageError(
                 f"the {unit!r} Fourier-lens records of submission {item.submission_id} do not "
@@ -319,32 +250,17 @@ class FourierLens(Stage):
             )
         summary = summarize(records)
         relpath, target = context.target_for(unit)
-        write(
-            records,
-            target,
-            {
-                "submission_id": item.submission_id,
-                "benchmark": item.benchmark,
-                "unit": unit,
-                "fingerprint": spec.fingerprint,
-                "evaluator_version": context.evaluator_version,
-                **run_seed_metadata(item),
-                "pairs_seed": spec.pairs_seed,
-            },
-        )
+        fields = {"unit": unit, "fingerprint": spec.fingerprint, "pairs_seed": spec.pairs_seed}
+        write(records, target, found.merged_metadata(context, benchmark=item.benchmark, **fields))
         sigma = item.sigma if unit == SMOOTHED else None
         core = spec.protocol(unit, item.sigma).to_dict()
-        result = UnitResult(
-            unit=unit,
+        result = found.result(
+            unit,
             summary={"label": spec.label, "sigma": sigma, **summary.to_dict()},
             records_path=relpath,
             count=len(records),
-            seconds=float(sum(s.seconds for s in ordered)),
             protocol={**spec.describe(), "unit_protocol": core},
-            seeds={**run_seed_metadata(item), "pairs_seed": spec.pairs_seed},
-            data_hashes=recorded_data_hashes(
-                hashes, where=f"Fourier-lens unit {unit!r} of submission {item.submission_id}"
-            ),
+            seeds={"pairs_seed": spec.pairs_seed},
         )
         return result, summary.means()
 
@@ -359,16 +275,9 @@ class FourierLens(Stage):
         from models.stages.stage_intervals import lens_uncertainty
 
         suffixes = {unit: "" if unit == BASE else SMOOTHED_SUFFIX for unit in records}
-        return lens_uncertainty(records, suffixes, self.metric_keys(protocol or {}))
+        return lens_uncertainty(records, suffixes, metric_keys(protocol or {}))
 
     # ---- presentation ---------------------------------------------------------------------------
-
-    def metric_keys(self, protocol: Mapping[str, Any]) -> list[str]:
-        """Every figure a benchmark with this protocol stores (None where a kind is not run)."""
-        keys = list(METRICS) + list(NYQUIST_METRICS)
-        if protocol.get("smoothed"):
-            keys += [f"{k}{SMOOTHED_SUFFIX}" for k, kind in METRICS.items() if kind != "jacobian"]
-        return keys
 
     def all_metric_specs(self) -> list[MetricSpec]:
         return self.metric_specs(
@@ -379,99 +288,5 @@ class FourierLens(Stage):
         self, protocol: Mapping[str, Any] | None, *, test_sets: int, bands: Sequence[str]
     ) -> list[MetricSpec]:
         """The base classifier's seven lens figures as columns (kinds the benchmark runs); the
-        smoothed classifier's as REST fields and sort keys only."""
-        if protocol is None:
-            return []
-        kinds = set(protocol.get("run_kinds", KINDS))
-        label = protocol.get("label", "paper")
-        specs = [spec for key, spec in figure_specs(label).items() if METRICS[key] in kinds]
-        specs += [
-            spec for key, spec in nyquist_specs(label).items() if NYQUIST_METRICS[key] in kinds
-        ]
-        if protocol.get("smoothed"):
-            specs += [
-                MetricSpec(
-                    f"{spec.key}{SMOOTHED_SUFFIX}",
-                    f"{spec.label} (smoothed)",
-                    f"{spec.help}; scored with the smoothed classifier's vote fractions at the "
-                    "entry's σ",
-                    spec.kind,
-                    spec.higher_is_better,
-                    group="lens",
-                    column=False,
-                )
-                for key, spec in figure_specs(label).items()
-                if METRICS[key] in kinds and METRICS[key] != "jacobian"
-            ]
-        return specs
-
-
-def nyquist_specs(label: str) -> dict[str, MetricSpec]:
-    """The secondary HFF figures (REST fields and sort keys, no column): the paper's equation as
-    written, the Nyquist bin kept in the numerator."""
-    out = {}
-    for key, spec in figure_specs(label).items():
-        name = f"{key}_nyquist"
-        if name in NYQUIST_METRICS:
-            out[name] = MetricSpec(
-                name,
-                f"{spec.label} (Nyquist kept)",
-                f"{spec.help}; here as the paper's equation reads, the Nyquist bin kept in the "
-                "numerator (the headline column leaves it out, as the released code behind the "
-                "published values does)",
-                spec.kind,
-                spec.higher_is_better,
-                group="lens",
-                column=False,
-            )
-    return out
-
-
-def figure_specs(label: str) -> dict[str, MetricSpec]:
-    """The base classifier's lens figures; ``label`` names the protocol in every help text."""
-    where = f"base classifier, {label} protocol; {PAPER}"
-
-    def spec(key: str, header: str, text: str, higher: bool) -> MetricSpec:
-        return MetricSpec(key, header, f"{text} ({where})", "number", higher, group="lens")
-
-    hff = (
-        "mean high-frequency fraction of the class probabilities along Fourier {what} "
-        "interpolation paths between clean test images, the Nyquist bin left out as in the "
-        "released RobustNets code behind the paper's published values: lower is smoother"
-    )
-    cd = (
-        "mean consistent distance along Fourier {what} interpolation paths: how many of the "
-        "100 images keep the first image's prediction (100 = never changes)"
-    )
-    return {
-        "hff_amplitude": spec("hff_amplitude", "HFF amp", hff.format(what="amplitude"), False),
-        "hff_phase": spec("hff_phase", "HFF phase", hff.format(what="phase"), False),
-        "cd_amplitude": spec("cd_amplitude", "CD amp", cd.format(what="amplitude"), True),
-        "cd_phase": spec("cd_phase", "CD phase", cd.format(what="phase"), True),
-        "hff_pixel_within": spec(
-            "hff_pixel_within",
-            "HFF pixel within",
-            "mean high-frequency fraction along pixel-space paths between images of the same "
-            "class (Fridovich-Keil, Gontijo Lopes & Roelofs 2021), Nyquist bin left out as in "
-            "the released code: lower is smoother",
-            False,
-        ),
-        "hff_pixel_between": spec(
-            "hff_pixel_between",
-            "HFF pixel between",
-            "mean high-frequency fraction along pixel-space paths between images of different "
-            "classes, Nyquist bin left out as in the released code; sharp class boundaries "
-            "score higher, and Fridovich-Keil et al. 2021 found higher values in models that "
-            "generalise better",
-            True,
-        ),
-        "jacobian_norm": spec(
-            "jacobian_norm",
-            "‖J‖",
-            "root-mean-square Frobenius norm of the Jacobian of the logits w.r.t. the input "
-            "pixels, per unit pixel, [0,1] scale (Hoffman, Roberts & Yaida 2019): lower is "
-            "locally smoother; the paper's normalised-space value is this × the std s of a "
-            "scalar normalisation (between min_c s_c and max_c s_c times it per channel)",
-            False,
-        ),
-    }
+        smoothed classifier's as REST fields and sort keys only (``lens_figures``)."""
+        return [] if protocol is None else lens_metric_specs(protocol)

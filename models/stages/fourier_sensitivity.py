@@ -1,5 +1,5 @@
 """Fourier sensitivity stage: heatmaps of the smoothed classifier's ACR and the base classifier's
-accuracy under Fourier-basis perturbations (seed 000 §2.2, Fig. 3 and Fig. 7).
+accuracy under Fourier-basis perturbations (Sun et al., ECCV 2022, §2.2, Fig. 3 and Fig. 7).
 
 The science is ``certbench.fourier.sensitivity`` (one call per grid point, the certification
 engine's CERTIFY inside): for every distinct basis image U_ij of the centred grid, each test image
@@ -30,49 +30,37 @@ equals one unsharded run.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel
 
 from certbench.errors import SensitivityError
-from certbench.fourier import ChannelSigns, SensitivityProtocol, get_protocol, stream_key
-from models.benchmarks.definitions import BenchmarkSchema, ImageSource, Samples
-from models.benchmarks.sources import TestSetSpec, image_source_spec
 from models.core.errors import StorageError
-from models.core.settings import Settings
-from models.stages.base import (
-    MergeContext,
-    MetricSpec,
-    RecordedShard,
-    RunContext,
-    ShardOutput,
-    ShardSpec,
-    Stage,
-    StageEstimate,
-    StageOutcome,
-    Uncertainty,
-    Unit,
-    UnitResult,
-    check_shard_seed,
-    per_image,
-    recorded_data_hashes,
-    run_seed_metadata,
+from models.stages.base import MetricSpec, ShardOutput, Stage, StageOutcome, Uncertainty, Unit
+from models.stages.fourier_protocol import SHARD_FORWARD_PASSES as SHARD_FORWARD_PASSES
+from models.stages.fourier_protocol import (
+    FourierSensitivityBlock,
+    fourier_spec,
+    point_range,
+    stored_row,
+    unit_name,
 )
 from models.stages.fourier_text import band_range, protocol_note
 from models.stages.registry import register
-from models.stages.work import WorkItem
+from models.stages.shard_files import read_shards, shard_metadata
 
 if TYPE_CHECKING:
     from certbench.fourier import SensitivityRecord
+    from models.benchmarks.definitions import BenchmarkSchema
+    from models.core.settings import Settings
+    from models.stages.base import MergeContext, RunContext, Shards, ShardSpec, StageEstimate
+    from models.stages.work import WorkItem
 
 STAGE = "fourier_sensitivity"
 #: The merged map is stored as one result (unit "").
 MERGED = ""
 BANDS = ("low", "mid", "high")
-SHARD_FORWARD_PASSES = 20_000_000
-"""Default size of a shard in forward passes (smoothed + base), at least one point."""
 WHOLE_UNIT = 2**31 - 1
 """The pipeline's shard size: each unit (a run of points) is one shard."""
 PAPER = "Sun et al. 2022, “A Spectral View of Randomized Smoothing under Common Corruptions”"
@@ -81,134 +69,6 @@ KEYS = {
     "base_accuracy": {band: f"fourier_base_{band}" for band in BANDS},
 }
 """Leaderboard metric keys: mean ACR (smoothed) and base accuracy per radial band."""
-
-
-#: Bounds of the block (``models.benchmarks.definitions`` bounds the shared ones): the grid's side
-# and ε.
-MAX_GRID = 256
-MAX_EPSILON = 500.0
-
-
-class FourierSensitivityBlock(ImageSource):
-    """Definition block ``stages.fourier_sensitivity``.
-
-    ``protocol`` is ``paper`` (seed 000's: ε = 4, 200 images, n0 = 100, n = 100,000, α = 0.001,
-    every bin; about 1e10 forward passes per submission) or ``quick`` (NOT the paper's: 100
-    images, n = 10,000, every 2nd bin per axis; about 1.3e8). ``n0``, ``n``, ``alpha``,
-    ``epsilon``, ``stride`` and ``channel_signs`` override the protocol's value, ``skip`` and
-    ``limit`` its image subset (every ``skip``-th image of ``repo``/``folder``, the first
-    ``limit``); any change (or fewer images than the protocol's) labels it ``<name>+custom``.
-    ``smoothed`` false skips the smoothed map (the base classifier's map is always computed: a
-    CPU-only deployment still gets one). ``grid_size`` is the images' side (32 for CIFAR).
-    ``points_per_shard`` overrides the default packing (module docstring).
-    """
-
-    protocol: Literal["paper", "quick"]
-    smoothed: bool = True
-    n0: Samples | None = None
-    n: Samples | None = None
-    alpha: float | None = Field(default=None, gt=0, lt=0.5)
-    # the L2 norm of a Fourier basis perturbation; a 3×256×256 image in [0, 1] has norm ≤ 444
-    epsilon: float | None = Field(default=None, gt=0, le=MAX_EPSILON)
-    stride: int | None = Field(default=None, gt=0, le=MAX_GRID)
-    channel_signs: ChannelSigns | None = None
-    grid_size: int = Field(default=32, ge=2, le=MAX_GRID)
-    points_per_shard: int | None = Field(default=None, gt=0, le=MAX_GRID * MAX_GRID)
-
-    @model_validator(mode="after")
-    def _resolvable(self) -> FourierSensitivityBlock:
-        """The overrides must give a valid protocol on this grid (SensitivityError → 422-style)."""
-        try:
-            plan_of(self)
-        except SensitivityError as err:
-            raise ValueError(str(err)) from err
-        return self
-
-
-@dataclass(frozen=True)
-class FourierPlan:
-    """A block resolved: the protocol run, the image subset, the points and their shards."""
-
-    sensitivity: SensitivityProtocol
-    skip: int
-    images: int
-    points: int
-    points_per_shard: int
-    passes_per_point: int
-
-    @property
-    def shards(self) -> int:
-        return -(-self.points // self.points_per_shard)
-
-    @property
-    def forward_passes(self) -> int:
-        return self.points * self.passes_per_point
-
-
-def plan_of(block: FourierSensitivityBlock) -> FourierPlan:
-    """Resolve a block against its protocol (torch-free; used when a definition loads)."""
-    base = get_protocol(block.protocol)
-    skip = block.skip or base.skip
-    available = -(-block.source_size // skip)
-    images = min(block.limit if block.limit is not None else base.images, available)
-    sensitivity = get_protocol(
-        block.protocol,
-        n0=block.n0,
-        n=block.n,
-        alpha=block.alpha,
-        epsilon=block.epsilon,
-        stride=block.stride,
-        channel_signs=block.channel_signs,
-        skip=skip,
-        images=images,
-    )
-    points = len(sensitivity.points(block.grid_size))
-    passes = images + (sensitivity.samples_per_point(images) if block.smoothed else 0)
-    per_shard = block.points_per_shard or max(1, SHARD_FORWARD_PASSES // passes)
-    return FourierPlan(sensitivity, skip, images, points, min(per_shard, points), passes)
-
-
-@dataclass(frozen=True)
-class FourierSpec:
-    """The stored protocol row resolved against this deployment's folders."""
-
-    images: TestSetSpec
-    sensitivity: SensitivityProtocol
-    smoothed: bool
-    grid_size: int
-    points: int
-    points_per_shard: int
-    stream: str
-    protocol: dict[str, Any]
-
-    def describe(self) -> dict[str, Any]:
-        """The settings stored with the result: the stored row without local paths."""
-        return {key: value for key, value in self.protocol.items() if key != "folder"}
-
-
-def fourier_spec(protocol: Mapping[str, Any], settings: Settings) -> FourierSpec:
-    """Resolve a benchmark's stored block (``protocol_row``) for a worker."""
-    return FourierSpec(
-        images=image_source_spec(protocol, name="_fourier_sensitivity", settings=settings),
-        sensitivity=SensitivityProtocol.model_validate(protocol["sensitivity"]),
-        smoothed=protocol["smoothed"],
-        grid_size=protocol["grid_size"],
-        points=protocol["points"],
-        points_per_shard=protocol["points_per_shard"],
-        stream=stream_key(protocol.get("config"), protocol["split"]),
-        protocol=dict(protocol),
-    )
-
-
-def unit_name(start: int, stop: int) -> str:
-    """The unit computing distinct points ``[start, stop)`` (row-major order)."""
-    return f"points-{start:04d}-{stop:04d}"
-
-
-def point_range(unit: str) -> tuple[int, int]:
-    """Inverse of :func:`unit_name`."""
-    _, start, stop = unit.split("-")
-    return int(start), int(stop)
 
 
 @register
@@ -222,25 +82,9 @@ class FourierSensitivity(Stage):
     batch_size_env = "CERTBENCH_FOURIER_BATCH_SIZE"
 
     def protocol_row(self, block: BaseModel, definition: BenchmarkSchema) -> dict[str, Any]:
-        """The block plus what it resolves to: the protocol run (``label``: ``paper``,
-        ``quick`` or ``…+custom``), the image subset, the points, the shards and the cost."""
+        """The block plus what it resolves to (``fourier_protocol.stored_row``)."""
         assert isinstance(block, FourierSensitivityBlock)
-        plan = plan_of(block)
-        row = block.model_dump(mode="json")
-        row.update(
-            label=plan.sensitivity.name,
-            description=plan.sensitivity.description,
-            sensitivity=plan.sensitivity.model_dump(mode="json"),
-            subset_skip=plan.skip,
-            subset_limit=plan.images,
-            num_images=plan.images,
-            points=plan.points,
-            points_per_shard=plan.points_per_shard,
-            shards=plan.shards,
-            forward_passes_per_point=plan.passes_per_point,
-            forward_passes=plan.forward_passes,
-        )
-        return row
+        return stored_row(block)
 
     def units(self, item: WorkItem, settings: Settings) -> list[Unit]:
         """Runs of ``points_per_shard`` consecutive distinct points, each points × images."""
@@ -261,13 +105,9 @@ class FourierSensitivity(Stage):
         row = item.stages[self.name]
         p = row["sensitivity"]
         smoothed = f" + (n0 {p['n0']:,} + n {p['n']:,})" if row["smoothed"] else ""
-        return StageEstimate(
-            stage=self.name,
-            units=per_image(self.units(item, settings),
-                            row["forward_passes_per_point"] // row["num_images"]),
-            exact=True,
-            basis=f"{row['points']:,} points × {row['num_images']:,} images × (1{smoothed})",
-        )  # fmt: skip
+        passes = row["forward_passes_per_point"] // row["num_images"]
+        basis = f"{row['points']:,} points × {row['num_images']:,} images × (1{smoothed})"
+        return self.per_image_estimate(item, settings, passes, exact=True, basis=basis)
 
     def run(self, item: WorkItem, shard: ShardSpec, context: RunContext) -> ShardOutput:
         """Compute the unit's points over every image, point by point; write the records."""
@@ -288,6 +128,7 @@ class FourierSensitivity(Stage):
         model = model_for(item, context.device)
         x, count = images.as_float(), len(images)
         per_point = count + (spec.sensitivity.samples_per_point(count) if spec.smoothed else 0)
+        sigma = item.sigma if spec.smoothed else None
         records: list[SensitivityRecord] = []
         for k, point in enumerate(points):
             done = 0
@@ -305,47 +146,45 @@ class FourierSensitivity(Stage):
                 [point],
                 spec.sensitivity,
                 item.seed,
-                sigma=item.sigma if spec.smoothed else None,
+                sigma=sigma,
                 test_set=spec.stream,
                 batch_size=context.batch_size,
                 device=context.device,
                 on_progress=on_passes,
             )
             context.on_progress((k + 1) * count)
-        metadata = {
-            "submission_id": item.submission_id,
-            "benchmark": item.benchmark,
-            "unit": shard.unit,
-            # shard files exist before the run ends: the commitment only (commit-reveal)
-            "seed_commitment": item.seed_commitment,
-            "sigma": item.sigma if spec.smoothed else None,
-            "stream": spec.stream,
-            "sensitivity": spec.sensitivity.model_dump(mode="json"),
-            "data_hashes": hashes,
-        }
+        fields = {"unit": shard.unit, "sigma": sigma, "stream": spec.stream}
+        sensitivity = spec.sensitivity.model_dump(mode="json")
+        metadata = shard_metadata(item, hashes, **fields, sensitivity=sensitivity)
         write_sensitivity_records(records, context.target, metadata)
         return ShardOutput(count=len(records), noun="perturbed image(s)")
 
     def merge(
-        self,
-        item: WorkItem,
-        shards: Mapping[str, Sequence[RecordedShard]],
-        context: MergeContext,
-        settings: Settings,
+        self, item: WorkItem, shards: Shards, context: MergeContext, settings: Settings
     ) -> StageOutcome:
         """Concatenate the units' records in point order, assemble both heatmaps, summarise."""
-        from certbench.fourier import assemble_heatmap, summarize_heatmap, write_sensitivity_records
+        from certbench.errors import RecordsError
+        from certbench.fourier import (
+            assemble_heatmap,
+            read_sensitivity_records,
+            summarize_heatmap,
+            write_sensitivity_records,
+        )
+        from certbench.smoothing import read_metadata
 
         spec = fourier_spec(item.stages[self.name], settings)
-        records: list[SensitivityRecord] = []
-        hashes: list[Any] = []
-        seconds = 0.0
-        for unit in sorted(shards, key=point_range):
-            for shard in sorted(shards[unit], key=lambda s: s.start):
-                found, metadata = _read_shard(shard, spec, item)
-                records += found
-                hashes.append(metadata.get("data_hashes"))
-                seconds += shard.seconds
+        sigma = item.sigma if spec.smoothed else None
+        wanted = {"sensitivity": spec.sensitivity.model_dump(mode="json"), "sigma": sigma,
+                  "stream": spec.stream}  # fmt: skip
+
+        differs = "with another protocol, σ or image set than the benchmark's "
+        differs += f"({spec.sensitivity.name}, σ = {sigma}, {spec.stream})"
+        found = read_shards(
+            item, shards, lambda path: (read_metadata(path), read_sensitivity_records(path)),
+            label="Fourier sensitivity", units=sorted(shards, key=point_range),
+            wrap=(RecordsError,), expect=wanted, differs=lambda _: differs,
+        )  # fmt: skip
+        records: list[SensitivityRecord] = found.records()
         expected = spec.points * spec.images.num_images
         if len(records) != expected:
             raise StorageError(
@@ -359,41 +198,27 @@ class FourierSensitivity(Stage):
             raise StorageError(f"Fourier sensitivity shards: {err}") from err
         bands = summarize_heatmap(heatmap)
         relpath, target = context.target_for(MERGED)
-        write_sensitivity_records(
-            records,
-            target,
-            {
-                "submission_id": item.submission_id,
-                "benchmark": item.benchmark,
-                "evaluator_version": context.evaluator_version,
-                "sensitivity": spec.sensitivity.model_dump(mode="json"),
-                "sigma": item.sigma if spec.smoothed else None,
-                **run_seed_metadata(item),
-                "stream": spec.stream,
-            },
-        )
-        result = UnitResult(
-            unit=MERGED,
+        fields = {"sensitivity": wanted["sensitivity"], "sigma": sigma, "stream": spec.stream}
+        metadata = found.merged_metadata(context, benchmark=item.benchmark, **fields)
+        write_sensitivity_records(records, target, metadata)
+        result = found.result(
+            MERGED,
             summary={
                 "label": spec.sensitivity.name,
                 "description": spec.sensitivity.description,
                 "protocol": spec.sensitivity.model_dump(mode="json"),
                 "smoothed": spec.smoothed,
-                "sigma": item.sigma if spec.smoothed else None,
+                "sigma": sigma,
                 "images": spec.images.num_images,
                 "points": spec.points,
-                "forward_passes": spec.protocol["forward_passes"],
+                "forward_passes": spec.row["forward_passes"],
                 "bands": bands,
                 "heatmap": heatmap.to_dict(),
             },
             records_path=relpath,
             count=len(records),
-            seconds=seconds,
             protocol=spec.describe(),
-            seeds={**run_seed_metadata(item), "stream": spec.stream},
-            data_hashes=recorded_data_hashes(
-                hashes, where=f"the Fourier sensitivity stage of submission {item.submission_id}"
-            ),
+            seeds={"stream": spec.stream},
         )
         return StageOutcome(
             results=[result],
@@ -465,33 +290,3 @@ def leaderboard_metrics(bands: Mapping[str, Any]) -> dict[str, float | None]:
         for band, key in keys.items():
             out[key] = None if entry is None else entry["bands"][band]
     return out
-
-
-def _read_shard(
-    shard: RecordedShard, spec: FourierSpec, item: WorkItem
-) -> tuple[list[SensitivityRecord], dict[str, Any]]:
-    """A shard's records and metadata, refused when computed with another protocol, σ or run
-    seed."""
-    from certbench.errors import RecordsError
-    from certbench.fourier import read_sensitivity_records
-    from certbench.smoothing import read_metadata
-
-    try:
-        metadata = read_metadata(shard.path)
-        records = read_sensitivity_records(shard.path)
-    except RecordsError as err:
-        raise StorageError(f"Fourier sensitivity shard {str(shard.path)!r}: {err}") from err
-    check_shard_seed(item, metadata, f"Fourier sensitivity shard {str(shard.path)!r}")
-    sigma = item.sigma
-    wanted = {
-        "sensitivity": spec.sensitivity.model_dump(mode="json"),
-        "sigma": sigma if spec.smoothed else None,
-        "stream": spec.stream,
-    }
-    if any(metadata.get(key) != value for key, value in wanted.items()):
-        raise StorageError(
-            f"Fourier sensitivity shard {str(shard.path)!r} was computed with another protocol, "
-            f"σ or image set than the benchmark's ({spec.sensitivity.name}, σ = "
-            f"{wanted['sigma']}, {spec.stream}); re-run the submission fresh"
-        )
-    return records, metadata

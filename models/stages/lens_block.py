@@ -1,5 +1,6 @@
 """The ``stages.fourier_lens`` definition block: protocol presets, overrides, feasibility on the
-clean set, the plan's size per kind and the fingerprint that makes entries' figures comparable.
+clean set, the plan's size per kind, the fingerprint that makes entries' figures comparable, and
+the stored row resolved for a worker (``LensSpec``).
 
 Pure pydantic/stdlib (no torch, numpy or pyarrow): it is validated whenever a definition loads,
 in the API too. The stage itself is ``models.stages.fourier_lens``.
@@ -11,13 +12,19 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from math import comb
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
 from models.benchmarks.definitions import ImageSource, Seed, SourceCount
-from models.stages.base import StageEstimate, UnitCost
+from models.benchmarks.sources import image_source_spec
+from models.core.settings import Settings
+from models.stages.base import StageEstimate, StageSpec, UnitCost
+
+if TYPE_CHECKING:
+    from certbench.lens import LensProtocol
 
 Kind = Literal["amplitude", "phase", "pixel_within", "pixel_between", "jacobian"]
 #: The core's work kinds in plan order (``certbench.lens.metrics.KINDS``; not imported here so the
@@ -241,4 +248,45 @@ def work_estimate(
         f"{parameters['steps']} images"
         + (f" × {row['noise_samples']} noise samples (smoothed)" if row.get("smoothed") else ""),
         note=note,
+    )
+
+
+@dataclass(frozen=True)
+class LensSpec(StageSpec):
+    """A stored ``fourier_lens`` row resolved against this deployment's folders."""
+
+    parameters: dict[str, Any]
+    kinds: tuple[str, ...]
+    pairs_seed: int
+    """The benchmark's public ``lens_seed``: the pairs (never the noise; module docstring)."""
+    noise_samples: int
+    units: dict[str, int]
+    label: str
+    fingerprint: str
+
+    def protocol(self, unit: str, sigma: float) -> LensProtocol:
+        """The core protocol of one unit (``smoothed``: vote fractions at ``sigma``)."""
+        from certbench.lens import LensProtocol
+
+        kinds = self.kinds if unit == BASE else tuple(k for k in self.kinds if k != "jacobian")
+        return LensProtocol(
+            **self.parameters,
+            kinds=kinds,
+            sigma=sigma if unit == SMOOTHED else None,
+            noise_samples=self.noise_samples,
+        )
+
+
+def lens_spec(row: Mapping[str, Any], settings: Settings) -> LensSpec:
+    """Resolve a benchmark's stored ``fourier_lens`` row."""
+    return LensSpec(
+        images=image_source_spec(row, name="_fourier_lens", settings=settings),
+        parameters=dict(row["parameters"]),
+        kinds=tuple(row["run_kinds"]),
+        pairs_seed=int(row["lens_seed"]),
+        noise_samples=int(row["noise_samples"]),
+        units=dict(row["units"]),
+        label=row["label"],
+        fingerprint=row["fingerprint"],
+        row=dict(row),
     )

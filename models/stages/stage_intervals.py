@@ -13,8 +13,8 @@ certification, from their merged records (``Stage.uncertainty``; the science is
   image's mean over the band's cells: bootstrap over images (the cells of one image are
   correlated, so a binomial interval over image × cell pairs would be far too narrow);
   paired bootstrap;
-- Fourier lens: the Gaussian intervals ``certbench.lens.metrics`` computes (seed 003 §4
-  "Gaussian bounds for averages"), paired bootstrap over the benchmark's paths.
+- Fourier lens: the Gaussian intervals of averages ``certbench.lens.metrics`` computes, paired
+  bootstrap over the benchmark's paths.
 
 Every function maps the core's figure names to the stage's metric keys; a key the protocol did
 not measure gets null bounds, as its figure is null.
@@ -65,7 +65,8 @@ def robustness_uncertainty(records: Mapping[str, Path]) -> Uncertainty:
 def weather_uncertainty(records: Mapping[str, Path]) -> Uncertainty:
     """Every attack unit's merged records (the examples unit is left out), by record kind."""
     from certbench.weather import read_weather_records, weather_terms
-    from models.stages.weather_protocol import EXAMPLES, FIGURES, parse_unit
+    from models.stages.weather_figures import FIGURES
+    from models.stages.weather_protocol import EXAMPLES, parse_unit
 
     by_kind: dict[str, list[Any]] = {"base": [], "smoothed": []}
     for unit, path in sorted(records.items()):

@@ -1,4 +1,5 @@
-"""Worst-case weather stage: the simulation attack of Wang et al. (seed 002) in the pipeline.
+"""Worst-case weather stage: the simulation attack of Wang et al. (NeurIPS 2022 ML Safety Workshop)
+in the pipeline.
 
 Wang, Ba, Zhang, Zhang, Kadambi, Soatto, Wong & Hsieh, "Evaluating Worst Case Adversarial
 Weather Perturbations Robustness", NeurIPS 2022 ML Safety Workshop
@@ -34,48 +35,45 @@ the violated bound.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from pathlib import Path, PurePosixPath
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from models.benchmarks.definitions import BenchmarkSchema
 from models.core.errors import StorageError
-from models.core.settings import Settings
-from models.stages.base import (
-    MergeContext,
-    MetricSpec,
-    RecordedShard,
-    RunContext,
-    ShardOutput,
-    ShardSpec,
-    Stage,
-    StageEstimate,
-    StageOutcome,
-    Uncertainty,
-    Unit,
-    UnitResult,
-)
+from models.stages.base import ShardOutput, Stage, StageOutcome, Uncertainty, Unit, UnitResult
 from models.stages.registry import register
+from models.stages.shard_files import ShardSet, read_shards, shard_metadata
+from models.stages.weather_examples import merge_examples, run_examples
+from models.stages.weather_figures import leaderboard_metrics, weather_metric_specs
 from models.stages.weather_protocol import (
     EXAMPLES,
-    PAPER,
     STAGE,
     WeatherAttackError,
     WeatherAttackProtocol,
     WeatherSpec,
     certify_protocol,
     check_one_protocol,
-    leaderboard_metrics,
     parse_unit,
     protocol_digest,
-    result_seeds,
+    stored_row,
     unit_name,
     weather_spec,
     work_estimate,
 )
-from models.stages.work import WorkItem
+
+if TYPE_CHECKING:
+    from models.benchmarks.definitions import BenchmarkSchema
+    from models.core.settings import Settings
+    from models.stages.base import (
+        MergeContext,
+        MetricSpec,
+        RunContext,
+        Shards,
+        ShardSpec,
+        StageEstimate,
+    )
+    from models.stages.work import WorkItem
 
 
 @register
@@ -84,28 +82,13 @@ class WeatherAttack(Stage):
     title = "Worst-case weather (simulation attack)"
     queue = "certbench.weather"
     protocol_model = WeatherAttackProtocol
-    default_batch_size = 128
     batch_size_env = "CERTBENCH_WEATHER_BATCH_SIZE"
+    default_batch_size = 128
 
     def protocol_row(self, block: BaseModel, definition: BenchmarkSchema) -> dict[str, Any]:
         """The block plus the derived subset, the resolved seed and the CERTIFY protocol."""
         assert isinstance(block, WeatherAttackProtocol)
-        skip, limit, count = block.subset(definition.protocol)
-        row = block.model_dump(mode="json")
-        row.update(
-            subset_skip=skip,
-            subset_limit=limit,
-            num_images=count,
-            seed=definition.protocol.seed if block.seed is None else block.seed,
-            examples=min(block.examples, count),
-            severities=sorted(block.severities),
-            certify={
-                "n0": definition.protocol.n0,
-                "n": definition.protocol.n,
-                "alpha": definition.protocol.alpha,
-            },
-        )
-        return row
+        return stored_row(block, definition)
 
     def units(self, item: WorkItem, settings: Settings) -> list[Unit]:
         row = item.stages[self.name]
@@ -134,24 +117,18 @@ class WeatherAttack(Stage):
         hashes = data_hashes(spec.images)  # raises DatasetMismatchError before any work
         images = images_for(spec.images)
         window = slice(shard.start, shard.stop)
-        metadata = {
-            "submission_id": item.submission_id,
-            "benchmark": item.benchmark,
-            "unit": shard.unit,
-            "shard_index": shard.shard_index,
-            "start": shard.start,
-            "stop": shard.stop,
-            "protocol": spec.describe(),
-            "certify": certify_protocol(item),
-            "protocol_sha256": protocol_digest(item, spec),
-            # shard files exist before the run ends: the run seed's commitment only
-            "seed_commitment": item.seed_commitment,
-            "data_hashes": hashes,
-        }
+        metadata = shard_metadata(
+            item,
+            hashes,
+            **shard.placement,
+            protocol=spec.describe(),
+            certify=certify_protocol(item),
+            protocol_sha256=protocol_digest(item, spec),
+        )
         model = model_for(item, context.device)
         try:
             if shard.unit == EXAMPLES:
-                count = _run_examples(item, model, images, window, spec, context, metadata)
+                count = run_examples(item, model, images, window, spec, context, metadata)
             else:
                 count = _run_attack(item, model, images, window, spec, shard, context, metadata)
         except ThreatModelError as err:
@@ -166,34 +143,32 @@ class WeatherAttack(Stage):
         )
 
     def merge(
-        self,
-        item: WorkItem,
-        shards: Mapping[str, Sequence[RecordedShard]],
-        context: MergeContext,
-        settings: Settings,
+        self, item: WorkItem, shards: Shards, context: MergeContext, settings: Settings
     ) -> StageOutcome:
         """Merge each unit's shards (one protocol), summarise per set and over all sets, draw
         the example panels; the leaderboard figures come from the merged records only."""
-        from certbench.weather import summarize_weather
+        from certbench.errors import RecordsError
+        from certbench.weather import read_weather_metadata, summarize_weather
 
         spec = weather_spec(item.stages[self.name], settings)
-        recorded = {unit: sorted(rows, key=lambda s: s.start) for unit, rows in shards.items()}
-        hashes = check_one_protocol(item, recorded)
+        found = read_shards(item, shards, lambda path: (read_weather_metadata(path), None),
+                            label="weather-attack", wrap=(RecordsError,))  # fmt: skip
+        check_one_protocol(item, found.metadata)
+        found.data_hashes()  # shards computed on other bytes are refused before anything is written
         results: list[UnitResult] = []
         everything: dict[str, list[Any]] = {"base": [], "smoothed": []}
         for unit in self.units(item, settings):
-            rows = recorded[unit.name]
             if unit.name == EXAMPLES:
-                results.append(_merge_examples(item, spec, rows, context))
+                results.append(merge_examples(item, spec, found.unit(EXAMPLES), context))
                 continue
-            result, records = _merge_attack(item, spec, unit, rows, context)
+            result, records = _merge_attack(item, spec, unit, found.unit(unit.name), context)
             everything[parse_unit(unit.name)[0]] += records
             results.append(result)
         summaries = {kind: summarize_weather(rs) for kind, rs in everything.items() if rs}
         metrics = leaderboard_metrics(summaries)
         attacked = summaries["base"].figures["images"]
         return StageOutcome(
-            results=[replace(result, data_hashes=hashes) for result in results],
+            results=results,
             metrics=metrics,
             message=f"attacked {attacked:.0f} image(s) with worst-case weather "
             f"({len(spec.weathers)} weather(s) × {len(spec.severities)} severities)",
@@ -218,77 +193,7 @@ class WeatherAttack(Stage):
     ) -> list[MetricSpec]:
         """Worst-case accuracy per weather and random-weather accuracy (base classifier);
         certified accuracy at r = 0 and 0.25 and ACR under attacked weather (smoothed)."""
-        if protocol is None:
-            return []
-        weathers = protocol.get("weathers", ("rain", "snow"))
-        base = "base classifier (not smoothed)"
-        specs = [
-            MetricSpec(
-                f"weather_worst_{weather}",
-                f"worst-case {weather}",
-                f"accuracy of the {base} under the simulation attack on {weather}: an image "
-                f"counts only if no restart's weather fools it; mean over severities ({PAPER})",
-                group="weather",
-            )
-            for weather in ("rain", "snow")
-            if weather in weathers
-        ]
-        specs.append(
-            MetricSpec(
-                "weather_random",
-                "random weather",
-                f"accuracy of the {base} on the random weather draw of the same images, mean "
-                f"over weathers and severities; its gap to worst-case accuracy is how much "
-                f"random weather over-estimates robustness ({PAPER})",
-                group="weather",
-            )
-        )
-        specs += [
-            MetricSpec(
-                f"weather_random_{weather}",
-                f"random {weather}",
-                f"accuracy of the {base} on random {weather}, mean over severities ({PAPER})",
-                group="weather",
-                column=False,
-            )
-            for weather in ("rain", "snow")
-            if weather in weathers
-        ]
-        specs.append(
-            MetricSpec(
-                "weather_worst",
-                "worst-case weather",
-                f"worst-case accuracy of the {base}, mean over every weather and severity "
-                f"({PAPER})",
-                group="weather",
-                column=False,
-            )
-        )
-        if protocol.get("smoothed", True):
-            smoothed = "of the smoothed classifier on weather attacked by a SmoothAdv-style "
-            smoothed += f"simulation attack, certified with CERTIFY ({PAPER})"
-            specs += [
-                MetricSpec(
-                    "weather_cert_acc_000",
-                    "attacked r = 0",
-                    f"certified accuracy at radius 0 {smoothed}",
-                    group="weather",
-                ),
-                MetricSpec(
-                    "weather_cert_acc_025",
-                    "attacked r = 0.25",
-                    f"certified accuracy at ℓ2 radius 0.25 {smoothed}",
-                    group="weather",
-                ),
-                MetricSpec(
-                    "weather_acr",
-                    "attacked ACR",
-                    f"average certified radius {smoothed}",
-                    "radius",
-                    group="weather",
-                ),
-            ]
-        return specs
+        return [] if protocol is None else weather_metric_specs(protocol)
 
 
 # ------------------------------------------------------------------------------------ run
@@ -329,41 +234,11 @@ def _run_attack(
     return len(records)
 
 
-def _run_examples(
-    item: WorkItem,
-    model: Any,
-    images: Any,
-    window: slice,
-    spec: WeatherSpec,
-    context: RunContext,
-    metadata: dict[str, Any],
-) -> int:
-    """Attack the shard's example images as the base units do (same seeds, same images) and
-    keep their pictures for every weather at the highest severity."""
-    from certbench.weather import weather_examples, write_examples
-
-    count = window.stop - window.start
-    rows = []
-    for k, weather in enumerate(spec.weathers, start=1):
-        rows += weather_examples(
-            model, images.images[window], images.labels[window], weather=weather,
-            severity=spec.example_severity, config=spec.attack_config(),
-            indices=images.indices[window], device=context.device, run_seed=item.seed,
-        )  # fmt: skip
-        context.on_progress(count * k // len(spec.weathers))
-    write_examples(rows, context.target, metadata)
-    return count
-
-
 # ------------------------------------------------------------------------------------ merge
 
 
 def _merge_attack(
-    item: WorkItem,
-    spec: WeatherSpec,
-    unit: Unit,
-    rows: Sequence[RecordedShard],
-    context: MergeContext,
+    item: WorkItem, spec: WeatherSpec, unit: Unit, found: ShardSet, context: MergeContext
 ) -> tuple[UnitResult, list[Any]]:
     """One set's merged records, its summary row (with the gap for the base classifier)."""
     from certbench.errors import RecordsError
@@ -377,7 +252,7 @@ def _merge_attack(
 
     kind, weather, severity = parse_unit(unit.name)
     try:
-        parts: list[Any] = [read_weather_records(s.path) for s in rows]
+        parts: list[Any] = [read_weather_records(s.path) for s in found.shards]
         records: list[Any] = merge_weather_records(parts)
     except RecordsError as err:
         raise StorageError(f"weather-attack unit {unit.name!r}: {err}") from err
@@ -387,90 +262,25 @@ def _merge_attack(
             f"weather-attack unit {unit.name!r} holds {len(records)} record(s) of {sorted(keys)}"
             f", expected {unit.num_images} of ({weather!r}, {severity}); re-run it fresh"
         )
-    wset = WeatherSet.for_level(weather, severity, spec.protocol["truncation"])
+    wset = WeatherSet.for_level(weather, severity, spec.row["truncation"])
     relpath, target = context.target_for(unit.name)
-    write_weather_records(
-        records,
-        target,
-        {
-            "submission_id": item.submission_id,
-            "benchmark": item.benchmark,
-            "unit": unit.name,
-            "evaluator_version": context.evaluator_version,
-            "protocol": spec.describe(),
-            "certify": certify_protocol(item),
-            "perturbation_set": wset.describe(),
-            **result_seeds(item, spec),
-        },
-        kind=kind,
+    metadata = found.merged_metadata(
+        context,
+        benchmark=item.benchmark,
+        unit=unit.name,
+        protocol=spec.describe(),
+        certify=certify_protocol(item),
+        perturbation_set=wset.describe(),
+        weather_seed=spec.seed,
     )
+    write_weather_records(records, target, metadata, kind=kind)
     row = dict(summarize_weather(records).rows[0])
     if kind == "base":
         row["gap"] = row["random_accuracy"] - row["worst_case_accuracy"]
     protocol = {**spec.describe(), "perturbation_set": wset.describe()}
     if kind == "smoothed":
         protocol["certify"] = certify_protocol(item)
-    result = UnitResult(
-        unit=unit.name,
-        summary={"kind": kind, **row},
-        records_path=relpath,
-        count=len(records),
-        seconds=float(sum(s.seconds for s in rows)),
-        protocol=protocol,
-        seeds={**result_seeds(item, spec), "stream": f"{weather}/{severity}"},
-    )
+    seeds = {"weather_seed": spec.seed, "stream": f"{weather}/{severity}"}
+    result = found.result(unit.name, summary={"kind": kind, **row}, records_path=relpath,
+                          count=len(records), protocol=protocol, seeds=seeds)  # fmt: skip
     return result, records
-
-
-def _merge_examples(
-    item: WorkItem, spec: WeatherSpec, rows: Sequence[RecordedShard], context: MergeContext
-) -> UnitResult:
-    """Merge the example shards and draw one Fig. 1 panel (PNG) per weather next to them; the
-    summary lists each file's path relative to the artifacts folder under ``files``."""
-    from certbench.errors import RecordsError
-    from certbench.figures import write_weather_panel
-    from certbench.weather import read_examples, write_examples
-
-    try:
-        examples = [e for s in rows for e in read_examples(s.path)]
-    except RecordsError as err:
-        raise StorageError(f"weather-attack examples: {err}") from err
-    relpath, target = context.target_for(EXAMPLES)
-    seeds = result_seeds(item, spec)
-    write_examples(examples, target, {"submission_id": item.submission_id, **seeds})
-    folder = PurePosixPath(relpath).parent
-    files: dict[str, str] = {}
-    panels = []
-    for weather in spec.weathers:
-        mine = sorted((e for e in examples if e.weather == weather), key=lambda e: e.index)
-        name = f"examples-{weather}-{spec.example_severity}.png"
-        skip = max(spec.images.subset_skip, 1)  # labelled by their test positions
-        write_weather_panel(
-            mine, Path(target).parent / name, positions=[e.index // skip for e in mine]
-        )
-        files[name] = str(folder / name)
-        panels.append(
-            {
-                "weather": weather,
-                "severity": spec.example_severity,
-                "file": name,
-                "images": [
-                    {
-                        "index": e.index,
-                        "label": e.label,
-                        "random_prediction": e.random_prediction,
-                        "attacked_prediction": e.attacked_prediction,
-                    }
-                    for e in mine
-                ],
-            }
-        )
-    return UnitResult(
-        unit=EXAMPLES,
-        summary={"kind": "examples", "files": files, "panels": panels},
-        records_path=relpath,
-        count=len({e.index for e in examples}),
-        seconds=float(sum(s.seconds for s in rows)),
-        protocol=spec.describe(),
-        seeds=seeds,
-    )

@@ -11,23 +11,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from models.benchmarks.definitions import ImageSource, Seed
-from models.benchmarks.sources import TestSetSpec, image_source_spec
+from models.benchmarks.definitions import BenchmarkSchema, ImageSource, Seed
+from models.benchmarks.sources import image_source_spec
 from models.core.errors import StorageError
 from models.core.settings import Settings
-from models.stages.base import (
-    RecordedShard,
-    StageEstimate,
-    Unit,
-    UnitCost,
-    check_shard_seed,
-    recorded_data_hashes,
-    run_seed_metadata,
-)
+from models.stages.base import StageEstimate, StageSpec, Unit, UnitCost, run_seed_metadata
 from models.stages.work import WorkItem
 
 if TYPE_CHECKING:
-    from certbench.weather import AttackConfig, WeatherSummary
+    from certbench.weather import AttackConfig
 
 STAGE = "weather_attack"
 EXAMPLES = "examples"
@@ -97,10 +89,9 @@ class WeatherAttackProtocol(ImageSource):
 
 
 @dataclass(frozen=True)
-class WeatherSpec:
+class WeatherSpec(StageSpec):
     """The stored protocol resolved against this deployment's folders."""
 
-    images: TestSetSpec
     weathers: tuple[str, ...]
     severities: tuple[int, ...]
     seed: int
@@ -108,7 +99,6 @@ class WeatherSpec:
     smoothed: bool
     noise_samples: int
     examples: int
-    protocol: dict[str, Any]
 
     @property
     def example_severity(self) -> int:
@@ -117,7 +107,7 @@ class WeatherSpec:
     def attack_config(self) -> AttackConfig:
         from certbench.weather import AttackConfig
 
-        p = self.protocol
+        p = self.row
         return AttackConfig(
             steps=p["steps"],
             restarts=p["restarts"],
@@ -126,10 +116,6 @@ class WeatherSpec:
             truncation=p["truncation"],
             seed=self.seed,
         )
-
-    def describe(self) -> dict[str, Any]:
-        """The settings stored with results: the block without local paths."""
-        return {key: value for key, value in self.protocol.items() if key != "folder"}
 
 
 def weather_spec(protocol: Mapping[str, Any], settings: Settings) -> WeatherSpec:
@@ -142,8 +128,29 @@ def weather_spec(protocol: Mapping[str, Any], settings: Settings) -> WeatherSpec
         smoothed=protocol["smoothed"],
         noise_samples=protocol["noise_samples"],
         examples=protocol["examples"],
-        protocol=dict(protocol),
+        row=dict(protocol),
     )
+
+
+def stored_row(block: WeatherAttackProtocol, definition: BenchmarkSchema) -> dict[str, Any]:
+    """The row stored with the benchmark: the block plus the derived subset, the resolved seed
+    and the CERTIFY protocol."""
+    skip, limit, count = block.subset(definition.protocol)
+    row = block.model_dump(mode="json")
+    row.update(
+        subset_skip=skip,
+        subset_limit=limit,
+        num_images=count,
+        seed=definition.protocol.seed if block.seed is None else block.seed,
+        examples=min(block.examples, count),
+        severities=sorted(block.severities),
+        certify={
+            "n0": definition.protocol.n0,
+            "n": definition.protocol.n,
+            "alpha": definition.protocol.alpha,
+        },
+    )
+    return row
 
 
 def unit_name(kind: str, weather: str, severity: int) -> str:
@@ -212,56 +219,13 @@ def work_estimate(item: WorkItem, units: Sequence[Unit]) -> StageEstimate:
     )
 
 
-def check_one_protocol(
-    item: WorkItem, recorded: Mapping[str, Sequence[RecordedShard]]
-) -> dict[str, str]:
-    """The data hashes every shard recorded (``recorded_data_hashes``), after refusing shards
-    computed under different protocols (a definition changed while the submission ran), another
-    run seed or other bytes: their figures would not describe one evaluation."""
-    from certbench.errors import RecordsError
-    from certbench.weather import read_weather_metadata
-
-    digests = set()
-    hashes = []
-    for rows in recorded.values():
-        for shard in rows:
-            try:
-                metadata = read_weather_metadata(shard.path)
-            except RecordsError as err:
-                raise StorageError(f"weather-attack shard {str(shard.path)!r}: {err}") from err
-            check_shard_seed(item, metadata, f"weather-attack shard {str(shard.path)!r}")
-            digests.add(metadata.get("protocol_sha256"))
-            hashes.append(metadata.get("data_hashes"))
+def check_one_protocol(item: WorkItem, metadata: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse shards computed under different protocols (a definition changed while the
+    submission ran; ``metadata``: every shard's): their figures would not describe one
+    evaluation."""
+    digests = {found.get("protocol_sha256") for found in metadata}
     if len(digests) > 1:
         raise StorageError(
             f"the weather-attack shards of submission {item.submission_id} were computed under "
             f"{len(digests)} different protocols; re-run the submission fresh"
         )
-    return recorded_data_hashes(
-        hashes, where=f"the weather-attack stage of submission {item.submission_id}"
-    )
-
-
-#: metric key → flat figure of ``certbench.weather.records.summarize_weather`` (kind, name).
-FIGURES = {
-    "weather_worst_rain": ("base", "worst_case_accuracy_rain"),
-    "weather_worst_snow": ("base", "worst_case_accuracy_snow"),
-    "weather_worst": ("base", "worst_case_accuracy"),
-    "weather_random_rain": ("base", "random_accuracy_rain"),
-    "weather_random_snow": ("base", "random_accuracy_snow"),
-    "weather_cert_acc_000": ("smoothed", "attacked_certified_accuracy_0"),
-    "weather_cert_acc_025": ("smoothed", "attacked_certified_accuracy_0.25"),
-    "weather_acr": ("smoothed", "attacked_acr"),
-}
-
-
-def leaderboard_metrics(summaries: Mapping[str, WeatherSummary]) -> dict[str, float | None]:
-    """The stage's leaderboard figures (None where the protocol did not measure them);
-    ``weather_random`` is the mean random-weather accuracy over every set."""
-    out: dict[str, float | None] = {}
-    for key, (kind, figure) in FIGURES.items():
-        summary = summaries.get(kind)
-        out[key] = None if summary is None else summary.figures.get(figure)
-    rows = summaries["base"].rows
-    out["weather_random"] = sum(r["random_accuracy"] for r in rows) / len(rows)
-    return out

@@ -54,6 +54,13 @@ class WorkItem:
         """The seed as revealed (``0x…`` for a secret seed, decimal for a public one)."""
         return seed_text(self.seed) if self.seed_kind == "secret" else str(self.seed)
 
+    def test_set(self, name: str) -> TestSetSpec:
+        """The benchmark's test set called ``name`` (a certification unit). Raises KeyError."""
+        for test_set in self.test_sets:
+            if test_set.name == name:
+                return test_set
+        raise KeyError(f"benchmark {self.benchmark!r} has no test set {name!r}")
+
 
 def get_work_item(session: Session, submission_id: int, *, settings: Settings) -> WorkItem:
     """Snapshot of a submission for a worker. Raises NotFoundError."""
