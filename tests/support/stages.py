@@ -2,7 +2,8 @@
 weather, Fourier sensitivity, commit-reveal): a benchmark with one stage block, submissions of
 the tiny model, the stage's task messages, shard and result rows, a stage's ``run`` called
 directly on a work item, and the checks that a run's secret seed stays out of everything
-readable until the run ends.
+readable until the run ends. ``docs/architecture/stages.md`` ("Testing a stage in process")
+shows them with the worker tests' fixtures.
 """
 
 from __future__ import annotations

@@ -4,37 +4,27 @@ It proves the stage contract: this module is all it takes to add a stage (its pr
 units, run, merge and a leaderboard metric) — nothing in the pipeline, the tasks, the lease or the
 migrations knows it. Each image's value is a deterministic function of (the run's seed, image
 index), computed slowly (``seconds_per_image``) so a test can kill the worker in the middle of a
-shard; ``expected_values`` is the reference an undisturbed run must reproduce.
+shard; ``expected_values`` is the reference an undisturbed run must reproduce. Its files follow
+the stages' metadata convention through the shared helpers (``models.stages.shard_files``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.core.settings import Settings
-from models.stages.base import (
-    MergeContext,
-    MetricSpec,
-    RecordedShard,
-    RunContext,
-    ShardOutput,
-    ShardSpec,
-    Stage,
-    StageOutcome,
-    Unit,
-    UnitResult,
-    run_seed_metadata,
-)
+from models.stages.base import MetricSpec, ShardOutput, Stage, StageOutcome, Unit
 from models.stages.registry import register
-from models.stages.work import WorkItem
+from models.stages.shard_files import json_table, read_shards, shard_metadata, write_json_table
+
+if TYPE_CHECKING:
+    from models.core.settings import Settings
+    from models.stages.base import MergeContext, RunContext, Shards, ShardSpec
+    from models.stages.work import WorkItem
 
 UNITS = ("left", "right")
 
@@ -58,18 +48,11 @@ def expected_values(seed: int, images: int) -> dict[str, list[float]]:
     return {unit: [value(seed, unit, i) for i in range(images)] for unit in UNITS}
 
 
-def _write(table: pa.Table, path: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
-
-
 @register
 class ToyStage(Stage):
     name = "toy"
     title = "Toy stage (tests)"
-    queue = "certbench.toy"
+    queue = f"certbench.{name}"  # a queue of its own, as each packaged stage has
     protocol_model = ToyProtocol
     shard_size_setting = "one image per shard"
 
@@ -80,41 +63,33 @@ class ToyStage(Stage):
         return 1
 
     def run(self, item: WorkItem, shard: ShardSpec, context: RunContext) -> ShardOutput:
+        """Compute the shard's values slowly; its file names the run seed's commitment."""
         pause = item.stages[self.name]["seconds_per_image"]
         values = []
         for done, index in enumerate(range(shard.start, shard.stop), start=1):
             time.sleep(pause)
             values.append(value(item.seed, shard.unit, index))
             context.on_progress(done)
-        indices = list(range(shard.start, shard.stop))
-        _write(pa.table({"index": indices, "value": values}), context.target)
+        table = pa.table({"index": list(range(shard.start, shard.stop)), "value": values})
+        write_json_table(table, context.target, shard_metadata(item, {}, **shard.placement))
         return ShardOutput(count=len(values))
 
     def merge(
-        self,
-        item: WorkItem,
-        shards: Mapping[str, Sequence[RecordedShard]],
-        context: MergeContext,
-        settings: Settings,
+        self, item: WorkItem, shards: Shards, context: MergeContext, settings: Settings
     ) -> StageOutcome:
+        """Each unit's shards, verified and in image order, merged into one file with the
+        revealed seed; the mean value is the leaderboard figure."""
         results, everything = [], []
         for unit in UNITS:
-            recorded = sorted(shards[unit], key=lambda s: s.start)
-            table = pa.concat_tables([pq.read_table(s.path) for s in recorded])
+            found = read_shards(item, shards, json_table, label="toy", units=[unit])
+            table = pa.concat_tables(found.parts)
             relpath, target = context.target_for(unit)
-            _write(table, target)
+            write_json_table(table, target, found.merged_metadata(context, unit=unit))
             values = table.column("value").to_pylist()
             everything += values
-            results.append(
-                UnitResult(
-                    unit=unit,
-                    summary={"values": values, "mean": sum(values) / len(values)},
-                    records_path=relpath,
-                    count=len(values),
-                    seconds=sum(s.seconds for s in recorded),
-                    seeds=run_seed_metadata(item),
-                )
-            )
+            summary = {"values": values, "mean": sum(values) / len(values)}
+            results.append(found.result(unit, summary=summary, records_path=relpath,
+                                        count=len(values)))  # fmt: skip
         return StageOutcome(
             results=results,
             metrics={"toy_mean": sum(everything) / len(everything)},
