@@ -19,6 +19,8 @@ from models.benchmarks.sources import image_source_spec
 from models.core.settings import Settings
 from models.stages.base import StageSpec
 
+#: The block's fields that override its protocol's, in the order a custom label lists them.
+OVERRIDES = ("n0", "n", "alpha", "epsilon", "stride", "channel_signs")
 SHARD_FORWARD_PASSES = 20_000_000
 """Default size of a shard in forward passes (smoothed + base), at least one point."""
 #: Bounds of the block (``models.benchmarks.definitions`` bounds the shared ones): the grid's side
@@ -90,17 +92,8 @@ def plan_of(block: FourierSensitivityBlock) -> FourierPlan:
     skip = block.skip or base.skip
     available = -(-block.source_size // skip)
     images = min(block.limit if block.limit is not None else base.images, available)
-    sensitivity = get_protocol(
-        block.protocol,
-        n0=block.n0,
-        n=block.n,
-        alpha=block.alpha,
-        epsilon=block.epsilon,
-        stride=block.stride,
-        channel_signs=block.channel_signs,
-        skip=skip,
-        images=images,
-    )
+    overrides = {key: getattr(block, key) for key in OVERRIDES}
+    sensitivity = get_protocol(block.protocol, **overrides, skip=skip, images=images)
     points = len(sensitivity.points(block.grid_size))
     passes = images + (sensitivity.samples_per_point(images) if block.smoothed else 0)
     per_shard = block.points_per_shard or max(1, SHARD_FORWARD_PASSES // passes)

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 MAX_ANCHORS = 10_000
 MAX_ITERATIONS = 100_000
 _ALL_EPS: list[Literal[8, 16]] = [8, 16]
+#: Fields of the resolved protocol (``RobustnessSpec``) taken from the stored row as they are.
+AS_STORED = ("anchors_split", "k", "anchor_seed", "n_iter", "n_target_classes", "projection",
+             "weighting")  # fmt: skip
 
 
 class RobustnessProtocol(ImageSource):
@@ -82,16 +85,10 @@ def robustness_spec(protocol: Mapping[str, Any], settings: Settings) -> Robustne
     assert settings.anchors_dir is not None  # filled by Settings' validator
     return RobustnessSpec(
         images=image_source_spec(protocol, name="_robustness", settings=settings),
-        anchors_path=settings.anchors_dir / protocol["anchors"],
-        anchors_split=protocol["anchors_split"],
-        k=protocol["k"],
-        anchor_seed=protocol["anchor_seed"],
-        eps=tuple(protocol["eps"]),
-        n_iter=protocol["n_iter"],
-        n_target_classes=protocol["n_target_classes"],
-        projection=protocol["projection"],
-        weighting=protocol["weighting"],
         row=dict(protocol),
+        anchors_path=settings.anchors_dir / protocol["anchors"],
+        eps=tuple(protocol["eps"]),
+        **{key: protocol[key] for key in AS_STORED},
     )
 
 

@@ -120,15 +120,13 @@ class WeatherSpec(StageSpec):
 
 def weather_spec(protocol: Mapping[str, Any], settings: Settings) -> WeatherSpec:
     """Resolve a benchmark's stored weather-attack row."""
+    as_stored = {key: protocol[key] for key in ("seed", "smoothed", "noise_samples", "examples")}
     return WeatherSpec(
         images=image_source_spec(protocol, name="_weather_attack", settings=settings),
+        row=dict(protocol),
         weathers=tuple(protocol["weathers"]),
         severities=tuple(protocol["severities"]),
-        seed=protocol["seed"],
-        smoothed=protocol["smoothed"],
-        noise_samples=protocol["noise_samples"],
-        examples=protocol["examples"],
-        row=dict(protocol),
+        **as_stored,
     )
 
 
