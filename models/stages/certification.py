@@ -21,7 +21,7 @@ from models.benchmarks.sources import TestSetSpec
 from models.core.queue import DEFAULT_QUEUE
 from models.stages.base import MetricSpec, ShardOutput, Stage, StageOutcome, Unit, UnitResult
 from models.stages.certification_keys import BANDS, PA_QUANTILES, RADIUS_KEYS
-from models.stages.certification_results import TestSetResult as TestSetResult  # its readers'
+from models.stages.certification_results import TestSetResult as TestSetResult  # re-exported
 from models.stages.certification_results import stored_summary
 from models.stages.registry import register
 from models.stages.shard_files import json_table, read_shards, shard_metadata
