@@ -13,14 +13,15 @@ import shutil
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import CursorResult, delete, func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from models.core.errors import InvalidTransitionError, NotFoundError, ServiceUnavailableError
 from models.core.settings import Settings
 from models.db.base import utcnow
+from models.db.engine import rows_matched
 from models.db.entities import (
     LeaderboardEntry,
     LeaderboardFigures,
@@ -116,14 +117,14 @@ def transition(
         values.update(finished_at=None, started_at=None, heartbeat_at=None, worker=None)
         values["attempt"] = Submission.attempt + 1
     old_state = get_state(session, submission_id)
-    result = _execute_update(
+    matched = rows_matched(
         session,
         update(Submission)
         .where(Submission.id == submission_id, Submission.state.in_(sources))
         .values(**values)
         .execution_options(synchronize_session=False),
     )
-    if result.rowcount != 1:
+    if matched != 1:
         session.rollback()
         return False
     session.add(
@@ -159,7 +160,7 @@ def heartbeat(
     }
     if worker is not None:
         values["worker"] = worker
-    result = _execute_update(
+    matched = rows_matched(
         session,
         update(Submission)
         .where(Submission.id == submission_id, Submission.state.in_(LEASED_STATES))
@@ -167,7 +168,7 @@ def heartbeat(
         .execution_options(synchronize_session=False),
     )
     session.commit()
-    return result.rowcount == 1
+    return matched == 1
 
 
 def set_shards_total(session: Session, submission_id: int, total: int) -> None:
@@ -177,12 +178,6 @@ def set_shards_total(session: Session, submission_id: int, total: int) -> None:
     if submission.shards_total != total:
         submission.shards_total = total
         session.commit()
-
-
-def _execute_update(session: Session, statement: Any) -> CursorResult[Any]:
-    """Run an UPDATE: ``Session.execute`` is typed as returning a plain ``Result``, for an UPDATE
-    it is a ``CursorResult``, the result that carries ``rowcount``."""
-    return cast("CursorResult[Any]", session.execute(statement))
 
 
 def should_continue(session: Session, submission_id: int) -> bool:
