@@ -7,6 +7,7 @@ so the tests can stop between any two tasks, drop messages (a lost worker) or de
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,9 +16,9 @@ import pytest
 import torch
 from sqlalchemy.orm import Session
 
-import migrations
 from models.core.settings import Settings, get_settings
 from models.db.engine import dispose_engines, session_scope
+from tests.support.service_db import MigratedTemplates, templates
 from tests.support.workers import load_benchmark, tiny_definition, write_tiny_dataset
 from workers.app import app
 from workers.names import QUEUES
@@ -96,9 +97,20 @@ def _one_torch_thread() -> None:
     torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="session")
+def migrated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MigratedTemplates]:
+    """One SQLite database migrated to head per session, copied for each test (running the
+    migrations per test cost about half a second of each test's set-up)."""
+    with templates(tmp_path_factory.mktemp("templates")) as cache:
+        yield cache
+
+
 @pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
-    """A fresh SQLite service under tmp_path, migrated to head, with 1-image shards on CPU."""
+def settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, migrated: MigratedTemplates
+) -> Iterator[Settings]:
+    """A fresh SQLite service under tmp_path, migrated to head (a copy of the session's migrated
+    database), with 1-image shards on CPU."""
     monkeypatch.setenv("CERTBENCH_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("CERTBENCH_DATABASE_URL", raising=False)
     monkeypatch.setenv("CERTBENCH_BROKER_URL", "memory://")
@@ -107,7 +119,8 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settin
     monkeypatch.setenv("CERTBENCH_CANCEL_CHECK_SECONDS", "0.001")
     get_settings.cache_clear()
     current = get_settings()
-    migrations.upgrade(current)
+    current.data_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(migrated.sqlite_file(), current.data_dir / "certbench.db")
     yield current
     get_settings.cache_clear()
     dispose_engines()
