@@ -152,3 +152,69 @@ def test_every_package_states_its_role_and_its_face_resolves(name):
     assert sorted(face) == sorted(set(face)), f"certbench.{name}.__all__ repeats a name"
     missing = [n for n in face if not hasattr(module, n)]
     assert missing == []
+
+
+def _models_packages() -> list[str]:
+    return sorted(p.name for p in (ROOT / "models").iterdir() if (p / "__init__.py").exists())
+
+
+def test_stages_are_subpackages_not_file_name_prefixes():
+    """A stage is a subpackage of ``models.stages`` (``certification/stage.py`` beside its keys,
+    results and intervals), never ``certification_keys.py``-style prefixes: each of its modules
+    lists its modules, as every package here does."""
+    stages = ROOT / "models" / "stages"
+    for sub in sorted(p.parent for p in stages.glob("*/__init__.py")):
+        assert (sub / "stage.py").exists(), f"{sub.name} has no stage module"
+        doc = ast.get_docstring(ast.parse((sub / "__init__.py").read_text(encoding="utf-8")))
+        listed = [p.stem for p in sub.glob("*.py") if p.stem != "__init__"]
+        unlisted = [m for m in listed if f"models.stages.{sub.name}.{m}" not in (doc or "")]
+        assert unlisted == [], f"models/stages/{sub.name}/__init__.py does not list {unlisted}"
+    prefixes = {p.stem.split("_")[0] for p in stages.glob("[!_]*_*.py")}
+    assert prefixes <= {"shard"}, f"file-name prefixes in models/stages: {sorted(prefixes)}"
+
+
+def test_models_top_level_holds_only_its_packages():
+    """``models/`` is packages by concept (runs, boards, catalog, stages, submissions,
+    benchmarks, db, core): no loose module whose file name carries the concept."""
+    loose = {p.name for p in (ROOT / "models").iterdir() if p.suffix == ".py"}
+    assert loose == {"__init__.py"}
+    layered = _models_layers()
+    assert set(_models_packages()) == set(layered), "every models package sits on one floor"
+
+
+def _models_layers() -> list[str]:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    for contract in config["tool"]["importlinter"]["contracts"]:
+        if contract.get("containers") == ["models"]:
+            return [name.strip() for layer in contract["layers"] for name in layer.split("|")]
+    raise AssertionError("pyproject.toml has no layers contract for the models packages")
+
+
+@pytest.mark.parametrize("name", _models_packages())
+def test_every_models_package_states_its_role_and_lists_its_modules(name):
+    """Each ``models`` package's docstring says what it is and names every one of its public
+    modules (``~models.<package>.<module>`` or ``models.<package>.<module>``), so the docstring
+    a maintainer reads first is the package's true table of contents."""
+    folder = ROOT / "models" / name
+    doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text(encoding="utf-8")))
+    assert doc and len(doc.split()) >= 12, f"models.{name} needs a docstring stating its role"
+    modules = sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
+    modules += sorted(p.parent.name for p in folder.glob("*/__init__.py"))
+    unlisted = [m for m in modules if f"models.{name}.{m}" not in doc]
+    assert unlisted == [], f"models/{name}/__init__.py does not list {unlisted}"
+
+
+def test_no_models_package_reaches_into_another_packages_private_module(graph):
+    """``models.<package>._helper`` is ``models.<package>``'s own: other packages use its public
+    modules."""
+    reaching = []
+    for importer in sorted(graph.modules):
+        for imported in graph.find_modules_directly_imported_by(importer):
+            parts = imported.split(".")
+            if parts[0] != "models" or len(parts) < 3 or not parts[2].startswith("_"):
+                continue
+            if importer.split(".")[:2] != parts[:2]:
+                reaching.append(f"{importer} -> {imported}")
+    assert reaching == []

@@ -15,8 +15,8 @@ from api.schemas.submission import SeedPublic
 from api.schemas.zoo import WeightsLinkPublic
 from models.db.entities import StageResult
 from models.db.states import SubmissionState
-from models.stages.certification import TestSetResult
-from models.stages.pd_robustness import RobustnessResult
+from models.stages.certification.stage import TestSetResult
+from models.stages.pd_robustness.stage import RobustnessResult
 
 
 class TestSetResultPublic(BaseModel):

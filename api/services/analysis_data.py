@@ -33,7 +33,7 @@ from models.db.entities import (
     User,
 )
 from models.db.states import SubmissionState
-from models.stages.fourier_lens import METRICS, SMOOTHED_SUFFIX
+from models.stages.fourier_lens.stage import METRICS, SMOOTHED_SUFFIX
 from models.submissions.queries import visibility_filter
 
 #: The manifest fields that make a classifier (the rest names the benchmark and the authors).

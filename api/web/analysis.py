@@ -32,7 +32,7 @@ from certbench.figures import (
 from certbench.lens import ID_ACCURACY, ArchitectureFit, PredictorFit
 from models.catalog.benchmarks import list_benchmarks
 from models.core.errors import IntakeError, NotFoundError
-from models.stages.fourier_lens import PAPER
+from models.stages.fourier_lens.stage import PAPER
 
 router = APIRouter(route_class=HTMLRoute, include_in_schema=False)
 

@@ -37,8 +37,8 @@ from models.core.settings import Settings
 from models.db.entities import Benchmark, StageResult, Submission
 from models.stages import registry
 from models.stages.base import Stage
-from models.stages.certification_intervals import TERMS_UNIT, terms_sets
-from models.stages.certification_keys import BANDS, RADIUS_KEYS
+from models.stages.certification.intervals import TERMS_UNIT, terms_sets
+from models.stages.certification.keys import BANDS, RADIUS_KEYS
 from models.submissions import storage
 
 if TYPE_CHECKING:
@@ -219,7 +219,7 @@ def _terms_from_records(
     bands: tuple[str | None, ...],
 ) -> ImageTerms:
     from certbench.stats import image_terms
-    from models.stages.certification_intervals import band_groups
+    from models.stages.certification.intervals import band_groups
 
     tables = {name: _table(v) for name, v in zip(names, versions, strict=True)}
     groups = band_groups(dict(zip(names, bands, strict=True)))

@@ -2,7 +2,7 @@
 aggregated before the service computed them (``certbench results backfill-intervals``).
 
 Everything comes from the stored per-image records (no certification is re-run): the same
-functions the certification stage's merge uses (``models.stages.certification_intervals``) and,
+functions the certification stage's merge uses (``models.stages.certification.intervals``) and,
 for every other stage with intervals, its ``Stage.uncertainty`` as the pipeline calls it after a
 merge (``models.boards.uncertainty``), so a backfilled entry holds exactly what a fresh aggregate
 would have stored.
@@ -23,7 +23,7 @@ from models.db.entities import LeaderboardEntry, MetricValue, StageResult, Submi
 from models.db.states import SubmissionState
 from models.stages import registry
 from models.stages.base import CI_HIGH, CI_LOW, Stage, Uncertainty
-from models.stages.certification_intervals import (
+from models.stages.certification.intervals import (
     TERMS_UNIT,
     bound_keys,
     entry_intervals,

@@ -18,8 +18,8 @@ from models.core.errors import IntakeError, NotFoundError
 from models.db.entities import Benchmark, LeaderboardEntry, StageResult, Submission, User
 from models.stages import registry
 from models.stages.base import MetricSpec
-from models.stages.certification import TestSetResult
-from models.stages.pd_robustness import RobustnessResult
+from models.stages.certification.stage import TestSetResult
+from models.stages.pd_robustness.stage import RobustnessResult
 
 #: Sort keys that are submission columns rather than stage metrics.
 SUBMISSION_SORTS: dict[str, str] = board_index.COLUMN_SORTS

@@ -3,7 +3,7 @@
 
 After a stage's ``merge`` the pipeline asks ``Stage.uncertainty`` for the 95 % intervals of its
 figures and the per-image terms of their paired tests, from the merged records alone (no model
-is run). Where they go, as for certification (``models.stages.certification_intervals``):
+is run). Where they go, as for certification (``models.stages.certification.intervals``):
 
 - bounds: metric values ``<key>_ci_low``/``<key>_ci_high`` beside the figure, written in the
   same transaction and dropped with it on a rerun; every REST reader of metrics gets them;

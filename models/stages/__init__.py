@@ -13,19 +13,14 @@ The contract and what every stage shares:
   figures declared to the leaderboard entries;
 - :mod:`models.stages.work`: the work item a stage is handed;
 - :mod:`models.stages.inputs`: a worker's model and images, cached and checked against the pins;
-- :mod:`models.stages.stage_intervals`: the 95 % intervals of the stages' figures.
+- :mod:`models.stages.intervals`: the 95 % intervals of the stages' figures.
 
-The stages, each a stage module and the modules that hold its protocol and figures:
+The stages, one subpackage each (its ``stage`` module, and beside it the modules that hold its
+protocol and figures; each subpackage's docstring lists them):
 
-- certification: :mod:`models.stages.certification`, its figure keys
-  (:mod:`models.stages.certification_keys`), stored results
-  (:mod:`models.stages.certification_results`) and intervals
-  (:mod:`models.stages.certification_intervals`);
-- PD robustness: :mod:`models.stages.pd_robustness`, :mod:`models.stages.pd_protocol`;
-- Fourier sensitivity: :mod:`models.stages.fourier_sensitivity`,
-  :mod:`models.stages.fourier_protocol`, :mod:`models.stages.fourier_text`;
-- Fourier lens: :mod:`models.stages.fourier_lens`, :mod:`models.stages.lens_block`,
-  :mod:`models.stages.lens_figures`;
-- worst-case weather: :mod:`models.stages.weather_attack`, :mod:`models.stages.weather_protocol`,
-  :mod:`models.stages.weather_figures`, :mod:`models.stages.weather_examples`.
+- :mod:`models.stages.certification`: randomized smoothing, the certified figures;
+- :mod:`models.stages.pd_robustness`: ℓ∞ and ℓ∞ ∩ PD robust accuracy;
+- :mod:`models.stages.fourier_sensitivity`: Fourier heatmaps;
+- :mod:`models.stages.fourier_lens`: HFF, consistent distance, Jacobian norm;
+- :mod:`models.stages.weather_attack`: worst-case weather.
 """

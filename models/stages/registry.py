@@ -24,11 +24,11 @@ if TYPE_CHECKING:
     from models.stages.work import WorkItem
 
 BUILTIN = (
-    "models.stages.certification",
-    "models.stages.pd_robustness",
-    "models.stages.fourier_sensitivity",
-    "models.stages.weather_attack",
-    "models.stages.fourier_lens",
+    "models.stages.certification.stage",
+    "models.stages.pd_robustness.stage",
+    "models.stages.fourier_sensitivity.stage",
+    "models.stages.weather_attack.stage",
+    "models.stages.fourier_lens.stage",
 )
 ENTRY_POINT_GROUP = "certbench.stages"
 PLUGINS_ENV = "CERTBENCH_STAGE_PLUGINS"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.schemas.result import ResultsPublic, StageResultPublic
-from models.stages.fourier_lens import BASE, METRICS, PAPER, figure_specs
+from models.stages.fourier_lens.stage import BASE, METRICS, PAPER, figure_specs
 
 JACOBIAN_UNIT = "per unit pixel, [0,1] scale"
 """``certbench.lens.JACOBIAN_UNIT`` (not imported: the web page does not load torch)."""

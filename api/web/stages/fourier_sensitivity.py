@@ -2,7 +2,7 @@
 base accuracy, band means, protocol and cost) and, on the compare page, the entries' maps side by
 side on one colour scale with each entry's difference to the first.
 
-The data is the stage's stored summary (``models.stages.fourier_sensitivity``), the same JSON
+The data is the stage's stored summary (``models.stages.fourier_sensitivity.stage``), the same JSON
 ``/api/v1/results/{id}`` serves in its ``stages`` list; maps are drawn by
 ``certbench.figures.frequency_heatmap``, difference maps with their noise floor
 (``certbench.figures.difference``, from the entries' per-image records).
@@ -28,8 +28,8 @@ from certbench.figures import (
     unpaired_cell_tests,
 )
 from certbench.fourier import SIGN_NAMES, SIGN_TEXT
-from models.stages.fourier_sensitivity import BANDS, MERGED
-from models.stages.fourier_text import band_edges, cost_text
+from models.stages.fourier_sensitivity.stage import BANDS, MERGED
+from models.stages.fourier_sensitivity.text import band_edges, cost_text
 
 STAGE = "fourier_sensitivity"
 TEMPLATE = "stages/fourier_sensitivity.html"

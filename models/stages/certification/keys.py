@@ -1,5 +1,6 @@
-"""The certification stage's figure keys, shared by the stage (``models.stages.certification``),
-its intervals (``models.stages.certification_intervals``) and paired comparisons
+"""The certification stage's figure keys, shared by the stage
+(``models.stages.certification.stage``),
+its intervals (``models.stages.certification.intervals``) and paired comparisons
 (``models.boards.comparisons``), so that none of them imports another for a constant."""
 
 #: Certified-accuracy radii of the leaderboard → metric keys.

@@ -65,8 +65,8 @@ def robustness_uncertainty(records: Mapping[str, Path]) -> Uncertainty:
 def weather_uncertainty(records: Mapping[str, Path]) -> Uncertainty:
     """Every attack unit's merged records (the examples unit is left out), by record kind."""
     from certbench.weather import read_weather_records, weather_terms
-    from models.stages.weather_figures import FIGURES
-    from models.stages.weather_protocol import EXAMPLES, parse_unit
+    from models.stages.weather_attack.figures import FIGURES
+    from models.stages.weather_attack.protocol import EXAMPLES, parse_unit
 
     by_kind: dict[str, list[Any]] = {"base": [], "smoothed": []}
     for unit, path in sorted(records.items()):

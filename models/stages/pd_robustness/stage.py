@@ -5,9 +5,9 @@ The paper's protocol on the submission's base classifier (no smoothing), on the 
 subset: ℓ∞ APGD-CE + APGD-T, each example then projected into the ℓ∞ ∩ PD ball, and PD-aware
 APGD; robust accuracy is the worse of the two. Every image's attacks are seeded from
 (the run's secret seed, "pd", image index), so any split into shards gives the records of one run.
-The definition block, its resolved form and the anchor bank are ``models.stages.pd_protocol``;
-shard and merged files carry flat key/value metadata (``RobustnessReport.write``), with the data
-hashes as JSON.
+The definition block, its resolved form and the anchor bank are
+``models.stages.pd_robustness.protocol``; shard and merged files carry flat key/value metadata
+(``RobustnessReport.write``), with the data hashes as JSON.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from models.core.errors import StorageError
 from models.db.entities import StageResult
 from models.stages.base import MetricSpec, ShardOutput, Stage, StageOutcome, Uncertainty, Unit
-from models.stages.pd_protocol import RobustnessProtocol, anchor_bank, robustness_spec
+from models.stages.pd_robustness.protocol import RobustnessProtocol, anchor_bank, robustness_spec
 from models.stages.registry import register
 from models.stages.shard_files import read_shards, shard_metadata
 
@@ -174,8 +174,8 @@ class PDRobustness(Stage):
         self, protocol: Mapping[str, Any] | None, records: Mapping[str, Path]
     ) -> Uncertainty:
         """Clopper-Pearson intervals of the accuracies over the clean subset's images; their
-        per-image 0/1 terms for exact McNemar tests (``models.stages.stage_intervals``)."""
-        from models.stages.stage_intervals import robustness_uncertainty
+        per-image 0/1 terms for exact McNemar tests (``models.stages.intervals``)."""
+        from models.stages.intervals import robustness_uncertainty
 
         return robustness_uncertainty(records)
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from models.stages.base import MetricSpec
-from models.stages.weather_protocol import PAPER
+from models.stages.weather_attack.protocol import PAPER
 
 if TYPE_CHECKING:
     from certbench.weather import WeatherSummary

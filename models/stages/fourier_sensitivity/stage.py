@@ -38,15 +38,17 @@ from pydantic import BaseModel
 from certbench.errors import SensitivityError
 from models.core.errors import StorageError
 from models.stages.base import MetricSpec, ShardOutput, Stage, StageOutcome, Uncertainty, Unit
-from models.stages.fourier_protocol import SHARD_FORWARD_PASSES as SHARD_FORWARD_PASSES
-from models.stages.fourier_protocol import (
+from models.stages.fourier_sensitivity.protocol import (
+    SHARD_FORWARD_PASSES as SHARD_FORWARD_PASSES,
+)
+from models.stages.fourier_sensitivity.protocol import (
     FourierSensitivityBlock,
     fourier_spec,
     point_range,
     stored_row,
     unit_name,
 )
-from models.stages.fourier_text import band_range, protocol_note
+from models.stages.fourier_sensitivity.text import band_range, protocol_note
 from models.stages.registry import register
 from models.stages.shard_files import read_shards, shard_metadata
 
@@ -235,7 +237,7 @@ class FourierSensitivity(Stage):
         self, protocol: Mapping[str, Any] | None, records: Mapping[str, Path]
     ) -> Uncertainty:
         """Bootstrap intervals over images of the band means (``stage_intervals``)."""
-        from models.stages.stage_intervals import sensitivity_uncertainty
+        from models.stages.intervals import sensitivity_uncertainty
 
         return sensitivity_uncertainty(protocol or {}, records, KEYS)
 

@@ -3,7 +3,7 @@ clean set, the plan's size per kind, the fingerprint that makes entries' figures
 the stored row resolved for a worker (``LensSpec``).
 
 Pure pydantic/stdlib (no torch, numpy or pyarrow): it is validated whenever a definition loads,
-in the API too. The stage itself is ``models.stages.fourier_lens``.
+in the API too. The stage itself is ``models.stages.fourier_lens.stage``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The Fourier sensitivity stage's protocol: its definition block, what the block resolves to (the
 protocol run, the image subset, the grid points and their shards) and the stored row resolved for
 a worker; unit names. The stage, and why it shards by grid points, is
-``models.stages.fourier_sensitivity``.
+``models.stages.fourier_sensitivity.stage``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class FourierSensitivityBlock(ImageSource):
     ``<name>+custom``. ``smoothed`` false skips the smoothed map (the base classifier's map is
     always computed: a CPU-only deployment still gets one). ``grid_size`` is the images' side (32
     for CIFAR). ``points_per_shard`` overrides the default packing
-    (``models.stages.fourier_sensitivity``).
+    (``models.stages.fourier_sensitivity.stage``).
     """
 
     protocol: Literal["paper", "quick"]

@@ -20,9 +20,9 @@ import numpy as np
 from models.benchmarks.sources import TestSetSpec
 from models.core.queue import DEFAULT_QUEUE
 from models.stages.base import MetricSpec, ShardOutput, Stage, StageOutcome, Unit, UnitResult
-from models.stages.certification_keys import BANDS, PA_QUANTILES, RADIUS_KEYS
-from models.stages.certification_results import TestSetResult as TestSetResult  # re-exported
-from models.stages.certification_results import stored_summary
+from models.stages.certification.keys import BANDS, PA_QUANTILES, RADIUS_KEYS
+from models.stages.certification.results import TestSetResult as TestSetResult  # re-exported
+from models.stages.certification.results import stored_summary
 from models.stages.registry import register
 from models.stages.shard_files import json_table, read_shards, shard_metadata
 
@@ -100,7 +100,7 @@ class Certification(Stage):
     ) -> StageOutcome:
         """Merge each test set's shard records, compute its metrics and the leaderboard's."""
         from certbench.smoothing import write_table_atomic
-        from models.stages.certification_intervals import TERMS_UNIT, entry_intervals
+        from models.stages.certification.intervals import TERMS_UNIT, entry_intervals
 
         merged = [self._merge_test_set(item, ts, shards, context) for ts in item.test_sets]
         results = [result for result, _ in merged]

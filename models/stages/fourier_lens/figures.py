@@ -1,5 +1,5 @@
 """The Fourier-lens stage's figures: every metric it stores, its leaderboard columns and REST
-fields, and their help texts (``models.stages.fourier_lens``; the web section reads
+fields, and their help texts (``models.stages.fourier_lens.stage``; the web section reads
 ``figure_specs``). Texts cite Fridovich-Keil et al., NeurIPS 2022 (``PAPER``).
 """
 
@@ -9,7 +9,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from models.stages.base import MetricSpec
-from models.stages.lens_block import KINDS, METRICS, NYQUIST_METRICS, PAPER, SMOOTHED_SUFFIX
+from models.stages.fourier_lens.block import (
+    KINDS,
+    METRICS,
+    NYQUIST_METRICS,
+    PAPER,
+    SMOOTHED_SUFFIX,
+)
 
 
 def metric_keys(protocol: Mapping[str, Any]) -> list[str]:

@@ -1,7 +1,7 @@
 """The worst-case weather stage's example panels (Wang et al., NeurIPS 2022 ML Safety Workshop,
 Fig. 1): the first images of the subset, attacked as the base units attack them, drawn clean /
 random / attacked / difference for every weather at the highest severity
-(``models.stages.weather_attack``'s ``examples`` unit).
+(``models.stages.weather_attack.stage``'s ``examples`` unit).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from models.core.errors import StorageError
-from models.stages.weather_protocol import EXAMPLES, WeatherSpec, result_seeds
+from models.stages.weather_attack.protocol import EXAMPLES, WeatherSpec, result_seeds
 
 if TYPE_CHECKING:
     from models.stages.base import MergeContext, RunContext, UnitResult

@@ -48,7 +48,7 @@ from models.benchmarks.sources import TestSetSpec
 from models.core.errors import BenchmarkDefinitionError, StorageError
 from models.core.settings import Settings
 from models.stages.base import MetricSpec, ShardOutput, Stage, StageOutcome, Unit, UnitResult
-from models.stages.lens_block import (
+from models.stages.fourier_lens.block import (
     BASE,
     KINDS,
     LENS_VERSION,
@@ -66,7 +66,7 @@ from models.stages.lens_block import (
     work_estimate,
     work_sizes,
 )
-from models.stages.lens_figures import figure_specs, lens_metric_specs, metric_keys
+from models.stages.fourier_lens.figures import figure_specs, lens_metric_specs, metric_keys
 from models.stages.registry import register
 from models.stages.shard_files import read_shards, shard_metadata
 
@@ -272,7 +272,7 @@ class FourierLens(Stage):
         self, protocol: Mapping[str, Any] | None, records: Mapping[str, Path]
     ) -> Uncertainty:
         """The summaries' Gaussian intervals; path terms for paired bootstrap tests."""
-        from models.stages.stage_intervals import lens_uncertainty
+        from models.stages.intervals import lens_uncertainty
 
         suffixes = {unit: "" if unit == BASE else SMOOTHED_SUFFIX for unit in records}
         return lens_uncertainty(records, suffixes, metric_keys(protocol or {}))

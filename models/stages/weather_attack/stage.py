@@ -44,9 +44,9 @@ from models.core.errors import StorageError
 from models.stages.base import ShardOutput, Stage, StageOutcome, Uncertainty, Unit, UnitResult
 from models.stages.registry import register
 from models.stages.shard_files import ShardSet, read_shards, shard_metadata
-from models.stages.weather_examples import merge_examples, run_examples
-from models.stages.weather_figures import leaderboard_metrics, weather_metric_specs
-from models.stages.weather_protocol import (
+from models.stages.weather_attack.examples import merge_examples, run_examples
+from models.stages.weather_attack.figures import leaderboard_metrics, weather_metric_specs
+from models.stages.weather_attack.protocol import (
     EXAMPLES,
     STAGE,
     WeatherAttackError,
@@ -180,7 +180,7 @@ class WeatherAttack(Stage):
         self, protocol: Mapping[str, Any] | None, records: Mapping[str, Path]
     ) -> Uncertainty:
         """Clopper-Pearson or cluster-bootstrap intervals over the images (``stage_intervals``)."""
-        from models.stages.stage_intervals import weather_uncertainty
+        from models.stages.intervals import weather_uncertainty
 
         return weather_uncertainty(records)
 

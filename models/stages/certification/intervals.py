@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from certbench.stats import FigureIntervals
 
 from models.stages.base import CI_HIGH, CI_LOW
-from models.stages.certification_keys import BANDS, PA_QUANTILES, RADIUS_KEYS
+from models.stages.certification.keys import BANDS, PA_QUANTILES, RADIUS_KEYS
 
 __all__ = ["CI_HIGH", "CI_LOW"]  # re-exported: the suffixes of every stage's stored bounds
 #: p̂_A quantile → its leaderboard figure.

@@ -1,5 +1,5 @@
 """The PD robustness stage's protocol: its definition block, the block resolved against this
-deployment's folders, and the anchor bank it attacks with (``models.stages.pd_robustness``).
+deployment's folders, and the anchor bank it attacks with (``models.stages.pd_robustness.stage``).
 
 The anchor bank is read from ``Settings.anchors_dir``; when the file is absent the first shard
 builds it from the training split (greedy k-centre, seeded) and writes it atomically, so every

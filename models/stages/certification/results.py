@@ -18,7 +18,7 @@ def stored_summary(summary: Any, protocol_version: str, table: pa.Table) -> dict
     """The JSON summary of one test set's merged records (``summary``: what
     ``certbench.smoothing.summarize`` gives) with its figures' 95 % intervals over the images
     (``table``: the records as a table)."""
-    from models.stages.certification_intervals import set_intervals
+    from models.stages.certification.intervals import set_intervals
 
     return {
         "acr": summary.acr,
