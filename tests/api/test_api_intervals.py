@@ -11,7 +11,7 @@ from certbench.smoothing.records import read_table
 from certbench.stats.entry_intervals import compare_terms, figure_intervals, image_terms
 from certbench.stats.intervals import compare_acr, compare_certified_accuracy
 from models.db.entities import StageResult, User
-from models.stages.certification_intervals import TERMS_UNIT, interval_keys
+from models.stages.certification.intervals import TERMS_UNIT, interval_keys
 from models.submissions import storage
 from tests.support.service_factories import finished_submission, load_tiny
 

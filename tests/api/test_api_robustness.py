@@ -19,7 +19,7 @@ from models.db.entities import Benchmark, LeaderboardEntry, User
 from models.db.states import SubmissionState
 from models.runs import shards
 from models.runs.results import complete_submission
-from models.stages.pd_robustness import RobustnessResult
+from models.stages.pd_robustness.stage import RobustnessResult
 from models.submissions import lifecycle as pipeline
 from models.submissions.intake import create_submission
 from tests.support.api import Actors

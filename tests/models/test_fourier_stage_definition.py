@@ -16,8 +16,8 @@ from certbench.fourier.spectral import BAND_EDGES
 from models.catalog.benchmarks import parse_definition, upsert_benchmark
 from models.core.errors import BenchmarkDefinitionError
 from models.stages import registry
-from models.stages.fourier_sensitivity import SHARD_FORWARD_PASSES, point_range
-from models.stages.fourier_text import band_edges
+from models.stages.fourier_sensitivity.stage import SHARD_FORWARD_PASSES, point_range
+from models.stages.fourier_sensitivity.text import band_edges
 from tests.support.service_factories import tiny_definition
 
 STAGE = "fourier_sensitivity"

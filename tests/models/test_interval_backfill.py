@@ -17,7 +17,7 @@ from models.boards.commands import register
 from models.boards.interval_backfill import entries_to_backfill
 from models.core.settings import Settings, get_settings
 from models.db.entities import MetricValue, StageResult, Submission
-from models.stages.certification_intervals import TERMS_UNIT, bound_keys
+from models.stages.certification.intervals import TERMS_UNIT, bound_keys
 from models.submissions import storage
 from tests.support.service_factories import finished_submission, load_tiny, make_user
 

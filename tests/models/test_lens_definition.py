@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from models.catalog.benchmarks import packaged_definitions, parse_definition, upsert_benchmark
 from models.core.errors import BenchmarkDefinitionError
 from models.stages import registry
-from models.stages.fourier_lens import PRESETS
+from models.stages.fourier_lens.stage import PRESETS
 from tests.support.service_factories import tiny_definition
 
 #: The blocks recommended for the packaged clean benchmarks (the guide's Fourier lens page).

@@ -31,7 +31,7 @@ def test_lens_figures_are_taken_in_pixel_space_under_a_new_fingerprint(name):
     assert row["lens_version"] == 2 and row["parameters"]["pixel_step"] == 0.25
     old = {k: v for k, v in row.items() if k != "lens_version"}
     old["parameters"] = {**row["parameters"], "pixel_step": 1.0}
-    from models.stages.lens_block import fingerprint
+    from models.stages.fourier_lens.block import fingerprint
 
     assert fingerprint({**old, "seed": row["lens_seed"]}) != row["fingerprint"]
     assert fingerprint({**row, "seed": row["lens_seed"], "lens_version": 1}) != row["fingerprint"]

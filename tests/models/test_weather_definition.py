@@ -17,7 +17,7 @@ from models.core.errors import BenchmarkDefinitionError
 from models.core.settings import Settings
 from models.db.states import SubmissionState
 from models.stages import registry
-from models.stages.weather_protocol import (
+from models.stages.weather_attack.protocol import (
     STAGE,
     Weather,
     WeatherAttackProtocol,

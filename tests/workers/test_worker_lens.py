@@ -34,7 +34,7 @@ from models.db.entities import LeaderboardEntry, MetricValue, StageResult, Stage
 from models.db.states import Reason, SubmissionState
 from models.stages import registry
 from models.stages.base import RunContext
-from models.stages.fourier_lens import lens_spec
+from models.stages.fourier_lens.stage import lens_spec
 from models.stages.work import get_work_item
 from models.submissions import lifecycle as pipeline
 from models.submissions import run_seeds, storage
@@ -415,7 +415,7 @@ def test_a_plan_that_contradicts_the_clean_set_fails_the_run(
 def test_stage_constants_match_the_core():
     from certbench.lens import lens as lens_core
     from certbench.lens import metrics as lens_metrics
-    from models.stages import fourier_lens
+    from models.stages.fourier_lens import stage as fourier_lens
 
     assert fourier_lens.KINDS == lens_metrics.KINDS
     assert fourier_lens.LENS_VERSION == lens_core.PROTOCOL_VERSION
@@ -425,7 +425,7 @@ def test_stage_constants_match_the_core():
 def test_stored_plan_size_equals_lens_plan_on_balanced_cifar_labels():
     from certbench.lens.lens import LensProtocol
     from models.catalog.benchmarks import parse_definition
-    from models.stages.fourier_lens import FourierLens
+    from models.stages.fourier_lens.stage import FourierLens
 
     for classes, block in [
         (10, {"preset": "paper"}),

@@ -33,7 +33,7 @@ from models.db.entities import LeaderboardEntry, StageResult
 from models.db.states import Reason, SubmissionState
 from models.runs import shards
 from models.stages import registry
-from models.stages.weather_protocol import WeatherAttackError
+from models.stages.weather_attack.protocol import WeatherAttackError
 from models.submissions import lifecycle as pipeline
 from models.submissions import run_seeds, storage
 from tests.support.stages import (
