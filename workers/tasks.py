@@ -463,8 +463,9 @@ def aggregate(self: PipelineTask, submission_id: int) -> str:
         missing = missing_shards(session, item, settings)
         if missing:
             return send_shards(session, submission_id, missing)
-        # complete_submission takes the id and reads the item once more itself
-        finished = results.complete_submission(session, submission_id, settings=settings)
+        finished = results.complete_submission(
+            session, submission_id, settings=settings, item=item
+        )
     return "finished" if finished else "skipped: no longer running"
 
 

@@ -80,19 +80,24 @@ def merge_stage(
     )
 
 
-def complete_submission(session: Session, submission_id: int, *, settings: Settings) -> bool:
+def complete_submission(
+    session: Session, submission_id: int, *, settings: Settings, item: WorkItem | None = None
+) -> bool:
     """Merge every stage, store results + metrics + the leaderboard entry, then running →
     finished.
 
-    Returns False when the submission is no longer running (e.g. cancelled meanwhile); then no
-    leaderboard entry remains.
+    ``item`` is the submission's work item when the caller has read it already (the aggregate
+    task reads it once at its start and passes it on); else it is read here. Returns False when
+    the submission is no longer running (e.g. cancelled meanwhile); then no leaderboard entry
+    remains.
     """
     submission = get_submission(session, submission_id)
     if submission.state != S.RUNNING:
         return False
     message = "results were stored by an earlier aggregate"
     if session.get(LeaderboardEntry, submission_id) is None:
-        item = get_work_item(session, submission_id, settings=settings)
+        if item is None:
+            item = get_work_item(session, submission_id, settings=settings)
         outcomes = {s.name: merge_stage(session, item, s, settings=settings)
                     for s in shards.stages_of(item)}  # fmt: skip
         _store(session, submission_id, outcomes)

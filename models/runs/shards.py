@@ -54,12 +54,8 @@ def plan(
     session: Session, submission_id: int, *, settings: Settings, stage: str | None = None
 ) -> list[ShardSpec]:
     """The submission's shards (optionally of one stage); stores ``shards_total`` (all stages)."""
-    item = get_work_item(session, submission_id, settings=settings)
-    full = plan_item(item, settings)
-    submission = get_submission(session, submission_id)
-    if submission.shards_total != len(full):
-        submission.shards_total = len(full)
-        session.commit()
+    full = plan_item(get_work_item(session, submission_id, settings=settings), settings)
+    pipeline.set_shards_total(session, submission_id, len(full))
     return [spec for spec in full if stage is None or spec.stage == stage]
 
 
