@@ -15,11 +15,7 @@ from api.main import create_app
 from models.core.settings import Settings
 from models.db.engine import session_scope
 from models.db.entities import Role
-from tests.support.api import (
-    REDIS_URL,
-    Actors,
-    fresh_redis,
-)
+from tests.support.api import Actors, fresh_redis, redis_database
 from tests.support.service_db import BACKENDS, MigratedTemplates, service_settings, templates
 from tests.support.service_factories import load_tiny, make_user
 
@@ -30,19 +26,26 @@ def migrated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MigratedTempl
         yield cache
 
 
+@pytest.fixture(scope="module")
+def api_redis_url() -> Iterator[str]:
+    """A Redis database claimed for the PostgreSQL tests of one module (``redis_database``)."""
+    with redis_database() as url:
+        yield url
+
+
 @pytest.fixture(params=BACKENDS)
 def settings(
     request: pytest.FixtureRequest, tmp_path: Path, migrated: MigratedTemplates
 ) -> Iterator[Settings]:
-    """SQLite + embedded broker, or PostgreSQL + Redis (database 13, flushed per test)."""
+    """SQLite + embedded broker, or PostgreSQL + Redis (a claimed database, flushed per test)."""
     extra = {}
     if request.param == "postgresql":
-        fresh_redis()
-        extra["broker_url"] = REDIS_URL
+        extra["broker_url"] = request.getfixturevalue("api_redis_url")
+        fresh_redis(extra["broker_url"])
     with service_settings(request.param, tmp_path / "data", template=migrated, **extra) as value:
         yield value
     if request.param == "postgresql":
-        fresh_redis()
+        fresh_redis(extra["broker_url"])
 
 
 @pytest.fixture

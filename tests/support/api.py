@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -11,23 +13,18 @@ from kombu import Connection
 
 from models.core.queue import CONTROL_QUEUE, TASK_VALIDATE, celery_config
 from models.core.settings import Settings
-from tests.support import timing
+from tests.support import redis_claims, timing
 
-#: The API tests' Redis database: 13, minus the pytest-xdist worker's number (gw1 → 12), so that
-#: parallel workers never flush each other's queues; CERTBENCH_TEST_REDIS_DB overrides it (two
-#: checkouts side by side). The e2e tests claim databases below API_REDIS_DATABASES only.
-API_REDIS_DATABASES = range(10, 14)
+REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
 
-
-def _redis_db() -> str:
-    explicit = os.environ.get("CERTBENCH_TEST_REDIS_DB")
-    if explicit:
-        return explicit
-    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
-    return str(API_REDIS_DATABASES[-1] - worker)
-
-
-REDIS_URL = f"redis://127.0.0.1:6379/{_redis_db()}"
+#: The Redis databases the API tests claim first, the pytest-xdist process's own first (13 for
+#: gw0, 12 for gw1, ...); when another test session holds them all, any other database of
+#: 1..15 that nobody claimed. Claims go through the registry the end-to-end stacks use
+#: (``redis_claims``), so neither a second suite nor an end-to-end stack ever shares a queue
+#: with the API tests (a fixed database per process did: a second checkout's suite, or a stack
+#: on the same database, took the validation messages a test was waiting for).
+API_REDIS_DATABASES = (13, 12, 11, 10)
+OTHER_REDIS_DATABASES = (*range(1, 10), 14, 15)
 
 
 HOW_TO_START_REDIS = (
@@ -36,11 +33,46 @@ HOW_TO_START_REDIS = (
 )
 
 
-def fresh_redis() -> None:
+def _preferred_databases() -> list[int]:
+    """API_REDIS_DATABASES starting with this pytest-xdist process's, then the others."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    first = worker % len(API_REDIS_DATABASES)
+    return [*API_REDIS_DATABASES[first:], *API_REDIS_DATABASES[:first], *OTHER_REDIS_DATABASES]
+
+
+@contextmanager
+def redis_database() -> Iterator[str]:
+    """The URL of a Redis database only these tests use until the block ends: claimed in the
+    registry, or the one CERTBENCH_TEST_REDIS_DB names (taken as given, unclaimed: for a single
+    test process)."""
+    explicit = os.environ.get("CERTBENCH_TEST_REDIS_DB")
+    if explicit:
+        yield f"redis://{REDIS_HOST}:{REDIS_PORT}/{explicit}"
+        return
+    url = f"redis://{REDIS_HOST}:{REDIS_PORT}"
     try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=timing.seconds(3)).flushdb()
+        redis.Redis(REDIS_HOST, REDIS_PORT, socket_connect_timeout=timing.seconds(3)).ping()
     except redis.exceptions.ConnectionError as err:
-        pytest.fail(HOW_TO_START_REDIS.format(url=REDIS_URL, err=err), pytrace=False)
+        pytest.fail(HOW_TO_START_REDIS.format(url=url, err=err), pytrace=False)
+    held = redis_claims.claim(REDIS_HOST, REDIS_PORT, _preferred_databases())
+    if held is None:
+        pytest.fail(
+            f"every Redis database of 1..15 at {url} is claimed by a running test session (keys "
+            f"{redis_claims.CLAIM_KEY.format(index='*')} in database {redis_claims.REGISTRY_DB})",
+            pytrace=False,
+        )
+    try:
+        yield f"{url}/{held.index}"
+    finally:
+        redis_claims.release(REDIS_HOST, REDIS_PORT, held)
+
+
+def fresh_redis(url: str) -> None:
+    """Empty the database of ``url`` (before and after each test that queues on it)."""
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=timing.seconds(3)).flushdb()
+    except redis.exceptions.ConnectionError as err:
+        pytest.fail(HOW_TO_START_REDIS.format(url=url, err=err), pytrace=False)
 
 
 @dataclass

@@ -29,8 +29,9 @@ POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
 
 
-#: Databases the e2e tests may claim: 14, 15 and 1..9 (10..13 belong to the API tests, one per
-#: pytest-xdist worker, see tests/api/conftest.py; 0 holds the claims, see redis_claims.py).
+#: Databases the e2e tests may claim: 15, 14 and 9..1 (10..13 are the API tests' first choice,
+#: ``tests.support.api``, which claim theirs in the same registry; 0 holds the claims, see
+#: redis_claims.py).
 E2E_REDIS_DATABASES = [15, 14, *range(9, 0, -1)]
 
 
