@@ -154,8 +154,31 @@ def service_settings(
         yield settings
 
 
+#: The sequences owned by the application tables, per database URL (looked up once per session).
+_OWNED_SEQUENCES: dict[str, list[str]] = {}
+
+_OWNED_SEQUENCES_QUERY = """
+    SELECT seq.relname FROM pg_class seq
+    JOIN pg_depend dep ON dep.objid = seq.oid AND dep.deptype IN ('a', 'i')
+    JOIN pg_class tab ON tab.oid = dep.refobjid
+    WHERE seq.relkind = 'S' AND tab.relname = ANY(:tables)
+"""
+
+
 def _truncate_all(settings: Settings) -> None:
-    """Empty every application table (and reset ids) of the shared per-session database."""
-    tables = ", ".join(f'"{t.name}"' for t in Base.metadata.sorted_tables)
+    """Empty every application table (and reset ids) of the shared per-session database.
+
+    ``DELETE`` child tables first, then restart the sequences the tables own: what ``TRUNCATE
+    ... RESTART IDENTITY CASCADE`` does, but a TRUNCATE of the 16 tables cost 0.36 s per test here
+    (it replaces every table's files) and these DELETEs of a test's few rows 0.02 s.
+    """
+    tables = [table.name for table in Base.metadata.sorted_tables]
+    url = str(settings.database_url)
     with get_engine(settings).begin() as connection:
-        connection.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+        if url not in _OWNED_SEQUENCES:
+            rows = connection.execute(text(_OWNED_SEQUENCES_QUERY), {"tables": tables})
+            _OWNED_SEQUENCES[url] = sorted(row[0] for row in rows)
+        for table in reversed(tables):
+            connection.execute(text(f'DELETE FROM "{table}"'))
+        for sequence in _OWNED_SEQUENCES[url]:
+            connection.execute(text(f'ALTER SEQUENCE "{sequence}" RESTART'))
