@@ -9,6 +9,16 @@ re-queues the task if the pool process dies. Run one ``certbench worker`` per GP
 ``--embedded`` is what ``certbench serve`` starts when no broker is configured: the same worker
 over the embedded SQLite transport, exiting when its parent process goes away.
 
+Control work never waits behind a shard (issue 34 §1). A worker that consumes the control queue
+(validation, aggregation: seconds) also starts a *control consumer*: a second Celery node, in a
+child process, that consumes only that queue. Without it a finished submission's ``aggregate``
+waited in the control queue while the worker ran shards of later submissions: one prefetched
+message at a time, taken from its queues in turn (kombu's fair cycle, Redis's round robin), so
+with every stage's queue busy the control queue came round only after one shard of each. The
+worker itself still consumes the control queue too, so control work goes on if the child dies
+(it is started again). ``--no-control-consumer`` turns it off (e.g. a fleet that runs
+``certbench worker --queues certbench.control`` on a machine of its own).
+
 Only typer and the standard library are imported at module level: ``certbench --help`` loads
 every command module, and Celery, pydantic and the stage registry would make it take seconds.
 """
@@ -18,6 +28,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
+import sys
 import threading
 from typing import TYPE_CHECKING, Annotated
 
@@ -31,6 +43,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PARENT_POLL_SECONDS = 1.0
+#: Seconds before a control consumer that died is started again, and how often at most.
+CONTROL_RESTART_SECONDS = 5.0
+CONTROL_MAX_RESTARTS = 5
 
 
 def register(app: typer.Typer) -> None:
@@ -63,6 +78,17 @@ def worker(
             "queue and every stage's queue.",
         ),
     ] = None,
+    control_consumer: Annotated[
+        bool,
+        typer.Option(
+            "--control-consumer/--no-control-consumer",
+            help="When this worker consumes the control queue, also run a second node that "
+            "consumes only it, so validation and aggregation never wait behind a shard.",
+        ),
+    ] = True,
+    exit_with_parent: Annotated[
+        bool, typer.Option("--exit-with-parent", hidden=True, help="Stop when the parent exits.")
+    ] = False,
 ) -> None:
     """Run a certification worker (validate, certify shards, aggregate) until stopped."""
     from celery.utils.nodenames import host_format
@@ -72,7 +98,7 @@ def worker(
     from models.core.queue import ensure_embedded_queue
     from models.core.settings import get_settings
     from workers.config import check_timing
-    from workers.names import QUEUES
+    from workers.names import CONTROL_QUEUE, QUEUES
 
     if queues is None:
         queues = ",".join(QUEUES)
@@ -95,8 +121,9 @@ def worker(
     if embedded:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         ensure_embedded_queue(settings)
-        _exit_with_parent(os.getppid())
         quiet_root_warning()
+    if embedded or exit_with_parent:
+        _exit_with_parent(os.getppid())
     from workers.app import app as celery_app
 
     node = host_format(
@@ -106,6 +133,10 @@ def worker(
         f"certbench worker {node}: broker {_redacted(broker_config(settings)['broker_url'])}",
         err=True,
     )
+    control = None
+    if control_consumer and CONTROL_QUEUE in consumed and consumed != [CONTROL_QUEUE]:
+        control = ControlConsumer(control_node(node), embedded=embedded, loglevel=loglevel)
+        control.start()
     celery_worker = celery_app.Worker(
         hostname=node,
         pool="prefork",
@@ -116,8 +147,86 @@ def worker(
         without_gossip=True,
         without_heartbeat=True,
     )
-    celery_worker.start()
+    try:
+        celery_worker.start()
+    finally:
+        if control is not None:
+            control.stop()
     raise typer.Exit(celery_worker.exitcode or 0)
+
+
+def control_node(node: str) -> str:
+    """The control consumer's node name beside worker ``node`` (``name@host`` →
+    ``name-control@host``): its own name, so a restart releases only its own leases."""
+    name, at, host = node.partition("@")
+    return f"{name}-control{at}{host}"
+
+
+class ControlConsumer:
+    """``certbench worker --queues <control queue>`` in a child process, kept running while
+    this worker runs: started again (after CONTROL_RESTART_SECONDS, at most
+    CONTROL_MAX_RESTARTS times) when it dies, stopped with this worker. The child stops by
+    itself when this process is gone (``--exit-with-parent``), even after a SIGKILL."""
+
+    def __init__(self, node: str, *, embedded: bool, loglevel: str) -> None:
+        from models.core.queue import CONTROL_QUEUE
+
+        self.command = [
+            sys.executable, "-c", "from certbench.cli.app import main; main()", "worker",
+            "--queues", CONTROL_QUEUE, "--no-control-consumer", "--exit-with-parent",
+            "--hostname", node, "--loglevel", loglevel, *(["--embedded"] if embedded else []),
+        ]  # fmt: skip
+        self.node = node
+        self.process: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the child and the thread that watches it."""
+        self._spawn()
+        threading.Thread(target=self._watch, name="control-consumer", daemon=True).start()
+
+    def _spawn(self) -> None:
+        with self._lock:
+            if not self._stopping.is_set():
+                self.process = subprocess.Popen(self.command, env=dict(os.environ))
+                log.info("control consumer %s started (pid %s)", self.node, self.process.pid)
+
+    def _watch(self) -> None:
+        while not self._stopping.is_set():
+            process = self.process
+            if process is None:
+                return
+            code = process.wait()
+            if self._stopping.is_set():
+                return
+            if self.restarts >= CONTROL_MAX_RESTARTS:
+                log.error(
+                    "control consumer %s exited with %s %s times; not started again: control "
+                    "work now waits for this worker's running shard",
+                    self.node, code, self.restarts + 1,
+                )  # fmt: skip
+                return
+            self.restarts += 1
+            log.warning("control consumer %s exited with %s; starting it again", self.node, code)
+            if self._stopping.wait(CONTROL_RESTART_SECONDS):
+                return
+            self._spawn()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Warm-stop the child (SIGTERM: it finishes a running task), kill it past ``timeout``."""
+        self._stopping.set()
+        with self._lock:
+            process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 #: The start of Celery's warning for a worker run as root (``celery.platforms.ROOT_DISCOURAGED``).

@@ -6,7 +6,8 @@ workers, recorded exactly once, merged and aggregated into results.
   nothing runs);
 - :mod:`~models.runs.results`: recorded shards into stored results and a leaderboard entry;
 - :mod:`~models.runs.progress`: progress, throughput and ETA, one computation for every view;
-- :mod:`~models.runs.estimates`: how much work a submission is and how fast the fleet does it.
+- :mod:`~models.runs.estimates`: how much work a submission is and how fast the fleet does it;
+- :mod:`~models.runs.backlog`: the queue ahead of a submission (the work its shards wait behind).
 
 The top of the service's domain: it drives the stages and writes the boards' read model.
 """

@@ -12,13 +12,17 @@ Throughput is measured, never assumed: the running shards' counters over their e
 (summed over shards running at once), else this submission's recorded shards (forward passes
 over recorded seconds), else, for the ETA only, this fleet's recent shards of the stage
 (``models.runs.estimates.fleet_rates``). The ETA is the remaining forward passes of each stage over
-its rate; when a stage with work left was never measured, it is None and says why.
+its rate, plus the queue ahead (issue 34 §1: "the ETA said 7 min" while the run waited 9 min 40 s
+behind others): every active submission made before it still has work queued in front of its
+shards (each stage's queue is first in, first out), so their remaining work, at their rates, over
+the workers busy now, is added; when a stage with work left was never measured, it is None and
+says why.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from sqlalchemy import select, update
@@ -28,6 +32,7 @@ from models.core.settings import Settings
 from models.db.base import utcnow
 from models.db.entities import ShardDispatch, StageShard, Submission
 from models.db.states import ACTIVE_STATES, WAITING_STATES, SubmissionState
+from models.runs import backlog
 from models.runs.estimates import Rate, WorkEstimate, estimate_work, fleet_rates, stage_estimates
 from models.stages import registry
 from models.stages.base import StageEstimate, UnitCost
@@ -86,6 +91,8 @@ class ProgressReport:
     eta_seconds: float | None
     eta_basis: str
     estimate: WorkEstimate
+    queue_ahead: backlog.QueueAhead | None = None
+    """The work of the active submissions made before this one (None once it ended)."""
 
 
 @dataclass
@@ -126,11 +133,29 @@ def reports(
     settings: Settings,
     rates: Mapping[str, Rate] | None = None,
     now: datetime | None = None,
+    with_queue: bool = True,
 ) -> dict[int, ProgressReport]:
     """Reports of several submissions with one query per table (a listing). ``rates``: this
     fleet's per-stage throughput (measured here when None; pass ``{}`` when only the fractions
-    are wanted)."""
+    are wanted); ``with_queue``: add the queue ahead of each active one to its ETA."""
     now = now or utcnow()
+    plain = _plain_reports(session, submissions, settings=settings, rates=rates, now=now)
+    active = [s for s in submissions if s.state in ACTIVE_STATES]
+    if not with_queue or not active:
+        return plain
+    ahead = _queue_ahead(session, active, settings=settings, now=now)
+    return {sid: _with_queue(report, ahead.get(sid)) for sid, report in plain.items()}
+
+
+def _plain_reports(
+    session: Session,
+    submissions: Sequence[Submission],
+    *,
+    settings: Settings,
+    rates: Mapping[str, Rate] | None,
+    now: datetime,
+) -> dict[int, ProgressReport]:
+    """Each submission's own progress and ETA, without the queue ahead."""
     ids = [s.id for s in submissions]
     recorded: dict[int, list[StageShard]] = {i: [] for i in ids}
     running: dict[int, list[ShardDispatch]] = {i: [] for i in ids}
@@ -152,6 +177,50 @@ def reports(
     }
 
 
+def _queue_ahead(
+    session: Session,
+    active: Sequence[Submission],
+    *,
+    settings: Settings,
+    now: datetime,
+) -> dict[int, backlog.QueueAhead]:
+    """For each active submission, the remaining work of the active ones made before it
+    (``models.runs.backlog``), from their own reports."""
+    last = max(s.id for s in active)
+    earlier = list(
+        session.scalars(
+            select(Submission)
+            .where(Submission.state.in_(ACTIVE_STATES), Submission.id < last)
+            .order_by(Submission.id)
+        )
+    )
+    plain = _plain_reports(session, earlier, settings=settings, rates=None, now=now)
+    left = [
+        backlog.remaining(
+            report.submission_id,
+            [(s.stage, s.samples_total - s.samples_done, s.throughput) for s in report.stages],
+            report.estimate.rates,
+        )
+        for report in plain.values()
+    ]
+    workers = backlog.busy_workers(session, now) if earlier else 1
+    return backlog.ahead_of([s.id for s in active], left, workers)
+
+
+def _with_queue(report: ProgressReport, ahead: backlog.QueueAhead | None) -> ProgressReport:
+    """The report with the queue ahead added to its ETA and said in its basis."""
+    if ahead is None:
+        return report
+    eta, basis = report.eta_seconds, report.eta_basis
+    if ahead.submissions:
+        basis = f"{basis}; plus the queue ahead: {ahead.describe()}"
+        if ahead.seconds is None:
+            eta = None
+        elif eta is not None:
+            eta += ahead.seconds
+    return replace(report, eta_seconds=eta, eta_basis=basis, queue_ahead=ahead)
+
+
 def report(session: Session, submission_id: int, *, settings: Settings) -> ProgressReport:
     """The report of one submission. Raises NotFoundError."""
     submission = get_submission(session, submission_id)
@@ -161,7 +230,9 @@ def report(session: Session, submission_id: int, *, settings: Settings) -> Progr
 def refresh(session: Session, submission_id: int, *, settings: Settings) -> float:
     """Store the submission's fraction done (while it runs) and return it."""
     submission = get_submission(session, submission_id)
-    fraction = reports(session, [submission], settings=settings, rates={})[submission_id].fraction
+    fraction = reports(session, [submission], settings=settings, rates={}, with_queue=False)[
+        submission_id
+    ].fraction
     session.execute(
         update(Submission)
         .where(Submission.id == submission_id, Submission.state == S.RUNNING)
@@ -367,5 +438,5 @@ def _eta(
     waiting = state in WAITING_STATES
     basis = "; ".join(parts) or "nothing left to compute"
     if waiting:
-        basis += " (from when a worker starts it: time waiting in the queue is not included)"
+        basis += " (from when a worker starts it)"
     return rows, total, basis

@@ -5,6 +5,12 @@ files and writes merged records (atomically); the results, the metric values and
 entry are then stored in ONE transaction, so a crash leaves either nothing or everything, and a
 redelivered aggregate finds the entry in place and only finishes the state change. Figures come
 from the per-image records (``certbench``), never from the model.
+
+Two aggregates of one submission may run at once (two workers' control consumers, each sent one
+by a shard that found every shard recorded): the leaderboard entry's primary key fences them.
+The second one to store gets an IntegrityError, rolls its transaction back and finds the first
+one's entry; exactly one of them moves the state to finished (compare-and-set), and the other
+leaves the entry in place (it drops it only when the run did not finish: cancelled meanwhile).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from sqlalchemy import delete
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from models.boards import read_model as leaderboard_rows
@@ -25,7 +32,7 @@ from models.runs import shards
 from models.stages.base import MergeContext, RecordedShard, Stage, StageOutcome
 from models.stages.work import WorkItem, get_work_item
 from models.submissions import storage
-from models.submissions.lifecycle import get_submission, transition
+from models.submissions.lifecycle import get_state, get_submission, transition
 
 S = SubmissionState
 
@@ -100,8 +107,14 @@ def complete_submission(
             item = get_work_item(session, submission_id, settings=settings)
         outcomes = {s.name: merge_stage(session, item, s, settings=settings)
                     for s in shards.stages_of(item)}  # fmt: skip
-        _store(session, submission_id, outcomes)
         message = "; ".join(o.message for o in outcomes.values())
+        try:
+            _store(session, submission_id, outcomes)
+        except IntegrityError:
+            session.rollback()
+            if session.get(LeaderboardEntry, submission_id) is None:
+                raise  # not the fence: some other constraint failed
+            message = "results were stored by a concurrent aggregate"
     moved = transition(
         session,
         submission_id,
@@ -111,7 +124,8 @@ def complete_submission(
         message=message,
     )
     if not moved:
-        _drop_entry(session, submission_id)
+        if get_state(session, submission_id) != S.FINISHED:
+            _drop_entry(session, submission_id)  # cancelled or failed meanwhile
     else:
         submission = get_submission(session, submission_id)
         submission.progress = 1.0
