@@ -15,6 +15,7 @@ from api.main import create_app
 from models.core.settings import Settings
 from models.db.engine import session_scope
 from models.db.entities import Role
+from tests.support.analysis_factories import SavedFamilies
 from tests.support.api import Actors, fresh_redis, redis_database
 from tests.support.service_db import BACKENDS, MigratedTemplates, service_settings, templates
 from tests.support.service_factories import load_tiny, make_user
@@ -73,3 +74,9 @@ def actors(session: Session) -> Actors:
         alice_id=alice.id,
         bob_id=bob.id,
     )
+
+
+@pytest.fixture(scope="module")
+def saved_families(tmp_path_factory: pytest.TempPathFactory) -> SavedFamilies:
+    """The module's effective-robustness families, one per backend (``Family.built_once``)."""
+    return SavedFamilies(tmp_path_factory.mktemp("families"))

@@ -20,16 +20,20 @@ from tests.support.analysis_factories import (
     NOISE,
     URL,
     Family,
+    SavedFamilies,
     load_family,
 )
 
 
-@pytest.fixture
-def family(session: Session, settings: Settings) -> Family:
-    fam = Family(session, settings)
+def _six_models(fam: Family) -> None:
     for model, accuracy in enumerate(ID_ACC, start=1):
         fam.model(model, 0.25, accuracy)
-    return fam
+
+
+@pytest.fixture
+def family(session: Session, settings: Settings, saved_families: SavedFamilies) -> Family:
+    """Six models on the fog and noise trends (built once per backend, restored per test)."""
+    return Family.built_once(session, settings, saved_families, _six_models)
 
 
 def _trend(body: dict, sigma: float, key: str) -> dict:

@@ -13,16 +13,19 @@ from sqlalchemy.orm import Session
 
 from api.web.auth import COOKIE_NAME
 from models.core.settings import Settings
-from tests.support.analysis_factories import ID_ACC, URL, Family
+from tests.support.analysis_factories import ID_ACC, URL, Family, SavedFamilies
 
 
-@pytest.fixture
-def family(session: Session, settings: Settings) -> Family:
-    fam = Family(session, settings)
+def _seven_models(fam: Family) -> None:
     for model, accuracy in enumerate(ID_ACC, start=1):
         fam.model(model, 0.25, accuracy)
     fam.model(7, 0.25, 0.66, shift=1.0)
-    return fam
+
+
+@pytest.fixture
+def family(session: Session, settings: Settings, saved_families: SavedFamilies) -> Family:
+    """Six models on the trends and one above (built once per backend, restored per test)."""
+    return Family.built_once(session, settings, saved_families, _seven_models)
 
 
 def _section(html: str, ident: str) -> str:

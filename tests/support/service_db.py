@@ -13,16 +13,19 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
-from sqlalchemy import text
+from sqlalchemy import Connection, text, update
 
 import migrations
+from models.boards import snapshots as board_snapshots
 from models.core.settings import Settings
+from models.db.board_version import BoardVersion, new_epoch
 from models.db.engine import dispose_engines, get_engine
 from models.db.entities import Base
 
@@ -172,13 +175,71 @@ def _truncate_all(settings: Settings) -> None:
     ... RESTART IDENTITY CASCADE`` does, but a TRUNCATE of the 16 tables cost 0.36 s per test here
     (it replaces every table's files) and these DELETEs of a test's few rows 0.02 s.
     """
-    tables = [table.name for table in Base.metadata.sorted_tables]
-    url = str(settings.database_url)
     with get_engine(settings).begin() as connection:
-        if url not in _OWNED_SEQUENCES:
-            rows = connection.execute(text(_OWNED_SEQUENCES_QUERY), {"tables": tables})
-            _OWNED_SEQUENCES[url] = sorted(row[0] for row in rows)
-        for table in reversed(tables):
-            connection.execute(text(f'DELETE FROM "{table}"'))
-        for sequence in _OWNED_SEQUENCES[url]:
+        for table in reversed(Base.metadata.sorted_tables):
+            connection.execute(table.delete())
+        for sequence in _owned_sequences(connection, settings):
             connection.execute(text(f'ALTER SEQUENCE "{sequence}" RESTART'))
+
+
+@dataclass(frozen=True)
+class DatabaseSnapshot:
+    """Every application row of a service database, its sequences' positions and a copy of its
+    artifacts folder: what a fixture built once through the real pipeline, restored for each
+    test that starts from it (``restore``) instead of being built again."""
+
+    rows: dict[str, list[dict[str, Any]]]
+    sequences: dict[str, tuple[int, bool]]
+    artifacts: Path
+
+
+def _owned_sequences(connection: Connection, settings: Settings) -> list[str]:
+    url = str(settings.database_url)
+    if url not in _OWNED_SEQUENCES:
+        tables = [table.name for table in Base.metadata.sorted_tables]
+        rows = connection.execute(text(_OWNED_SEQUENCES_QUERY), {"tables": tables})
+        _OWNED_SEQUENCES[url] = sorted(row[0] for row in rows)
+    return _OWNED_SEQUENCES[url]
+
+
+def snapshot(settings: Settings, folder: Path) -> DatabaseSnapshot:
+    """The committed state of ``settings``' database and artifacts (copied under ``folder``)."""
+    engine = get_engine(settings)
+    with engine.connect() as connection:
+        rows = {
+            table.name: [dict(row._mapping) for row in connection.execute(table.select())]
+            for table in Base.metadata.sorted_tables
+        }
+        sequences = {}
+        if engine.dialect.name == "postgresql":
+            for name in _owned_sequences(connection, settings):
+                found = connection.execute(text(f'SELECT last_value, is_called FROM "{name}"'))
+                sequences[name] = tuple(found.one())
+    artifacts = folder / "artifacts"
+    if settings.artifacts_dir.exists():
+        shutil.copytree(settings.artifacts_dir, artifacts)
+    return DatabaseSnapshot(rows=rows, sequences=sequences, artifacts=artifacts)
+
+
+def restore(settings: Settings, saved: DatabaseSnapshot) -> None:
+    """Make ``settings``' database and artifacts what ``saved`` holds: every table emptied and
+    refilled with the saved rows, ids continuing where they did, the board counter under a new
+    epoch (as a database refilled under the same URL gets: no process serves a board it cached
+    for another test's rows) and the artifacts copied back."""
+    engine = get_engine(settings)
+    tables = Base.metadata.sorted_tables
+    with engine.begin() as connection:
+        for table in reversed(tables):
+            connection.execute(table.delete())
+        for table in tables:
+            if saved.rows[table.name]:
+                connection.execute(table.insert(), saved.rows[table.name])
+        for name, (value, called) in saved.sequences.items():
+            connection.execute(
+                text("SELECT setval(:name, :value, :called)"),
+                {"name": f'"{name}"', "value": value, "called": called},
+            )
+        connection.execute(update(BoardVersion).values(epoch=new_epoch()))
+    board_snapshots.forget()
+    if saved.artifacts.exists():
+        shutil.copytree(saved.artifacts, settings.artifacts_dir, dirs_exist_ok=True)
