@@ -45,6 +45,8 @@ from certbench.stats.intervals import (
     percentile_bounds,
 )
 
+PA_QUANTILES_FIGURE = "the p_A quantiles"
+
 
 @dataclass(frozen=True)
 class FigureIntervals:
@@ -123,10 +125,12 @@ def _quantile_intervals(
             if common is not None
             else rng.integers(0, len(arr.index), (resamples, len(arr.index)))
         )
-        totals += np.quantile(arr.pa_hat[draws], qs, axis=1)
+        totals += np.quantile(arr.need("pa_hat", PA_QUANTILES_FIGURE)[draws], qs, axis=1)
     replicates = totals / len(arrays)
     low, high = percentile_bounds(replicates, level)
-    estimates = np.mean([np.quantile(a.pa_hat, qs) for a in arrays], axis=0)
+    estimates = np.mean(
+        [np.quantile(a.need("pa_hat", PA_QUANTILES_FIGURE), qs) for a in arrays], axis=0
+    )
     method = (
         "bootstrap"
         if len(arrays) == 1
@@ -171,8 +175,12 @@ def figure_intervals(
         certified_accuracy={
             float(r): _proportion_interval([a.certified(r) for a in arrays], *args) for r in radii
         },
-        clean_accuracy=_proportion_interval([a.correct.astype(float) for a in arrays], *args),
-        abstain_rate=_proportion_interval([a.abstain.astype(float) for a in arrays], *args),
+        clean_accuracy=_proportion_interval(
+            [a.need("correct", "clean accuracy").astype(float) for a in arrays], *args
+        ),
+        abstain_rate=_proportion_interval(
+            [a.need("abstain", "the abstain rate").astype(float) for a in arrays], *args
+        ),
         pa_quantiles=_quantile_intervals(arrays, quantiles, *args),
         groups=out_groups,
         pa_band_half_width=pa_band(sets[names[0]], level=level).half_width
@@ -259,8 +267,8 @@ def image_terms(
         raise RecordsError("the test sets do not share their images; compare the full records")
     terms = {
         "acr": np.mean([a.score for a in arrays], axis=0),
-        "clean": np.mean([a.correct for a in arrays], axis=0),
-        "abstain": np.mean([a.abstain for a in arrays], axis=0),
+        "clean": np.mean([a.need("correct", "clean accuracy") for a in arrays], axis=0),
+        "abstain": np.mean([a.need("abstain", "the abstain rate") for a in arrays], axis=0),
     }
     for r in radii:
         terms[certified_key(r)] = np.mean([a.certified(r) for a in arrays], axis=0)

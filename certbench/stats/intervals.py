@@ -207,7 +207,9 @@ def pa_band(records: Records, grid: np.ndarray = PA_GRID, level: float = LEVEL) 
     _check_level(level)
     images = set_arrays(records)
     n = len(images.index)
-    values = np.sort(np.where(images.correct, images.pa_hat, -1.0))
+    figure = "the p_A curve"
+    correct, pa_hat = images.need("correct", figure), images.need("pa_hat", figure)
+    values = np.sort(np.where(correct, pa_hat, -1.0))
     curve = (n - np.searchsorted(values, grid - 1e-12, side="left")) / n
     from scipy.stats import kstwo  # lazily: scipy.stats costs ~1 s to import, compare skips it
 
