@@ -14,7 +14,9 @@ Vega-Lite lays out titles, axes and legends itself; nothing here places text by 
   example panels, the PD threat scatter);
 - :mod:`~certbench.figures.rendering`: SVG / PNG / PDF through ``vl-convert``;
 - :mod:`~certbench.figures.tables` and :mod:`~certbench.figures.references`: the rest of what
-  goes into a paper: LaTeX (booktabs) and CSV tables with intervals, BibTeX.
+  goes into a paper: LaTeX (booktabs) and CSV tables with intervals, BibTeX;
+- :mod:`~certbench.figures.spreadsheet`: CSV cells a spreadsheet never evaluates as formulas
+  (every CSV certbench writes, the CLI's exports included).
 
 Sits above the papers' systems (it may read ``pd``, ``fourier``, ``lens``, ``weather``,
 ``stats``, ``smoothing``) and below ``client`` and ``cli``. Public face: ``__all__``.
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
     )
     from certbench.figures.rendering import FORMATS, MEDIA_TYPES, javascript_bundle, render, save
     from certbench.figures.spec import OKABE_ITO, Figure
+    from certbench.figures.spreadsheet import safe_cell, safe_csv
     from certbench.figures.tables import Cell, Column, Table, read_csv, to_csv, to_latex
 
 __getattr__, __dir__, __all__ = public_face(__name__, __file__)

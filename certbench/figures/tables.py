@@ -18,6 +18,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from certbench.figures.spreadsheet import csv_writer, safe_cell, unquoted_cell
+
 #: Symbols the pages use → LaTeX (text mode).
 SYMBOLS = {
     "σ": r"\ensuremath{\sigma}",
@@ -177,16 +179,18 @@ def _csv_number(value: float | None) -> str:
 
 def to_csv(table: Table) -> str:
     """One header line of keys (each figure followed by ``_low`` and ``_high``), one line per
-    row; numbers unrounded, empty where not measured."""
+    row; numbers unrounded, empty where not measured. Text that begins like a spreadsheet
+    formula is prefixed with a single quote (``certbench.figures.spreadsheet``); numbers are
+    written as numbers, negative ones included."""
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(csv_header(table.columns))
+    writer = csv_writer(buffer)
+    writer.writerow([safe_cell(key) for key in csv_header(table.columns)])
     for row in table.rows:
         line: list[str] = []
         for column in table.columns:
             cell = row.get(column.key)
             if not column.numeric:
-                line.append(str(cell or ""))
+                line.append(safe_cell(str(cell or "")))
             elif isinstance(cell, Cell):
                 line += [_csv_number(cell.value), _csv_number(cell.low), _csv_number(cell.high)]
             else:
@@ -196,8 +200,9 @@ def to_csv(table: Table) -> str:
 
 
 def read_csv(text: str, columns: Sequence[Column]) -> list[dict[str, Cell | str]]:
-    """Rows of a CSV written by :func:`to_csv` for ``columns`` (the round trip)."""
-    reader = csv.DictReader(io.StringIO(text))
+    """Rows of a CSV written by :func:`to_csv` for ``columns`` (the round trip: text cells
+    without the quote that kept a spreadsheet from evaluating them)."""
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     if reader.fieldnames != csv_header(columns):
         raise ValueError(f"CSV header {reader.fieldnames} is not {csv_header(columns)}")
 
@@ -212,6 +217,6 @@ def read_csv(text: str, columns: Sequence[Column]) -> list[dict[str, Cell | str]
                 row[c.key] = Cell(number(line[c.key]), number(line[f"{c.key}_low"]),
                                   number(line[f"{c.key}_high"]))  # fmt: skip
             else:
-                row[c.key] = line[c.key]
+                row[c.key] = unquoted_cell(line[c.key])
         out.append(row)
     return out
