@@ -135,7 +135,7 @@ def certify(
     from certbench.data import Subset, load_images
     from certbench.nets import load_manifest, load_model
     from certbench.smoothing import certify as run_certify
-    from certbench.smoothing import parse_seed, summarize, write_records
+    from certbench.smoothing import fallback_metadata, parse_seed, summarize, write_records
 
     run_seed = parse_seed(seed)
     spec = load_manifest(manifest)
@@ -180,6 +180,7 @@ def certify(
         "certbench_version": __version__,
         "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
         "manifest": spec.model_dump(mode="json"),
+        **fallback_metadata(model),
     }
     write_records(records, out, metadata)
     _print_summary(

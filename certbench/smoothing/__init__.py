@@ -6,6 +6,8 @@ The ground floor of certbench's science, with ``stats``, ``data`` and ``nets``:
   ``predict``);
 - :mod:`~certbench.smoothing.outcomes`: their records and statistics (torch-free);
 - :mod:`~certbench.smoothing.sampling`: the engine that draws noise and counts classes fast;
+- :mod:`~certbench.smoothing.compiled`: its torch.compile'd forward, and the eager fallback
+  (recorded: ``compile_fallback``) where torch.compile fails on a model;
 - :mod:`~certbench.smoothing.streams`: per-image 64-bit random streams (``derive_seed``);
 - :mod:`~certbench.smoothing.records`: per-image records on disk (parquet);
 - :mod:`~certbench.smoothing.metrics`: ACR, mACR, certified accuracy and the p_A distribution,
@@ -21,6 +23,11 @@ from typing import TYPE_CHECKING
 from certbench import public_face
 
 if TYPE_CHECKING:
+    from certbench.smoothing.compiled import (
+        CompileFallbackWarning,
+        compile_fallback,
+        fallback_metadata,
+    )
     from certbench.smoothing.core import certify, predict
     from certbench.smoothing.metrics import (
         PA_GRID,

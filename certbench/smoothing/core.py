@@ -92,6 +92,9 @@ def certify(
             "fp16", None for fp32) and torch.compile. Left at ``None``/"auto" they take the
             device's measured defaults (``certbench.smoothing.defaults``); the counts do not
             depend on the batch size or on compiling, only ``amp`` changes the arithmetic.
+            Where torch.compile fails on the model, a call that left ``compile`` to the engine
+            runs eagerly (one ``CompileFallbackWarning``; ``compile_fallback(model)`` says why,
+            for the records' metadata); ``compile=True`` then raises CertificationError.
         early_abstain: stop drawing estimation samples once the bound provably stays below 1/2;
             such records hold the samples actually drawn in `n` and are flagged.
         on_record: called as each record is final (progress, heartbeats, cancellation).
@@ -100,7 +103,8 @@ def certify(
             (``certbench.fourier.sensitivity``) leave the box, unclipped as in the papers' code.
 
     Raises:
-        CertificationError: inconsistent shapes, labels, or protocol parameters.
+        CertificationError: inconsistent shapes, labels, or protocol parameters; torch.compile
+            failing on the model when ``compile=True`` was asked for.
     """
     _check_protocol(sigma=sigma, n=n, alpha=alpha, n0=n0, batch_size=batch_size)
     x, y, idx = _check_inputs(images, labels, indices, check_range=check_range)

@@ -31,7 +31,6 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 import torch
@@ -40,6 +39,7 @@ from tqdm.auto import tqdm
 
 from certbench.errors import CertificationError
 from certbench.nets import RowSlots, chunk_rows, fold_batchnorm, near_ties, packed_keys
+from certbench.smoothing.compiled import compiled_forward, is_compiled
 from certbench.smoothing.defaults import AUTO, engine_choice
 from certbench.smoothing.streams import block_generator, derive_seed, derive_seeds, normal_blocks
 
@@ -78,6 +78,9 @@ class SamplingSettings:
     pad_batches: bool
     base_seed: int
     compile: bool = False
+    compile_requested: bool = False
+    """The caller asked for compile (``compile=True``): a model torch.compile cannot compile is
+    then an error, not an eager fallback (``certbench.smoothing.compiled``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +127,7 @@ def sampling_settings(
     device = torch.device(device)
     choice = engine_choice(
         device, samples, batch_size=batch_size, amp=amp, compile=compile,
-        compiled_already=model in _COMPILED,
+        compiled_already=is_compiled(model),
     )  # fmt: skip
     return SamplingSettings(
         sigma=float(sigma),
@@ -135,12 +138,14 @@ def sampling_settings(
         pad_batches=choice.compile,
         base_seed=derive_seed(seed, test_set),
         compile=choice.compile,
+        compile_requested=compile is True,
     )
 
 
 def prepare_model(model: nn.Module, settings: SamplingSettings) -> Classifier:
     """The classifier the engine runs: eval mode on the device, BatchNorm folded into the
-    convolutions (eager path), channels-last if asked, and compiled if asked.
+    convolutions (eager path), channels-last if asked, and compiled if asked (falling back to
+    the eager forward where torch.compile fails: ``certbench.smoothing.compiled``).
 
     Folded and compiled graphs are cached per model and rebuilt when a weight changed in place
     since (an optimizer step between two certifications of a model in training)."""
@@ -158,14 +163,8 @@ def prepare_model(model: nn.Module, settings: SamplingSettings) -> Classifier:
     eager = cached[1]
     if not settings.compile:
         return Classifier(eager, eager)
-    compiled = _COMPILED.get(model)
-    if compiled is None or compiled[0] != version:
-        # freezing treats the weights as constants: BatchNorm folds into the convolutions and
-        # the weights are pre-packed; valid because the base classifier is fixed while certifying
-        graph = torch.compile(model, dynamic=False, options={"freezing": True})
-        compiled = (version, cast(nn.Module, graph))
-        _COMPILED[model] = compiled
-    return Classifier(compiled[1], eager)
+    forward = compiled_forward(model, eager, version, requested=settings.compile_requested)
+    return Classifier(forward, eager)
 
 
 def _weights_version(model: nn.Module) -> tuple[tuple[int, int, int], ...]:
@@ -178,11 +177,6 @@ def _weights_version(model: nn.Module) -> tuple[tuple[int, int, int], ...]:
 
 _FOLDED: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, nn.Module]] = weakref.WeakKeyDictionary()
 """One BatchNorm-folded copy per model (the eager forward and the near-tie evaluations)."""
-
-_COMPILED: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, nn.Module]] = (
-    weakref.WeakKeyDictionary()
-)
-"""One compiled graph per model, reused by every certify call (shards, test sets)."""
 
 
 def waves(count: int, samples_per_image: int, batch_size: int) -> Iterator[slice]:

@@ -62,7 +62,7 @@ class Certification(Stage):
         """CERTIFY the shard's images with the benchmark protocol; write the records."""
         import torch
 
-        from certbench.smoothing import certify, write_records
+        from certbench.smoothing import certify, fallback_metadata, write_records
         from models.stages.inputs import data_hashes, images_for, model_for
 
         test_set = item.test_set(shard.unit)
@@ -76,8 +76,9 @@ class Certification(Stage):
             done += 1
             context.on_progress(done)
 
+        model = model_for(item, context.device)
         records = certify(
-            model_for(item, context.device),
+            model,
             images.images[window].to(torch.float32).div_(255.0),
             images.labels[window],
             sigma=item.sigma,
@@ -91,7 +92,8 @@ class Certification(Stage):
             test_set=stream_key(item, test_set),
             on_record=on_record,
         )
-        metadata = shard_metadata(item, hashes, **records_metadata(item, test_set, shard))
+        fields = {**records_metadata(item, test_set, shard), **fallback_metadata(model)}
+        metadata = shard_metadata(item, hashes, **fields)
         write_records(records, context.target, metadata=metadata)
         return ShardOutput(count=len(records))
 
