@@ -176,7 +176,9 @@ def api_processes(settings: Settings, option: int | None) -> int:
 
 def serve(
     host: Annotated[str | None, typer.Option(help="Bind address (CERTBENCH_HOST).")] = None,
-    port: Annotated[int | None, typer.Option(help="Port (CERTBENCH_PORT).")] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Port (CERTBENCH_PORT).", min=1, max=65535)
+    ] = None,
     workers: Annotated[
         int | None,
         typer.Option(
@@ -309,7 +311,7 @@ def create_token(
 
 
 @admin_app.command("revoke-token")
-def revoke_token(token_id: Annotated[int, typer.Argument(help="Token id.")]) -> None:
+def revoke_token(token_id: Annotated[int, typer.Argument(help="Token id.", min=1)]) -> None:
     """Revoke an API token."""
     from models.db import accounts
     from models.db.engine import session_scope

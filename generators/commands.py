@@ -59,20 +59,26 @@ def cifar_f_command(
         ),
     ] = None,
     protocol: Annotated[str, typer.Option(help="paper (the equations) or reference.")] = "paper",
-    seed: int = 0,
+    seed: Annotated[
+        int, typer.Option(help="Generator seed (0 to 2⁶³ − 1).", min=0, max=2**63 - 1)
+    ] = 0,
     alphas: Annotated[str | None, typer.Option(help="Comma list, default 0.5,1,2,3.")] = None,
     fcs: Annotated[str | None, typer.Option(help="Comma list of f_c, default 1..16.")] = None,
     severities: Annotated[str | None, typer.Option(help="Comma list, default 1,2,3.")] = None,
     extra_alphas: Annotated[
         bool, typer.Option("--extra-alphas", help="Also allow/add α = 0.1 and 0.3.")
     ] = False,
-    limit: Annotated[int | None, typer.Option(help="Use only the first N test images.")] = None,
+    limit: Annotated[
+        int | None, typer.Option(help="Use only the first N test images.", min=1)
+    ] = None,
     revision: Annotated[str | None, typer.Option(help=REVISION_HELP)] = None,
-    batch_size: Annotated[int, typer.Option(help="Images per FFT batch.")] = 1000,
+    batch_size: Annotated[int, typer.Option(help="Images per FFT batch.", min=1)] = 1000,
     card: Annotated[bool, typer.Option(help="Write README.md and figures at the end.")] = True,
     threads: Annotated[
         int | None,
-        typer.Option(help="Torch compute threads (default: CPUs - 1; PNG writing runs beside)."),
+        typer.Option(
+            help="Torch compute threads (default: CPUs - 1; PNG writing runs beside).", min=1
+        ),
     ] = None,
 ) -> None:
     """Generate CIFAR-10-F / CIFAR-100-F: 192 power-law Fourier test sets (Sun et al. 2022)."""
@@ -155,7 +161,7 @@ def publish_command(
         bool, typer.Option("--dry-run", help="List the plan without any network access.")
     ] = False,
     max_commit_mb: Annotated[
-        int, typer.Option(help="Upper bound on the bytes of one commit, in MB.")
+        int, typer.Option(help="Upper bound on the bytes of one commit, in MB.", min=1)
     ] = 1024,
 ) -> None:
     """Upload a dataset folder to the Hugging Face Hub, skipping files already identical there."""

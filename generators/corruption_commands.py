@@ -36,7 +36,8 @@ CorruptionsOpt = Annotated[
     str | None, typer.Option(help="Comma list of corruptions (default: all of the benchmark).")
 ]
 SeveritiesOpt = Annotated[str | None, typer.Option(help="Comma list of levels, default 1..5.")]
-LimitOpt = Annotated[int | None, typer.Option(help="Use only the first N test images.")]
+LimitOpt = Annotated[int | None, typer.Option(help="Use only the first N test images.", min=1)]
+SeedOpt = Annotated[int, typer.Option(help="Generator seed (0 to 2⁶³ − 1).", min=0, max=2**63 - 1)]
 
 
 def _generate(
@@ -127,10 +128,10 @@ def _make_generate_command(key: str, doc: str) -> None:
         source: SourceOpt = None,
         corruptions: CorruptionsOpt = None,
         severities: SeveritiesOpt = None,
-        seed: int = 0,
+        seed: SeedOpt = 0,
         limit: LimitOpt = None,
         revision: Annotated[str | None, typer.Option(help=REVISION_HELP)] = None,
-        batch_size: Annotated[int, typer.Option(help="Images per batch.")] = 1000,
+        batch_size: Annotated[int, typer.Option(help="Images per batch.", min=1)] = 1000,
         card: Annotated[bool, typer.Option(help="Write README.md and figures at the end.")] = True,
     ) -> None:
         _generate(
@@ -156,10 +157,10 @@ def cifar_c_command(
     source: SourceOpt = None,
     corruptions: CorruptionsOpt = None,
     severities: SeveritiesOpt = None,
-    seed: int = 0,
+    seed: SeedOpt = 0,
     limit: LimitOpt = None,
     revision: Annotated[str | None, typer.Option(help=REVISION_HELP)] = None,
-    batch_size: Annotated[int, typer.Option(help="Images per batch.")] = 1000,
+    batch_size: Annotated[int, typer.Option(help="Images per batch.", min=1)] = 1000,
     card: Annotated[bool, typer.Option(help="Write README.md and figures at the end.")] = True,
     frost_dir: Annotated[
         Path | None,

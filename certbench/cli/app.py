@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -21,7 +22,19 @@ from rich.console import Console
 from rich.table import Table
 
 from certbench import __version__
+from certbench.cli.budget import (
+    DEFAULT_MAX_HOURS,
+    Limits,
+    MaxHours,
+    MaxMemory,
+    Sampling,
+    check_floor,
+    check_run,
+    check_smoothing,
+)
 from certbench.cli.checks import (
+    EPS,
+    LEVEL,
     Alpha,
     Limit,
     OptionalBatchSize,
@@ -29,6 +42,7 @@ from certbench.cli.checks import (
     SelectSamples,
     Sigma,
     Skip,
+    check_alpha,
     warn_if_never_certifies,
 )
 from certbench.errors import CertbenchError, ManifestError
@@ -129,9 +143,13 @@ def certify(
     early_abstain: Annotated[
         bool, typer.Option(help="Stop sampling once abstention is certain (exact).")
     ] = False,
+    max_hours: MaxHours = DEFAULT_MAX_HOURS,
+    max_memory_gb: MaxMemory = None,
 ) -> None:
     """Certify a model with randomized smoothing (Cohen et al. CERTIFY) on a test set."""
     warn_if_never_certifies(n, alpha)
+    limits = Limits.of(max_hours, max_memory_gb)
+    check_floor("certify", (n0, n), limits)
     from certbench.data import Subset, load_images
     from certbench.nets import load_manifest, load_model
     from certbench.smoothing import certify as run_certify
@@ -149,6 +167,7 @@ def certify(
     )
     sigma = spec.smoothing.sigma if sigma is None else sigma
     test_set = f"{config or 'default'}/{split}"
+    _estimate("certify", Sampling(len(images), (n0, n)), limits, model, images, batch_size, amp)
     records = run_certify(
         model,
         images.as_float(),
@@ -208,8 +227,12 @@ def predict(
     batch_size: OptionalBatchSize = None,
     seed: Seed = "0",
     device: str | None = None,
+    max_hours: MaxHours = DEFAULT_MAX_HOURS,
+    max_memory_gb: MaxMemory = None,
 ) -> None:
     """Smoothed prediction (Cohen et al. PREDICT): accuracy and abstain rate."""
+    limits = Limits.of(max_hours, max_memory_gb)
+    check_floor("predict", (n,), limits)
     from certbench.data import Subset, load_images
     from certbench.nets import load_manifest, load_model
     from certbench.smoothing import ABSTAIN, parse_seed
@@ -221,6 +244,7 @@ def predict(
     images = load_images(
         dataset, config=config, split=split, revision=revision, subset=Subset(skip, limit)
     )
+    _estimate("predict", Sampling(len(images), (n,)), limits, model, images, batch_size, "auto")
     records = run_predict(
         model,
         images.as_float(),
@@ -245,9 +269,14 @@ def predict(
 def metrics(
     records: Annotated[Path, typer.Argument(help="Records parquet written by `certify`.")],
     alpha: Annotated[
-        float | None, typer.Option(help="Recompute bounds and radii at this α from the counts.")
+        float | None,
+        typer.Option(
+            help="Recompute bounds and radii at this α from the counts.", callback=check_alpha
+        ),
     ] = None,
-    level: Annotated[float, typer.Option(help="Confidence level of the intervals.")] = 0.95,
+    level: Annotated[
+        float, typer.Option(help="Confidence level of the intervals.", callback=LEVEL)
+    ] = 0.95,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Metrics of a records file with their intervals over images: ACR (bootstrap), certified
@@ -292,16 +321,19 @@ def robust_accuracy(
     split: str = "test",
     revision: Annotated[str | None, typer.Option(help="Hub revision (commit/tag).")] = None,
     eps: Annotated[
-        list[int] | None, typer.Option(help="ε in units of 1/255; repeat for several.")
+        list[int] | None,
+        typer.Option(help="ε in units of 1/255 (1 to 255); repeat for several.", callback=EPS),
     ] = None,
-    n_iter: Annotated[int, typer.Option(help="APGD steps per run.")] = 100,
-    n_target_classes: Annotated[int, typer.Option(help="APGD-T target classes.")] = 9,
+    n_iter: Annotated[int, typer.Option(help="APGD steps per run.", min=1)] = 100,
+    n_target_classes: Annotated[int, typer.Option(help="APGD-T target classes.", min=1)] = 9,
     projection: Annotated[str, typer.Option(help="exact or lazy PD projection.")] = "exact",
     weighting: Annotated[str, typer.Option(help="pd, or pdw (CIFAR-100 superclasses).")] = "pd",
-    k: Annotated[int | None, typer.Option(help="Use the first k anchors per class.")] = None,
-    skip: Annotated[int, typer.Option(help="Attack every skip-th image.")] = 1,
-    limit: Annotated[int | None, typer.Option(help="Attack at most this many images.")] = None,
-    batch_size: int = 256,
+    k: Annotated[int | None, typer.Option(help="Use the first k anchors per class.", min=1)] = None,
+    skip: Annotated[int, typer.Option(help="Attack every skip-th image.", min=1)] = 1,
+    limit: Annotated[
+        int | None, typer.Option(help="Attack at most this many images.", min=1)
+    ] = None,
+    batch_size: Annotated[int, typer.Option(help="Images per attack batch.", min=1)] = 256,
     seed: Annotated[
         str,
         typer.Option(
@@ -310,6 +342,8 @@ def robust_accuracy(
         ),
     ] = "0",
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...")] = None,
+    max_hours: MaxHours = DEFAULT_MAX_HOURS,
+    max_memory_gb: MaxMemory = None,
 ) -> None:
     """Clean, ℓ∞ and ℓ∞ ∩ PD robust accuracy of the base classifier (Muthukumar, Pal, Sulam &
     Vidal 2025, arXiv:2501.18098), as the leaderboard's robustness stage measures it (``--skip 20``
@@ -331,6 +365,8 @@ def robust_accuracy(
     )
     bank = AnchorBank.load(anchors)
     bank = bank.truncated(k) if k is not None else bank
+    _attack_budget(model, images, spec.num_classes, len(eps or [8, 16]), n_iter,
+                   n_target_classes, batch_size, Limits.of(max_hours, max_memory_gb))  # fmt: skip
     first = next(model.parameters())
     threat = weighted_threat(bank, weighting, device=first.device)
     report = run_attacks(
@@ -367,6 +403,56 @@ def robust_accuracy(
         table.add_row(name, "—" if value is None else f"{value:.4f}")
     console.print(table)
     console.print(f"records: {out}")
+
+
+def _attack_budget(
+    model: Any,
+    images: Any,
+    classes: int,
+    eps: int,
+    n_iter: int,
+    n_target_classes: int,
+    batch_size: int,
+    limits: Limits,
+) -> None:
+    """Refuse the attacks past their limits (``certbench.cli.budget``), counted as the
+    leaderboard's robustness stage counts them: at most one clean pass per image, then for
+    every ε and attack plan (APGD-CE, plus APGD-T on min(n_target_classes, classes − 1) targets
+    from 4 classes on) ℓ∞ APGD and PD-aware APGD of n_iter + 1 passes each and one check."""
+    plans = 1 + (min(n_target_classes, classes - 1) if classes >= 4 else 0)
+    passes = len(images) * (1 + eps * plans * (2 * (n_iter + 1) + 1))
+    shape = tuple(images.images.shape[1:])
+    estimate = check_run(
+        "robust-accuracy", forward_passes=passes, limits=limits, model=model,
+        image_shape=shape, batch_size=batch_size,
+        peak_bytes=(len(images) + 4 * batch_size) * math.prod(shape) * 4,
+    )  # fmt: skip
+    if estimate.seconds is not None:
+        errors.print(f"robust-accuracy: estimated at most {estimate.describe()}", highlight=False)
+
+
+def _estimate(
+    what: str,
+    sampling: Sampling,
+    limits: Limits,
+    model: Any,
+    images: Any,
+    batch_size: int | None,
+    amp: str | None,
+) -> None:
+    """Refuse the run past its limits (``certbench.cli.budget``); say the estimate of a long
+    one before it starts."""
+    estimate = check_smoothing(
+        what,
+        sampling,
+        limits,
+        model=model,
+        image_shape=tuple(images.images.shape[1:]),
+        batch_size=batch_size,
+        amp=amp,
+    )
+    if estimate.seconds is not None:
+        errors.print(f"{what}: estimated {estimate.describe()}", highlight=False)
 
 
 def _device_type(model: Any) -> str:

@@ -24,6 +24,7 @@ from typer.core import TyperGroup
 
 from certbench.cli import exports as export_commands
 from certbench.cli import zoo as zoo_commands
+from certbench.cli.checks import POSITIVE
 from certbench.cli.client_options import (
     EXIT_RUN_FAILED,
     AsJson,
@@ -352,7 +353,9 @@ def leaderboard(
     order: Annotated[str | None, typer.Option(help="asc or desc.")] = None,
     limit: Annotated[int, typer.Option(help="Entries to show.", min=1, max=200)] = 20,
     offset: Annotated[int, typer.Option(help="Skip this many entries.", min=0)] = 0,
-    sigma: Annotated[float | None, typer.Option(help="Only entries at this σ.")] = None,
+    sigma: Annotated[
+        float | None, typer.Option(help="Only entries at this σ.", callback=POSITIVE)
+    ] = None,
     search: Annotated[str | None, typer.Option(help="Model name contains.")] = None,
     server: Server = None,
     token: Token = None,

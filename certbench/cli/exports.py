@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from certbench.cli.checks import POSITIVE
 from certbench.cli.client_options import Server, Token, client_errors, connect, consoles
 
 
@@ -21,14 +22,18 @@ def export(
     format: Annotated[str, typer.Option("--format", "-f", help="latex, csv or bibtex.")] = "latex",
     ids: Annotated[
         list[int] | None,
-        typer.Option("--id", help="Compare these entries (2 to 10) instead of a leaderboard page."),
+        typer.Option(
+            "--id", help="Compare these entries (2 to 10) instead of a leaderboard page.", min=1
+        ),
     ] = None,
     table: Annotated[str | None, typer.Option(help="With --id and CSV: entries or paired.")] = None,
     sort: Annotated[str | None, typer.Option(help="Figure to rank by (leaderboard page).")] = None,
     order: Annotated[str | None, typer.Option(help="asc or desc.")] = None,
     limit: Annotated[int, typer.Option(help="Entries on the page.", min=1, max=200)] = 50,
     offset: Annotated[int, typer.Option(help="Skip this many entries.", min=0)] = 0,
-    sigma: Annotated[float | None, typer.Option(help="Only entries at this σ.")] = None,
+    sigma: Annotated[
+        float | None, typer.Option(help="Only entries at this σ.", callback=POSITIVE)
+    ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Write here instead of printing.")
     ] = None,

@@ -15,6 +15,16 @@ import typer
 
 from certbench import __version__
 from certbench.cli.app import Dataset, ManifestPath, Seed, Weights, console, user_errors
+from certbench.cli.budget import (
+    DEFAULT_MAX_HOURS,
+    Limits,
+    MaxHours,
+    MaxMemory,
+    Sampling,
+    check_floor,
+    check_smoothing,
+)
+from certbench.cli.checks import Sigma
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,12 +49,16 @@ def fourier_heatmap_command(
     config: Annotated[str | None, typer.Option(help="Dataset config (test set).")] = None,
     split: str = "test",
     revision: Annotated[str | None, typer.Option(help="Hub revision (commit/tag).")] = None,
-    sigma: Annotated[float | None, typer.Option(help="Noise level; manifest's by default.")] = None,
-    n: Annotated[int | None, typer.Option(help="Override n (labels the protocol custom).")] = None,
-    n0: Annotated[int | None, typer.Option(help="Override the protocol's n0.")] = None,
-    images: Annotated[int | None, typer.Option(help="Override images per grid point.")] = None,
-    skip: Annotated[int | None, typer.Option(help="Override: every skip-th image.")] = None,
-    stride: Annotated[int | None, typer.Option(help="Override the grid stride.")] = None,
+    sigma: Sigma = None,
+    n: Annotated[
+        int | None, typer.Option(help="Override n (labels the protocol custom).", min=1)
+    ] = None,
+    n0: Annotated[int | None, typer.Option(help="Override the protocol's n0.", min=1)] = None,
+    images: Annotated[
+        int | None, typer.Option(help="Override images per grid point.", min=1)
+    ] = None,
+    skip: Annotated[int | None, typer.Option(help="Override: every skip-th image.", min=1)] = None,
+    stride: Annotated[int | None, typer.Option(help="Override the grid stride.", min=1)] = None,
     signs: Annotated[
         str,
         typer.Option(
@@ -56,7 +70,7 @@ def fourier_heatmap_command(
     base_only: Annotated[
         bool, typer.Option(help="Only the base classifier's accuracy map (no smoothing; cheap).")
     ] = False,
-    batch_size: int = 1000,
+    batch_size: Annotated[int, typer.Option(help="Samples per forward batch.", min=1)] = 1000,
     amp: Annotated[str | None, typer.Option(help="bf16 or fp16 autocast of the forward.")] = None,
     seed: Seed = "0",
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...")] = None,
@@ -64,10 +78,15 @@ def fourier_heatmap_command(
     early_abstain: Annotated[
         bool, typer.Option(help="Stop sampling once abstention is certain (exact).")
     ] = False,
+    max_hours: MaxHours = DEFAULT_MAX_HOURS,
+    max_memory_gb: MaxMemory = None,
 ) -> None:
     """Fourier sensitivity heatmaps (Sun et al. 2022 §2.2 after Yin et al. 2019): ACR of the
     smoothed classifier and accuracy of the base classifier under x + r·ε·U_ij for every
     distinct Fourier basis image U_ij."""
+    limits = Limits.of(max_hours, max_memory_gb)
+    if not base_only:
+        check_floor("fourier-heatmap", (n0 or 0, n or 0), limits)
     from tqdm.auto import tqdm
 
     from certbench.data import Subset, load_images
@@ -107,6 +126,13 @@ def fourier_heatmap_command(
     smoothing = None if base_only else (spec.smoothing.sigma if sigma is None else sigma)
     points = chosen.points(size)
     total = _print_cost(chosen, len(test), size, len(points), smoothed=smoothing is not None)
+    smoothed = Sampling(len(test) * len(points) if smoothing is not None else 0,
+                        (chosen.n0, chosen.n))  # fmt: skip
+    check_smoothing(
+        "fourier-heatmap", smoothed, limits, model=model,
+        image_shape=tuple(test.images.shape[1:]), batch_size=batch_size, amp=amp,
+        other_passes=total - smoothed.forward_passes,
+    )  # fmt: skip
     test_set = stream_key(config, split)
     with tqdm(total=total, unit="pass", unit_scale=True, desc="fourier-heatmap") as bar:
         records = sensitivity_records(

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from certbench.cli.app import console, user_errors
+from certbench.cli.checks import LEVEL, NON_NEGATIVE, SIGNIFICANCE
 
 Entry = Annotated[
     Path,
@@ -29,10 +30,17 @@ def compare_command(
     b: Entry,
     radius: Annotated[
         list[float] | None,
-        typer.Option(help="Radii for certified accuracy; repeat. Default 0, 0.25, 0.5, 0.75, 1."),
+        typer.Option(
+            help="Radii for certified accuracy; repeat. Default 0, 0.25, 0.5, 0.75, 1.",
+            callback=NON_NEGATIVE,
+        ),
     ] = None,
-    level: Annotated[float, typer.Option(help="Confidence level of the intervals.")] = 0.95,
-    alpha: Annotated[float, typer.Option(help="Significance level of 'tied'.")] = 0.05,
+    level: Annotated[
+        float, typer.Option(help="Confidence level of the intervals.", callback=LEVEL)
+    ] = 0.95,
+    alpha: Annotated[
+        float, typer.Option(help="Significance level of 'tied'.", callback=SIGNIFICANCE)
+    ] = 0.05,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Paired comparison of two entries certified on the same images: ACR (or mACR) by paired

@@ -17,6 +17,8 @@ from rich.table import Table
 
 from certbench import __version__
 from certbench.cli.app import Dataset, ManifestPath, Seed, Weights, console, user_errors
+from certbench.cli.budget import DEFAULT_MAX_HOURS, Limits, MaxHours, MaxMemory, check_run
+from certbench.cli.checks import LEVEL, SEED_MAX
 
 
 @user_errors
@@ -28,14 +30,20 @@ def fourier_lens_command(
     config: Annotated[str | None, typer.Option(help="Dataset config (clean test set).")] = None,
     split: str = "test",
     revision: Annotated[str | None, typer.Option(help="Hub revision (commit/tag).")] = None,
-    paths: Annotated[int, typer.Option(help="Fourier pairs (amplitude + phase path each).")] = 5000,
-    steps: Annotated[int, typer.Option(help="Images per Fourier path (the paper: 100).")] = 100,
+    paths: Annotated[
+        int, typer.Option(help="Fourier pairs (amplitude + phase path each).", min=1)
+    ] = 5000,
+    steps: Annotated[
+        int, typer.Option(help="Images per Fourier path (the paper: 100).", min=2)
+    ] = 100,
     pixel_pairs: Annotated[
-        int, typer.Option(help="Pixel paths per class (within) and per class pair (between).")
+        int,
+        typer.Option(help="Pixel paths per class (within) and per class pair (between).", min=1),
     ] = 200,
-    jacobian_images: Annotated[int, typer.Option(help="First N test images.")] = 400,
+    jacobian_images: Annotated[int, typer.Option(help="First N test images.", min=1)] = 400,
     jacobian_projections: Annotated[
-        int, typer.Option(help="0 = exact Jacobian norm; k = k random projections per image.")
+        int,
+        typer.Option(help="0 = exact Jacobian norm; k = k random projections per image.", min=0),
     ] = 0,
     kind: Annotated[
         list[str] | None,
@@ -44,18 +52,26 @@ def fourier_lens_command(
     smoothed: Annotated[
         bool, typer.Option(help="Score paths with the smoothed classifier's votes (manifest σ).")
     ] = False,
-    noise_samples: Annotated[int, typer.Option(help="Noise draws per image if --smoothed.")] = 16,
+    noise_samples: Annotated[
+        int, typer.Option(help="Noise draws per image if --smoothed.", min=1)
+    ] = 16,
     seed: Seed = "0",
     pairs_seed: Annotated[
         int,
         typer.Option(
             help="Seed of the Fourier and pixel pairs (public: a benchmark's lens seed; the "
             "packaged benchmarks' 0). --seed draws only the smoothed noise and the random "
-            "Jacobian projections: a run's revealed seed reproduces the leaderboard's records."
+            "Jacobian projections: a run's revealed seed reproduces the leaderboard's records.",
+            min=0,
+            max=SEED_MAX,
         ),
     ] = 0,
-    batch_size: Annotated[int, typer.Option(help="Images per forward (whole paths).")] = 1000,
+    batch_size: Annotated[
+        int, typer.Option(help="Images per forward (whole paths).", min=1)
+    ] = 1000,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...")] = None,
+    max_hours: MaxHours = DEFAULT_MAX_HOURS,
+    max_memory_gb: MaxMemory = None,
 ) -> None:
     """Fourier-lens metrics of a model: HFF and CD on Fourier paths, pixel HFF, Jacobian norm."""
     from certbench.data import load_images
@@ -88,6 +104,7 @@ def fourier_lens_command(
     for note in notes:
         console.print(f"[yellow]fitted to the test set: {note}[/]")
     model = load_model(weights, spec, device=device)
+    _estimate(model, images, protocol, pairs_seed, batch_size, Limits.of(max_hours, max_memory_gb))
     records = lens_records(
         model,
         images.as_float(),
@@ -133,6 +150,28 @@ def fourier_lens_command(
     console.print(table)
     _print_units(summary.metrics.get("jacobian_norm"), list(spec.preprocessing.std))
     console.print(f"records: {out / 'records.parquet'}  summary: {out / 'summary.json'}")
+
+
+def _estimate(
+    model: Any, images: Any, protocol: Any, pairs_seed: int, batch_size: int, limits: Limits
+) -> None:
+    """Refuse the run past its limits (``certbench.cli.budget``): at least its Fourier paths'
+    images (``steps`` each), one image per pixel path and Jacobian image, each on
+    ``noise_samples`` noisy copies when smoothed (a lower bound: a pixel path is longer)."""
+    from certbench.lens import lens_plan
+
+    plan = lens_plan(images.labels, protocol, pairs_seed)
+    per_kind = {"amplitude": protocol.steps, "phase": protocol.steps}
+    noise = protocol.noise_samples if protocol.sigma is not None else 1
+    passes = sum(len(plan.pairs[k]) * per_kind.get(k, 1) for k in plan.kinds) * noise
+    shape = tuple(images.images.shape[1:])
+    numel = math.prod(shape)
+    estimate = check_run(
+        "fourier-lens", forward_passes=passes, limits=limits, model=model, image_shape=shape,
+        batch_size=batch_size, peak_bytes=(len(images) + batch_size * noise) * numel * 4,
+    )  # fmt: skip
+    if estimate.seconds is not None:
+        console.print(f"fourier-lens: estimated at least {estimate.describe()}")
 
 
 def _print_units(jacobian: Any, std: list[float]) -> None:
@@ -198,7 +237,7 @@ def effective_robustness_command(
     results: Annotated[list[Path], typer.Argument(help="Entry JSON files (format below).")],
     ood: Annotated[list[str] | None, typer.Option(help="Only these OOD sets.")] = None,
     metric: Annotated[list[str] | None, typer.Option(help="Only these predictors.")] = None,
-    level: Annotated[float, typer.Option(help="Interval level.")] = 0.95,
+    level: Annotated[float, typer.Option(help="Interval level.", callback=LEVEL)] = 0.95,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Effective robustness per entry and which metric explains OOD accuracy (per σ)."""

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from certbench.cli.app import user_errors
+from certbench.cli.checks import SEED_MAX
 
 ANCHORS_PER_CLASS = 50
 """``certbench.pd.anchors.DEFAULT_K`` (the k of Muthukumar et al. 2025, arXiv:2501.18098), repeated
@@ -26,10 +27,10 @@ def threat_report_command(
     clean: Annotated[str, typer.Option(help="Clean source: cifar10, cifar100, a path.")],
     anchors: Annotated[Path, typer.Option(help="Anchor bank (.safetensors).")],
     config: Annotated[list[str] | None, typer.Option(help="Only these configs.")] = None,
-    limit: Annotated[int | None, typer.Option(help="First N images per config.")] = None,
-    pairs: Annotated[int, typer.Option(help="Unsafe pairs for reference.")] = 1000,
-    seed: Annotated[int, typer.Option()] = 0,
-    batch_size: Annotated[int, typer.Option()] = 500,
+    limit: Annotated[int | None, typer.Option(help="First N images per config.", min=1)] = None,
+    pairs: Annotated[int, typer.Option(help="Unsafe pairs for reference.", min=1)] = 1000,
+    seed: Annotated[int, typer.Option(min=0, max=SEED_MAX)] = 0,
+    batch_size: Annotated[int, typer.Option(min=1)] = 500,
     device: Annotated[str | None, typer.Option(help="e.g. cuda; default cpu.")] = None,
     card: Annotated[bool, typer.Option(help="Add the table and figure to README.md.")] = True,
 ) -> None:
@@ -72,8 +73,8 @@ anchors_app = typer.Typer(
 def anchors_build(
     source: Source,
     out: Annotated[Path, typer.Option(help="Where to write the .safetensors bank.")],
-    k: Annotated[int, typer.Option(help="Anchors per class.")] = ANCHORS_PER_CLASS,
-    seed: Annotated[int, typer.Option()] = 0,
+    k: Annotated[int, typer.Option(help="Anchors per class.", min=1)] = ANCHORS_PER_CLASS,
+    seed: Annotated[int, typer.Option(min=0, max=SEED_MAX)] = 0,
     split: Annotated[str, typer.Option()] = "train",
     revision: Annotated[str | None, typer.Option(help="Hub revision of the source.")] = None,
 ) -> None:
@@ -93,10 +94,10 @@ def anchors_build(
 @user_errors
 def anchors_k_min(
     source: Source,
-    k_max: Annotated[int, typer.Option(help="Largest k tried.")] = ANCHORS_PER_CLASS,
-    pairs: Annotated[int, typer.Option(help="Sampled different-class pairs.")] = 2000,
-    limit: Annotated[int | None, typer.Option(help="First N training images only.")] = None,
-    seed: Annotated[int, typer.Option()] = 0,
+    k_max: Annotated[int, typer.Option(help="Largest k tried.", min=1)] = ANCHORS_PER_CLASS,
+    pairs: Annotated[int, typer.Option(help="Sampled different-class pairs.", min=1)] = 2000,
+    limit: Annotated[int | None, typer.Option(help="First N training images only.", min=1)] = None,
+    seed: Annotated[int, typer.Option(min=0, max=SEED_MAX)] = 0,
     split: Annotated[str, typer.Option()] = "train",
 ) -> None:
     """Smallest k whose PD threat rates every sampled unsafe training pair above 1."""

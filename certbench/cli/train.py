@@ -14,7 +14,14 @@ from typing import Annotated
 import typer
 
 from certbench.cli.app import dataset_name, user_errors
-from certbench.cli.checks import output_folder
+from certbench.cli.checks import (
+    FRACTION,
+    NON_NEGATIVE,
+    POSITIVE,
+    SEED_MAX,
+    check_training_sigma,
+    output_folder,
+)
 
 RECIPE_NAMES = (
     "gaussian",
@@ -64,28 +71,43 @@ def train_command(
         list[str] | None,
         typer.Option(help="Architecture kwarg NAME=VALUE (repeatable), e.g. depth=10."),
     ] = None,
-    sigma: Annotated[float, typer.Option(help="Noise level σ (training and manifest).")] = 0.25,
+    sigma: Annotated[
+        float,
+        typer.Option(help="Noise level σ (training and manifest).", callback=check_training_sigma),
+    ] = 0.25,
     train_sigma: Annotated[
-        float | None, typer.Option(help="Training noise if not σ (0: no noise).")
+        float | None,
+        typer.Option(help="Training noise if not σ (0: no noise).", callback=NON_NEGATIVE),
     ] = None,
-    epochs: Annotated[int, typer.Option(help="Epochs (paper: 200).")] = 200,
+    epochs: Annotated[int, typer.Option(help="Epochs (paper: 200).", min=1)] = 200,
     batch_size: Annotated[
-        int | None, typer.Option(help="Images per SGD step (recipe default: 256, 128).")
+        int | None, typer.Option(help="Images per SGD step (recipe default: 256, 128).", min=1)
     ] = None,
-    lr: Annotated[float, typer.Option(help="Initial learning rate (×0.1 at 50 % and 75 %).")] = 0.1,
-    momentum: float = 0.9,
-    weight_decay: float = 1e-4,
+    lr: Annotated[
+        float,
+        typer.Option(help="Initial learning rate (×0.1 at 50 % and 75 %).", callback=POSITIVE),
+    ] = 0.1,
+    momentum: Annotated[float, typer.Option(help="SGD momentum.", callback=FRACTION)] = 0.9,
+    weight_decay: Annotated[
+        float, typer.Option(help="Weight decay.", callback=NON_NEGATIVE)
+    ] = 1e-4,
     lbd: Annotated[
-        float | None, typer.Option(help="Consistency weight λ (recipe/paper default).")
+        float | None,
+        typer.Option(help="Consistency weight λ (recipe/paper default).", callback=NON_NEGATIVE),
     ] = None,
-    eta: Annotated[float | None, typer.Option(help="HCR η / entropy weight (default).")] = None,
-    seed: int = 0,
+    eta: Annotated[
+        float | None,
+        typer.Option(help="HCR η / entropy weight (default).", callback=NON_NEGATIVE),
+    ] = None,
+    seed: Annotated[int, typer.Option(min=0, max=SEED_MAX)] = 0,
     normalize: Annotated[
         Normalization, typer.Option(help="Input layer: center (paper), standardize, none.")
     ] = Normalization.CENTER,
     config: Annotated[str | None, typer.Option(help="Dataset config.")] = None,
     revision: Annotated[str | None, typer.Option(help="Hub revision of the dataset.")] = None,
-    limit: Annotated[int | None, typer.Option(help="Train on the first N images only.")] = None,
+    limit: Annotated[
+        int | None, typer.Option(help="Train on the first N images only.", min=1)
+    ] = None,
     augmix_variant: Annotated[
         str, typer.Option(help="hendrycks (AugMix paper) or reference (Sun et al.'s release).")
     ] = "hendrycks",
@@ -106,7 +128,8 @@ def train_command(
     ] = None,
     compile: Annotated[bool, typer.Option(help="torch.compile the model.")] = False,
     workers: Annotated[
-        int | None, typer.Option(help="DataLoader workers (default: 0 on CPU, up to 8 on CUDA).")
+        int | None,
+        typer.Option(help="DataLoader workers (default: 0 on CPU, up to 8 on CUDA).", min=0),
     ] = None,
     augment_device: Annotated[
         str | None, typer.Option(help="cpu or cuda: where FourierMix runs (default: device).")
@@ -114,15 +137,17 @@ def train_command(
     eval_split: Annotated[
         str, typer.Option(help="Split evaluated after each epoch; 'none' to skip.")
     ] = "test",
-    eval_limit: Annotated[int | None, typer.Option(help="Evaluate the first N images.")] = None,
-    checkpoint_every: Annotated[int, typer.Option(help="Checkpoint every N epochs.")] = 1,
+    eval_limit: Annotated[
+        int | None, typer.Option(help="Evaluate the first N images.", min=1)
+    ] = None,
+    checkpoint_every: Annotated[int, typer.Option(help="Checkpoint every N epochs.", min=1)] = 1,
     resume: Annotated[bool, typer.Option(help="Continue from OUT/checkpoint.")] = False,
     deterministic: Annotated[
         bool, typer.Option(help="Deterministic kernels (slower on CUDA).")
     ] = False,
     threads: Annotated[
         int | None,
-        typer.Option(help="CPU threads for torch (1 is fastest on a busy small machine)."),
+        typer.Option(help="CPU threads for torch (1 is fastest on a busy small machine).", min=1),
     ] = None,
 ) -> None:
     """Train a base classifier for randomized smoothing (paper schedule by default).

@@ -16,8 +16,27 @@ from rich.table import Table
 
 from certbench import __version__
 from certbench.cli.app import Dataset, ManifestPath, Seed, Weights, console, user_errors
+from certbench.cli.budget import (
+    DEFAULT_MAX_HOURS,
+    Limits,
+    MaxHours,
+    MaxMemory,
+    Sampling,
+    check_floor,
+    check_smoothing,
+)
+from certbench.cli.checks import (
+    POSITIVE,
+    SEED_MAX,
+    Alpha,
+    Bounds,
+    Samples,
+    SelectSamples,
+    Sigma,
+)
 from certbench.errors import ThreatModelError
 
+STEP_FRACTION = Bounds(0, 1, low_open=True, meaning="a fraction of the angle bound")
 RECORDS = {"base": "weather_attack.parquet", "smoothed": "weather_attack_smoothed.parquet"}
 SUMMARY = "summary.json"
 
@@ -54,27 +73,35 @@ def weather_attack_command(
     out: Annotated[Path, typer.Option(help="Output folder: records parquet, summary.json, PNGs.")],
     weather: Annotated[str, typer.Option(help="Comma-separated: rain, snow.")] = "rain,snow",
     severities: Annotated[str, typer.Option(help="Levels, e.g. 1..5 or 1,3,5.")] = "1..5",
-    steps: Annotated[int, typer.Option(help="PGD steps per restart (the paper: 10).")] = 10,
-    restarts: Annotated[int, typer.Option(help="Restarts; restart 0 = random weather.")] = 5,
-    position_step: Annotated[float, typer.Option(help="Pixels per step.")] = 1.0,
-    angle_step: Annotated[float, typer.Option(help="Fraction of each angle bound.")] = 0.25,
+    steps: Annotated[int, typer.Option(help="PGD steps per restart (the paper: 10).", min=1)] = 10,
+    restarts: Annotated[int, typer.Option(help="Restarts; restart 0 = random weather.", min=1)] = 5,
+    position_step: Annotated[float, typer.Option(help="Pixels per step.", callback=POSITIVE)] = 1.0,
+    angle_step: Annotated[
+        float, typer.Option(help="Fraction of each angle bound.", callback=STEP_FRACTION)
+    ] = 0.25,
     smoothed: Annotated[
         bool, typer.Option(help="Attack the smoothed classifier, then certify.")
     ] = False,
-    sigma: Annotated[float | None, typer.Option(help="Noise level; manifest's by default.")] = None,
-    n0: int = 100,
-    n: int = 100_000,
-    alpha: float = 0.001,
-    noise_samples: Annotated[int, typer.Option(help="SmoothAdv noise vectors per image.")] = 8,
+    sigma: Sigma = None,
+    n0: SelectSamples = 100,
+    n: Samples = 100_000,
+    alpha: Alpha = 0.001,
+    noise_samples: Annotated[
+        int, typer.Option(help="SmoothAdv noise vectors per image.", min=1)
+    ] = 8,
     config: Annotated[str | None, typer.Option(help="Dataset config (clean test set).")] = None,
     split: str = "test",
     revision: Annotated[str | None, typer.Option(help="Hub revision (commit/tag).")] = None,
-    skip: Annotated[int, typer.Option(help="Attack every skip-th image.")] = 1,
-    limit: Annotated[int | None, typer.Option(help="Attack at most this many images.")] = None,
-    batch_size: Annotated[
-        int | None, typer.Option(help="Images per attack batch (128; smoothed 32).")
+    skip: Annotated[int, typer.Option(help="Attack every skip-th image.", min=1)] = 1,
+    limit: Annotated[
+        int | None, typer.Option(help="Attack at most this many images.", min=1)
     ] = None,
-    certify_batch_size: int = 1000,
+    batch_size: Annotated[
+        int | None, typer.Option(help="Images per attack batch (128; smoothed 32).", min=1)
+    ] = None,
+    certify_batch_size: Annotated[
+        int, typer.Option(help="Samples per CERTIFY batch.", min=1)
+    ] = 1000,
     amp: Annotated[str | None, typer.Option(help="bf16/fp16 autocast of CERTIFY.")] = None,
     seed: Seed = "0",
     weather_seed: Annotated[
@@ -83,13 +110,17 @@ def weather_attack_command(
             help="The random weather sets' seed (`certbench generate weather --seed`; the "
             "packaged benchmarks' 0): restart 0 is their random image. --seed draws the rest "
             "(restarts 1+, SmoothAdv and CERTIFY noise): a run's revealed seed reproduces the "
-            "leaderboard's records."
+            "leaderboard's records.",
+            min=0,
+            max=SEED_MAX,
         ),
     ] = 0,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ...")] = None,
     examples: Annotated[
-        int, typer.Option(help="Write a clean/random/attacked/difference PNG of N images.")
+        int, typer.Option(help="Write a clean/random/attacked/difference PNG of N images.", min=0)
     ] = 0,
+    max_hours: MaxHours = DEFAULT_MAX_HOURS,
+    max_memory_gb: MaxMemory = None,
 ) -> None:
     """Worst-case rain and snow: the simulation attack of Wang, Ba, Zhang, Zhang, Kadambi,
     Soatto, Wong & Hsieh, "Evaluating Worst Case Adversarial Weather Perturbations Robustness"
@@ -97,6 +128,9 @@ def weather_attack_command(
     and random-weather accuracy of the base classifier, or with --smoothed the certified
     accuracy and ACR of the smoothed classifier on attacked images (SmoothAdv-style attack,
     then CERTIFY). Use --skip 20 for the 500-image protocol subset."""
+    limits = Limits.of(max_hours, max_memory_gb)
+    if smoothed:
+        check_floor("weather-attack --smoothed", (n0, n), limits)
     from certbench.data import Subset, load_images
     from certbench.nets import load_manifest, load_model
     from certbench.smoothing import parse_seed
@@ -121,6 +155,13 @@ def weather_attack_command(
     images = load_images(
         dataset, config=config, split=split, revision=revision, subset=Subset(skip, limit)
     )
+    attacked = len(images) * len(sets)
+    attack_passes = attacked * restarts * (steps + 1) * (noise_samples if smoothed else 1)
+    check_smoothing(
+        "weather-attack", Sampling(attacked if smoothed else 0, (n0, n)), limits, model=model,
+        image_shape=tuple(images.images.shape[1:]), batch_size=certify_batch_size, amp=amp,
+        other_passes=attack_passes,
+    )  # fmt: skip
     common: dict[str, Any] = {
         "weathers": weathers, "severities": levels, "config": protocol,
         "indices": images.indices, "device": device, "progress": True, "run_seed": run_seed,
