@@ -171,6 +171,10 @@ def submit(
 
     refuse_swapped(weights, manifest)  # before the progress bar: nothing is uploaded
     with connect(server, token, need_token=True) as client:
+        # The token first (a bodiless GET): a server refuses a bad token before it reads an
+        # upload, but an HTTP client sends the whole body before it reads the answer, so a
+        # wrong token cost the whole upload (issue 34 §6).
+        client.me()
         try:
             with transfer_bar(errors, f"uploading {weights.name}") as update:
                 created = client.submit(
