@@ -22,6 +22,11 @@ from certbench.cli.checks import (
     check_training_sigma,
     output_folder,
 )
+from certbench.cli.denoiser_training import (
+    DENOISER_HELP,
+    DENOISER_RECIPE_NAMES,
+    run_denoiser_recipe,
+)
 
 RECIPE_NAMES = (
     "gaussian",
@@ -34,7 +39,9 @@ RECIPE_NAMES = (
 """``certbench.training.recipes.RECIPES``' names, repeated to keep this module light (a test
 keeps them equal)."""
 
-RecipeName = StrEnum("RecipeName", [(name, name) for name in RECIPE_NAMES])  # type: ignore[misc]
+RecipeName = StrEnum(  # type: ignore[misc]
+    "RecipeName", [(name, name) for name in RECIPE_NAMES + DENOISER_RECIPE_NAMES]
+)
 
 
 class Normalization(StrEnum):
@@ -49,7 +56,8 @@ def train_command(
         RecipeName,  # type: ignore[valid-type]
         typer.Option(
             help="gaussian (Cohen et al. 2019), gaussian-jsd (Jeong & Shin 2020), "
-            "augmix-jsd, augmix-hcr, fouriermix-jsd, fouriermix-hcr (Sun et al. 2022)."
+            "augmix-jsd, augmix-hcr, fouriermix-jsd, fouriermix-hcr (Sun et al. 2022); "
+            "denoisers: ddpm (Ho et al. 2020), denoiser-mse (Salman et al. 2020)."
         ),
     ],
     dataset: Annotated[
@@ -84,13 +92,20 @@ def train_command(
         int | None, typer.Option(help="Images per SGD step (recipe default: 256, 128).", min=1)
     ] = None,
     lr: Annotated[
-        float,
-        typer.Option(help="Initial learning rate (×0.1 at 50 % and 75 %).", callback=POSITIVE),
-    ] = 0.1,
+        float | None,
+        typer.Option(
+            help="Initial learning rate (default 0.1, ×0.1 at 50 % and 75 %; "
+            "denoisers: the recipe's).",
+            callback=POSITIVE,
+        ),
+    ] = None,
     momentum: Annotated[float, typer.Option(help="SGD momentum.", callback=FRACTION)] = 0.9,
     weight_decay: Annotated[
-        float, typer.Option(help="Weight decay.", callback=NON_NEGATIVE)
-    ] = 1e-4,
+        float | None,
+        typer.Option(
+            help="Weight decay (default 1e-4; denoisers: the recipe's).", callback=NON_NEGATIVE
+        ),
+    ] = None,
     lbd: Annotated[
         float | None,
         typer.Option(help="Consistency weight λ (recipe/paper default).", callback=NON_NEGATIVE),
@@ -149,6 +164,7 @@ def train_command(
         int | None,
         typer.Option(help="CPU threads for torch (1 is fastest on a busy small machine).", min=1),
     ] = None,
+    denoiser: Annotated[str | None, typer.Option(help=DENOISER_HELP)] = None,
 ) -> None:
     """Train a base classifier for randomized smoothing (paper schedule by default).
 
@@ -183,9 +199,9 @@ def train_command(
         train_sigma=train_sigma,
         epochs=epochs,
         batch_size=batch_size,
-        lr=lr,
+        lr=0.1 if lr is None else lr,
         momentum=momentum,
-        weight_decay=weight_decay,
+        weight_decay=1e-4 if weight_decay is None else weight_decay,
         lbd=lbd,
         eta=eta,
         seed=seed,
@@ -210,6 +226,16 @@ def train_command(
         deterministic=deterministic,
         threads=threads,
     )
+    if recipe.value in DENOISER_RECIPE_NAMES:
+        settings = {"recipe": recipe.value, "dataset": dataset, "denoiser": denoiser,
+                    "sigma": sigma, "epochs": epochs, "batch_size": batch_size, "lr": lr,
+                    "weight_decay": weight_decay, "seed": seed, "config": config,
+                    "revision": revision, "limit": limit, "benchmark": benchmark}  # fmt: skip
+        refused = {"--arch-kwarg": bool(arch_kwarg), "--train-sigma": train_sigma is not None,
+                   "--lbd": lbd is not None, "--eta": eta is not None}  # fmt: skip
+        return run_denoiser_recipe(out, settings=settings, options=vars(options), refused=refused)
+    if denoiser is not None:
+        raise TrainingError(f"--denoiser applies to --recipe ddpm or denoiser-mse, not {recipe}")
     result = train(cfg, out, options)
     last = result.last
     summary = ", ".join(

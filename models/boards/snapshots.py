@@ -9,6 +9,10 @@ array built on first use; a page is then a boolean mask, an index into that orde
 Each API process keeps its own snapshots and rebuilds one when the counter moved (one
 primary-key read per request tells it).
 
+What readers derive from the boards alone is kept the same way (:func:`derived`): the web page's
+benchmark frame, the benchmark list, a compare page, each built once per counter value and key
+(the key names the viewer class and the query).
+
 Orders follow the SQL they replace: figures descending or ascending with unmeasured entries last,
 ties by submission id ascending; names compare by code point (the same on SQLite and PostgreSQL,
 where the SQL order followed the database's collation).
@@ -17,9 +21,10 @@ where the SQL order followed the database's collation).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from sqlalchemy import select
@@ -32,7 +37,7 @@ from models.db.entities import Benchmark, LeaderboardEntry, LeaderboardFigures, 
 from models.db.roles import Role
 from models.db.states import SubmissionState
 
-__all__ = ["Board", "PageIds", "benchmark_named", "board", "forget"]
+__all__ = ["Board", "PageIds", "benchmark_named", "board", "derived", "forget", "viewer_key"]
 
 #: Sort keys that are entry columns (the rest are figures of the read model).
 COLUMN_SORTS = {
@@ -182,7 +187,7 @@ class Board:
     ) -> np.ndarray:
         """Positions of the entries the filters keep for ``viewer``, in rank order; the last
         :data:`KEPT_MEMO` distinct views are kept (browsing repeats a few views many times)."""
-        key = ("kept", filters, _viewer_key(viewer), sort, order)
+        key = ("kept", filters, viewer_key(viewer), sort, order)
         found = self.memo.get(key)
         if found is None:
             ranked = self.order(sort, order)
@@ -205,9 +210,10 @@ KEPT_MEMO = 256
 """Distinct (filters, viewer, sort, order) views whose ranked positions a snapshot keeps."""
 
 
-def _viewer_key(viewer: User | None) -> tuple[Any, ...]:
+def viewer_key(viewer: User | None) -> tuple[Any, ...]:
     """What decides which entries a viewer sees
-    (``models.submissions.queries.visibility_filter``)."""
+    (``models.submissions.queries.visibility_filter``): a cache of what a viewer is shown keys
+    on it, so two viewers share an entry only when they see the same entries."""
     if viewer is None:
         return ("public",)
     return ("admin",) if viewer.role == Role.ADMIN else ("user", viewer.id)
@@ -243,12 +249,15 @@ _LOCK = threading.Lock()
 _BENCHMARKS: dict[tuple[str, str], tuple[tuple[int | None, int], Benchmark]] = {}
 
 
-def benchmark_named(session: Session, name: str) -> tuple[Benchmark, tuple[int | None, int]]:
-    """The benchmark called ``name`` and the board counter it was read at. Reused across
-    requests while the counter stands (a definition change moves it): the object is loaded with
-    its test sets in a session of its own and detached, so it is only ever read. Raises
-    NotFoundError like ``models.catalog.benchmarks.get_benchmark``."""
-    version = board_version.current(session)
+def benchmark_named(
+    session: Session, name: str, version: tuple[int | None, int] | None = None
+) -> tuple[Benchmark, tuple[int | None, int]]:
+    """The benchmark called ``name`` and the board counter it was read at (``version`` when the
+    caller read it already). Reused across requests while the counter stands (a definition
+    change moves it): the object is loaded with its test sets in a session of its own and
+    detached, so it is only ever read. Raises NotFoundError like
+    ``models.catalog.benchmarks.get_benchmark``."""
+    version = board_version.current(session) if version is None else version
     key = (str(session.get_bind().engine.url), name)
     found = _BENCHMARKS.get(key)
     if found is not None and found[0] == version:
@@ -287,11 +296,56 @@ def board(
     return found
 
 
+T = TypeVar("T")
+
+_DERIVED: OrderedDict[tuple[str, Hashable], tuple[tuple[int | None, int], Any]] = OrderedDict()
+DERIVED_SIZE = 256
+"""Values :func:`derived` keeps (per process, least recently used dropped first)."""
+
+
+def derived(
+    session: Session,
+    key: Hashable,
+    build: Callable[[], T],
+    version: tuple[int | None, int] | None = None,
+    *,
+    keep: Callable[[T], bool] | None = None,
+) -> T:
+    """``build()``, kept while the board counter stands: for what the service derives from the
+    boards alone (a benchmark listing, a page's table), which a committed change of any board,
+    entry, definition or owner's name moves (``models.db.board_version``).
+
+    ``key`` names the value and everything else it depends on (the viewer's
+    :func:`viewer_key`, the query): two requests share a value only when their keys are equal.
+    The value is shared between threads and requests: callers read it, never change it.
+    ``version`` is the counter when the caller read it before anything ``build`` reads (so what
+    is kept under a version is never older than it); ``keep`` says whether a built value may be
+    kept (e.g. not while it shows a run in flight, whose progress moves no counter).
+    """
+    version = board_version.current(session) if version is None else version
+    full = (str(session.get_bind().engine.url), key)
+    with _LOCK:
+        found = _DERIVED.get(full)
+        if found is not None and found[0] == version:
+            _DERIVED.move_to_end(full)
+            return found[1]  # type: ignore[no-any-return]
+    value = build()  # outside the lock: a slow build holds up no other key
+    if keep is not None and not keep(value):
+        return value
+    with _LOCK:
+        _DERIVED[full] = (version, value)
+        _DERIVED.move_to_end(full)
+        while len(_DERIVED) > DERIVED_SIZE:
+            _DERIVED.popitem(last=False)
+    return value
+
+
 def forget() -> None:
     """Drop every snapshot of this process (tests that recreate a database under one URL)."""
     with _LOCK:
         _BOARDS.clear()
         _BENCHMARKS.clear()
+        _DERIVED.clear()
 
 
 def _build(session: Session, benchmark: Benchmark, version: tuple[int | None, int]) -> Board:
