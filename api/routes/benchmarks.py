@@ -32,19 +32,17 @@ def list_benchmarks(
     session: SessionDep,
     settings: SettingsDep,
     viewer: OptionalUser,
-    response: Response,
     offset: Annotated[int, Query(ge=0, le=100_000)] = 0,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-) -> list[BenchmarkSummary]:
+) -> Response:
     """Benchmarks by name, a page at a time: allowed σ, protocol, entry count and each test
     set's name, config, band and Hub link (``GET /benchmarks/{name}`` has the test sets' full
     details), and whether its data is on this machine (``data_available``; if not, ``data_hint``
     names the fix). ``X-Total-Count`` counts all benchmarks."""
-    total, page = service.benchmark_summaries(
+    total, body = service.benchmark_list_json(
         session, viewer=viewer, offset=offset, limit=limit, settings=settings
     )
-    response.headers["X-Total-Count"] = str(total)
-    return page
+    return Response(body, media_type="application/json", headers={"X-Total-Count": str(total)})
 
 
 @router.get("/benchmarks/{name}", response_model=BenchmarkPublic)

@@ -1,7 +1,7 @@
 """A ranked leaderboard page: its rows, "tied with #k" marks and effective robustness, as the
 public model (web pages, exports) or as the REST response's JSON bytes.
 
-Both come from one plan (``_plan``): the rows of the board snapshot (``models.boards.snapshots``),
+Both come from one plan (``plan``): the rows of the board snapshot (``models.boards.snapshots``),
 the tie tests of adjacent rows and the ER cells. The JSON path serialises each entry's row once per
 snapshot (kept in the snapshot's ``memo``) and splices rank, tie and ER into it, so a 50-row page
 costs string joins rather than 50 pydantic models; ``tests/api/test_api_leaderboard_json.py``
@@ -29,7 +29,7 @@ from models.boards import snapshots as board_index
 from models.core.settings import Settings
 from models.db.entities import User
 
-__all__ = ["leaderboard", "leaderboard_json"]
+__all__ = ["Plan", "leaderboard", "leaderboard_json", "plan"]
 
 #: Where a serialised row holds its per-page fields (each null in the memoised form).
 _PAGE_FIELDS = '"effective_robustness":null,"tied_with":null,"tie":null,'
@@ -58,15 +58,15 @@ def leaderboard(
     live) each row is marked "tied with #k" when it does not differ significantly from the entry
     above in the sorted figure (``models.boards.comparisons``); with ``effective_robustness`` an OOD
     benchmark's rows carry their ER (``api.services.analysis.aggregate_er``)."""
-    plan = _plan(session, name, query, viewer=viewer, settings=settings,
+    found = plan(session, name, query, viewer=viewer, settings=settings,
                  effective_robustness=effective_robustness)  # fmt: skip
-    public = LeaderboardPublic.of(plan.page)
+    public = LeaderboardPublic.of(found.page)
     for row in public.rows:
-        tie = plan.ties.get(row.submission_id)
+        tie = found.ties.get(row.submission_id)
         if tie is not None:
             row.tie = tie
             row.tied_with = tie.rank_above if tie.tied else None
-        row.effective_robustness = plan.er.get(row.submission_id)
+        row.effective_robustness = found.er.get(row.submission_id)
     return public
 
 
@@ -80,26 +80,26 @@ def leaderboard_json(
 ) -> bytes:
     """``leaderboard(..., effective_robustness=True).model_dump_json()``, from rows serialised
     once per board snapshot."""
-    plan = _plan(session, name, query, viewer=viewer, settings=settings, effective_robustness=True)
-    head = LeaderboardPublic.of(replace(plan.page, rows=[])).model_dump_json()
-    rows = ",".join(_row_json(plan, row) for row in plan.page.rows)
+    found = plan(session, name, query, viewer=viewer, settings=settings, effective_robustness=True)
+    head = LeaderboardPublic.of(replace(found.page, rows=[])).model_dump_json()
+    rows = ",".join(_row_json(found, row) for row in found.page.rows)
     return (head.removesuffix("[]}") + "[" + rows + "]}").encode()
 
 
-def _row_json(plan: Plan, row: lb.LeaderboardRow) -> str:
-    memo = plan.page.memo
+def _row_json(planned: Plan, row: lb.LeaderboardRow) -> str:
+    memo = planned.page.memo
     key = ("row_json", row.submission_id)
     parts = memo.get(key)
     if parts is None:
-        one = replace(plan.page, rows=[replace(row, rank=0)])
+        one = replace(planned.page, rows=[replace(row, rank=0)])
         text = LeaderboardPublic.of(one).rows[0].model_dump_json()
         start, split = len(_RANK_PREFIX), text.rindex(_PAGE_FIELDS)
         if not text.startswith(_RANK_PREFIX):
             raise AssertionError(f"a leaderboard row no longer starts with {_RANK_PREFIX}")
         parts = memo[key] = (text[start:split], text[split + len(_PAGE_FIELDS) :])
     body, tail = parts
-    er = plan.er.get(row.submission_id)
-    tie = plan.ties.get(row.submission_id)
+    er = planned.er.get(row.submission_id)
+    tie = planned.ties.get(row.submission_id)
     tied_with = tie.rank_above if tie is not None and tie.tied else None
     return (
         f'{{"rank":{row.rank},{body}"effective_robustness":'
@@ -109,7 +109,7 @@ def _row_json(plan: Plan, row: lb.LeaderboardRow) -> str:
     )
 
 
-def _plan(
+def plan(
     session: Session,
     name: str,
     query: lb.LeaderboardQuery,
@@ -117,8 +117,13 @@ def _plan(
     viewer: User | None,
     settings: Settings | None,
     effective_robustness: bool,
+    version: tuple[int | None, int] | None = None,
 ) -> Plan:
-    bench, version = board_index.benchmark_named(session, name)
+    """The rows of a page with their tie marks and ER cells, before any public model is built:
+    the web page renders each row's cells once per snapshot from it (``api.web.leaderboard_table``)
+    as the JSON path serialises them once. ``version``: the board counter when the caller read
+    it already in this transaction. Raises like :func:`leaderboard`."""
+    bench, version = board_index.benchmark_named(session, name, version)
     ties = settings is not None and comparisons.terms_key(query.sort) is not None
     above: lb.LeaderboardRow | None = None
     if ties and query.offset > 0:  # with the entry just above the page's first row

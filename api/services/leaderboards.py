@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from pydantic import TypeAdapter
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -32,11 +33,12 @@ from api.schemas.submission import SeedPublic
 from api.schemas.zoo import WeightsLinkPublic
 from certbench.errors import RecordsError
 from models.benchmarks.availability import availability_by_id, benchmark_availability, sources_of
-from models.boards import comparisons
+from models.boards import comparisons, snapshots
 from models.boards import leaderboard as lb
 from models.catalog.benchmarks import get_benchmark, list_benchmarks
 from models.core.errors import IntakeError, NotFoundError
 from models.core.settings import Settings
+from models.db import board_version
 from models.db.entities import Benchmark, LeaderboardEntry, Submission, User
 from models.db.states import SubmissionState
 from models.runs import estimates
@@ -155,6 +157,51 @@ def benchmark_summaries(
         for benchmark_id, sha256, _, summary in shapes[offset : offset + limit]
     ]
     return len(shapes), page
+
+
+_SUMMARIES = TypeAdapter(list[BenchmarkSummary])
+
+
+def benchmark_list_json(
+    session: Session,
+    *,
+    viewer: User | None,
+    offset: int,
+    limit: int,
+    settings: Settings | None = None,
+) -> tuple[int, bytes]:
+    """:func:`benchmark_summaries` as the JSON bytes the route answers (what FastAPI writes for
+    its ``response_model``), kept while the board counter stands, per viewer class
+    (``models.boards.snapshots.viewer_key``: the counts are of the entries the viewer sees) and
+    page. Counting every benchmark's entries joins every entry (5-8 ms a request at 10,000
+    entries, issue 35 §1); a new entry, a finished run, a moderation or a definition change
+    moves the counter. Whether each benchmark's data is on this machine is looked up on every
+    call (``models.benchmarks.availability`` keeps an answer 10 s) and is part of the key."""
+    version = board_version.current(session)
+    shapes = snapshots.derived(
+        session,
+        ("benchmark_shapes",),
+        lambda: [(i, sha256) for i, sha256, _, _ in _shapes(session)],
+        version,
+    )
+    data = {i: _data_fields(session, i, sha256, settings) for i, sha256 in shapes[offset:][:limit]}
+
+    def build() -> bytes:
+        counts = _entry_counts(session, viewer)
+        page = [
+            summary.model_copy(
+                update={
+                    "entries": counts.get(i, 0),
+                    **(data[i] if i in data else _data_fields(session, i, sha256, settings)),
+                }
+            )
+            for i, sha256, _, summary in _shapes(session)[offset : offset + limit]
+        ]
+        return _SUMMARIES.dump_json(page)
+
+    facts = tuple((i, tuple(fields.items())) for i, fields in data.items())
+    key = ("benchmark_list", snapshots.viewer_key(viewer), offset, limit, facts)
+    return len(shapes), snapshots.derived(session, key, build, version)
 
 
 def benchmark(

@@ -21,8 +21,7 @@ from api.schemas.result import ResultsPublic
 from api.services import leaderboard_page as page_service
 from api.services import leaderboards as lb_service
 from api.services import submissions as sub_service
-from api.services.analysis_data import has_analysis
-from api.web import figure_files, figures
+from api.web import figure_files, figures, leaderboard_table
 from api.web import stages as stage_web
 from api.web.auth import WebViewer
 from api.web.leaderboard_view import (
@@ -33,13 +32,15 @@ from api.web.leaderboard_view import (
     certified_columns,
     metric_columns,
 )
-from api.web.rendering import MAX_COMPARE, HTMLRoute, render
+from api.web.rendering import MAX_COMPARE, HTMLRoute, render, rendered, templates
 from certbench.nets import ARCHITECTURE_NAMES
 from certbench.smoothing import RADII
-from models.boards.leaderboard import LeaderboardQuery, benchmark_sort_keys
-from models.catalog.benchmarks import get_benchmark
+from models.boards import snapshots
+from models.boards.leaderboard import LeaderboardQuery
 from models.core.errors import IntakeError, NotFoundError
-from models.db.states import ACTIVE_STATES
+from models.db import board_version
+from models.db.entities import User
+from models.db.states import ACTIVE_STATES, SubmissionState
 from models.submissions.queries import get_visible
 
 router = APIRouter(route_class=HTMLRoute, include_in_schema=False)
@@ -64,7 +65,9 @@ def home(
         top = page_service.leaderboard(
             session, bench.name, LeaderboardQuery(limit=HOME_TOP), viewer=viewer
         )
-        cards.append({"benchmark": bench, "top": top.rows, "repos": _sources_by_repo(bench)})
+        cards.append(
+            {"benchmark": bench, "top": top.rows, "repos": leaderboard_table.sources_by_repo(bench)}
+        )
     groups: dict[str, list[dict[str, Any]]] = {}
     for card in cards:
         groups.setdefault(card["benchmark"].base_dataset, []).append(card)
@@ -74,20 +77,6 @@ def home(
         key=lambda group: all(c["benchmark"].data_available is False for c in group[1]),
     )
     return render(request, "home.html", {"viewer": viewer, "groups": dict(ordered)})
-
-
-def _sources_by_repo(bench: BenchmarkPublic) -> dict[str, list[tuple[str, str | None]]]:
-    """Each dataset repo of a benchmark → where this server reads its test sets from: distinct
-    (``DataSourcePublic.where`` text, Hub link or None). A local folder is never shown as the
-    Hub."""
-    repos: dict[str, list[tuple[str, str | None]]] = {}
-    for test_set in sorted(bench.test_sets, key=lambda t: t.dataset_repo):
-        source = test_set.source
-        where = (source.where(), test_set.hub_url)
-        wheres = repos.setdefault(test_set.dataset_repo, [])
-        if where not in wheres:
-            wheres.append(where)
-    return repos
 
 
 # ---- leaderboard ------------------------------------------------------------------------------
@@ -128,10 +117,13 @@ def leaderboard_page(
     flagged: Annotated[str, Query(pattern="^(|only|exclude)$")] = "",
 ) -> HTMLResponse:
     """Ranked entries, sorted and filtered server-side; one page of rows per request. A sort
-    key the benchmark lacks is the 422 error page naming its keys (as in REST)."""
-    found = get_benchmark(session, benchmark)
+    key the benchmark lacks is the 422 error page naming its keys (as in REST).
+
+    What the page shows of the benchmark is built once per board counter value and each row's
+    cells once per board snapshot (``api.web.leaderboard_table``); a request renders the rest."""
+    frame = leaderboard_table.frame(session, benchmark)
     filters = Filters(
-        sort=resolve_sort(sort, benchmark_sort_keys(found)),
+        sort=resolve_sort(sort, frame.sort_keys),
         order=order,
         page=page,
         per_page=per_page,
@@ -143,29 +135,31 @@ def leaderboard_page(
         baseline=baseline,
         flagged=flagged,
     )
-    board = page_service.leaderboard(
+    planned = page_service.plan(
         session, benchmark, filters.query(), viewer=viewer, settings=settings,
-        effective_robustness=True,
+        effective_robustness=True, version=frame.version,
     )  # fmt: skip
-    # The page needs the benchmark's description, not its entry count: the service's count query
-    # would double the page's database time, and ``board.total`` already counts this view.
-    bench = BenchmarkPublic.of(found, entries=board.total).model_copy(
-        update=lb_service.data_fields(found, settings)
-    )
+    # ``board.total`` counts this view: the service's entry count query is not needed here.
+    bench = frame.public.model_copy(
+        update={"entries": planned.page.total,
+                **lb_service.data_fields(frame.benchmark, settings)}
+    )  # fmt: skip
+    sort_label = frame.sort_keys[filters.sort]
     return render(
         request,
         "leaderboard.html",
         {
             "viewer": viewer,
             "benchmark": bench,
-            "board": board,
-            "er_column": any(r.effective_robustness is not None for r in board.rows),
-            "analysis_link": has_analysis(session, benchmark),
-            "columns": metric_columns(bench),
+            "board": planned.page,
+            "rows": leaderboard_table.rows(planned, frame.columns, sort_label),
+            "er_column": leaderboard_table.has_er_column(planned),
+            "analysis_link": frame.analysis_link,
+            "columns": frame.columns,
             "filters": filters,
-            "sort_label": bench.sort_keys[filters.sort],
-            "repos": _sources_by_repo(bench),
-            "pager": Pager.of(total=board.total, page=page, per_page=per_page),
+            "sort_label": sort_label,
+            "repos": frame.repos,
+            "pager": Pager.of(total=planned.page.total, page=page, per_page=per_page),
             "page_sizes": PAGE_SIZES,
             "architectures": list(ARCHITECTURE_NAMES),
         },
@@ -341,11 +335,21 @@ def compare_page(
     viewer: WebViewer,
     id: Annotated[list[WebId], Query()] = [],  # noqa: B006 (FastAPI reads the default)
 ) -> HTMLResponse:
-    """Two to four entries of one benchmark side by side, their curves overlaid."""
-    context = _compare_context(session, settings, viewer, id)
-    context["figure_base"] = "/compare/figures"
-    context["figure_query"] = "?" + urlencode([("id", i) for i in dict.fromkeys(id)])
-    return render(request, "compare.html", context)
+    """Two to four entries of one benchmark side by side, their curves overlaid. Kept while the
+    board counter stands, per viewer and entry set, once every entry has finished
+    (:func:`_kept_compare`)."""
+    ids = list(dict.fromkeys(id))
+    version = board_version.current(session)
+
+    def build() -> tuple[str, bool]:
+        context, finished = _kept_compare(session, settings, viewer, ids, version)
+        page = {**context, "viewer": viewer, "figure_base": "/compare/figures",
+                "figure_query": "?" + urlencode([("id", i) for i in ids])}  # fmt: skip
+        return templates.get_template("compare.html").render(page), finished
+
+    key = ("web_compare_page", _identity(viewer), tuple(ids))
+    html, _ = snapshots.derived(session, key, build, version, keep=lambda built: built[1])
+    return rendered(request, html)
 
 
 @router.get("/compare/figures/{name}.{fmt}", name="web_compare_figure")
@@ -358,8 +362,40 @@ def compare_figure(
     id: Annotated[list[WebId], Query()] = [],  # noqa: B006 (FastAPI reads the default)
 ) -> Response:
     """One figure of the compare page as SVG, PNG or PDF."""
-    context = _compare_context(session, settings, viewer, id)
+    ids = list(dict.fromkeys(id))
+    context, _ = _kept_compare(session, settings, viewer, ids, board_version.current(session))
     return figure_files.figure_response(figure_files.collect(context), name, fmt)
+
+
+def _identity(viewer: User | None) -> tuple[int, str] | None:
+    """Who a kept page was built for: None for every anonymous visitor, else the user's id and
+    role. A page shows the viewer's name and what the viewer may see (private entries, hidden
+    duplicates), so no two signed-in users share one; a change of name moves the board
+    counter, a change of role changes this key."""
+    return None if viewer is None else (viewer.id, str(viewer.role))
+
+
+def _kept_compare(
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: WebViewer,
+    ids: list[int],
+    version: tuple[int | None, int],
+) -> tuple[dict[str, Any], bool]:
+    """The compare page's context (without the viewer) and whether every entry has finished.
+    Reading the entries' records for the curves and paired tests costs 70-180 ms, and they
+    change only with a committed board change (a re-run, a moderation), so the context is kept
+    per board counter value, viewer and entry set (``models.boards.snapshots.derived``); never
+    while an entry is unfinished, whose results arrive without moving the counter."""
+
+    def build() -> tuple[dict[str, Any], bool]:
+        context = _compare_context(session, settings, viewer, ids)
+        del context["viewer"]
+        finished = all(e.state == SubmissionState.FINISHED for e, _ in context["entries"])
+        return context, finished
+
+    key = ("web_compare", _identity(viewer), tuple(ids))
+    return snapshots.derived(session, key, build, version, keep=lambda built: built[1])
 
 
 def _compare_context(
@@ -395,9 +431,10 @@ def _compare_context(
         )
         for e in entries
     ]
-    charts: dict[str, Any] = {
-        "certified": figures.overlay_certified_chart(curves, chart_id="compare-cert-acc")
-    }
+    charts: dict[str, Any] = {}
+    certified = figures.overlay_certified_chart(curves, chart_id="compare-cert-acc")
+    if certified is not None:  # None: no entry has per-test-set results
+        charts["certified"] = certified
     if any(figures.mean_pa(c.curves) is not None for c in curves):
         charts["pa"] = figures.pa_chart(curves, chart_id="compare-pa", emphasis=None)
     if all(figures.is_fourier(e.results) for e in entries):

@@ -142,3 +142,11 @@ def render(
     if getattr(request.state, "stale_cookie", False):
         clear_token_cookie(response)
     return response
+
+
+def rendered(request: Request, html: str, *, status_code: int = 200) -> HTMLResponse:
+    """A page rendered before (a kept page), answered like :func:`render`."""
+    response = HTMLResponse(html, status_code=status_code)
+    if getattr(request.state, "stale_cookie", False):
+        clear_token_cookie(response)
+    return response
