@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -242,6 +243,7 @@ def run_shard(
     relpath = shards.records_relpath(submission_id, spec)
     target = storage.resolve(settings.artifacts_dir, relpath)
     remove_stale_partials(target, older_than=settings.shard_time_limit_seconds)
+    attempt = attempt_path(target)
     started = time.perf_counter()
     label = f"{stage_name} shard {shard_index}" + (f" of {unit!r}" if unit else "")
     output = _run_leased(
@@ -251,25 +253,50 @@ def run_shard(
         worker=worker,
         label=label,
         size_setting=stage.shard_size_setting,
-        run=lambda lease: _run_stage(stage, item, spec, target, lease, settings),
+        run=lambda lease: _run_stage(stage, item, spec, attempt, lease, settings),
     )
     if isinstance(output, str):
+        attempt.unlink(missing_ok=True)
         _release(settings, submission_id, key, worker)
         return output
     with session_scope(settings) as session:
-        new = shards.record(
-            session,
-            submission_id=submission_id,
-            spec=spec,
-            count=output.count,
-            seconds=time.perf_counter() - started,
-            records_path=relpath,
-            worker=worker,
-            settings=settings,
-        )
+        try:
+            new = shards.record(
+                session,
+                submission_id=submission_id,
+                spec=spec,
+                count=output.count,
+                seconds=time.perf_counter() - started,
+                records_path=relpath,
+                worker=worker,
+                settings=settings,
+                attempt=attempt,
+            )
+        except shards.ClaimLostError as lost:
+            return _fenced(session, item, spec, label=label, worker=worker, lost=lost)
         shards.release_claim(session, submission_id, key, worker=worker)
         _maybe_aggregate(session, submission_id)
     return f"{'recorded' if new else 'already recorded'}: {output.count} {output.noun}"
+
+
+def attempt_path(target: Path) -> Path:
+    """Where this attempt writes a shard's records before they are recorded (then moved to
+    ``target`` under the claim: ``shards.record``). Its own name per attempt, so a worker whose
+    claim lapsed never writes the file another worker's recorded shard points at; the writer's
+    temporary file (``.<name>.*.tmp``) and a killed attempt's file are swept by
+    ``remove_stale_partials``."""
+    return target.with_name(f"{target.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.attempt")
+
+
+def _fenced(session: Session, item: WorkItem, spec: ShardSpec, *, label: str, worker: str,
+            lost: shards.ClaimLostError) -> str:  # fmt: skip
+    """The shard finished after this worker's claim lapsed: its result was not stored (the
+    shard is another worker's now, or the reconciler's to send again); noted in its history."""
+    log.warning("fenced on %s: %s", worker, lost)
+    entry = {"worker": worker, "at": utcnow().isoformat(), "outcome": "fenced",
+             "images_done": spec.size, "message": str(lost)}  # fmt: skip
+    shards.note_attempt(session, item.submission_id, spec.key, entry)
+    return f"fenced: {label} of submission {item.submission_id}: {lost}"
 
 
 def _run_stage(
@@ -302,14 +329,16 @@ def _release(settings: Settings, submission_id: int, key: tuple[str, str, int], 
 
 
 def remove_stale_partials(target: Path, *, older_than: float) -> list[Path]:
-    """Delete temporary files a killed attempt of this shard left next to ``target``.
+    """Delete temporary and attempt files a killed attempt of this shard left next to
+    ``target``.
 
     Only files older than the hard time limit go: no live attempt can be writing them, so a
     duplicate delivery running at the same time never loses its own temporary file.
     """
     cutoff = time.time() - older_than
     stale = []
-    for path in target.parent.glob(f".{target.name}.*.tmp"):
+    pattern = (f".{target.name}.*.tmp", f"{target.name}.*.attempt")
+    for path in [p for glob in pattern for p in target.parent.glob(glob)]:
         try:
             if path.stat().st_mtime < cutoff:
                 path.unlink()

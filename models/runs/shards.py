@@ -3,21 +3,26 @@
 The plan is deterministic (every worker computes the same one from the database and the shard
 sizes), so a shard is named by (stage, unit, shard index) alone. Recording is exactly-once: the
 unique key on ``stage_shards`` decides, so redelivered tasks and resumed submissions neither
-duplicate nor lose work. Progress (per stage and per unit, ``models.runs.progress``) is computed
-from the same rows and from the running shards' counts on their dispatch rows.
+duplicate nor lose work. A worker's claim on a shard is its fencing token: a worker records its
+result only while it still holds the claim, in the transaction that releases it, so a worker cut
+off past its lease (whose shard the reconciler gave to another) cannot store its late result.
+Progress (per stage and per unit, ``models.runs.progress``) is computed from the same rows and
+from the running shards' counts on their dispatch rows.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from models.core.errors import StorageError
+from models.core.errors import ConflictError, StorageError
 from models.core.settings import Settings
 from models.db.base import utcnow
 from models.db.entities import ShardDispatch, StageShard
@@ -87,6 +92,13 @@ def missing(
     ]
 
 
+class ClaimLostError(ConflictError):
+    """A worker's claim on a shard lapsed (or was given to another worker) before it recorded
+    the shard: its result is refused, not stored."""
+
+    code = "claim_lost"
+
+
 def records_relpath(submission_id: int, spec: ShardSpec) -> str:
     """Where a shard's per-image records are written (relative to the artifacts dir)."""
     folder = registry.get(spec.stage).folder(spec.unit)
@@ -103,6 +115,7 @@ def record(
     records_path: str,
     worker: str | None = None,
     settings: Settings,
+    attempt: Path | None = None,
 ) -> bool:
     """Record a finished shard whose records file is already written (atomically).
 
@@ -111,12 +124,22 @@ def record(
     shard's images and forward passes (what this fleet's throughput is measured on), updates the
     submission's progress and renews its lease. Raises StorageError if the records file is
     missing.
+
+    ``attempt`` (a worker's run: its records written there, not at ``records_path``) fences the
+    recording by ``worker``'s claim: in one transaction the claim is released only if ``worker``
+    still holds it with its lease running (the row stays locked until the commit, so the
+    reconciler cannot give it away meanwhile), the shard is inserted, and the file is moved to
+    ``records_path``. A lost claim raises ClaimLostError and the attempt's file is deleted, so
+    neither the row nor the file of a late result is stored.
     """
-    if not storage.resolve(settings.artifacts_dir, records_path).is_file():
+    written = attempt or storage.resolve(settings.artifacts_dir, records_path)
+    if not written.is_file():
         raise StorageError(
             f"records file {records_path!r} for submission {submission_id} shard "
             f"{spec.key} does not exist: write it before recording the shard"
         )
+    if attempt is not None:
+        _fence(session, submission_id, spec.key, worker=worker, attempt=attempt)
     row = StageShard(
         submission_id=submission_id,
         stage=spec.stage,
@@ -131,9 +154,14 @@ def record(
     )
     session.add(row)
     try:
+        session.flush()
+        if attempt is not None:
+            os.replace(attempt, storage.resolve(settings.artifacts_dir, records_path))
         session.commit()
     except IntegrityError:
         session.rollback()
+        if attempt is not None:
+            attempt.unlink(missing_ok=True)
         return False
     cost = progress.unit_cost(session, submission_id, spec.stage, spec.unit, settings=settings)
     final = {"images_done": spec.size, "samples_done": cost.passes(spec.start, spec.stop)}
@@ -142,6 +170,35 @@ def record(
     refresh_progress(session, submission_id, settings=settings)
     pipeline.heartbeat(session, submission_id, settings=settings, worker=worker)
     return True
+
+
+def _fence(session: Session, submission_id: int, key: tuple[str, str, int], *,
+           worker: str | None, attempt: Path) -> None:  # fmt: skip
+    """Release ``worker``'s live claim in the open transaction, or refuse: ClaimLostError."""
+    if worker is None:
+        raise ValueError("recording an attempt needs the worker that holds the claim")
+    released = _rows_updated(
+        session,
+        _dispatch_update(submission_id, key)
+        .where(ShardDispatch.claimed_by == worker, ShardDispatch.claimed_until > utcnow())
+        .values(claimed_by=None, claimed_until=None),
+    )
+    if released == 1:
+        return
+    session.rollback()
+    attempt.unlink(missing_ok=True)
+    row = _dispatch_row(session, submission_id, key)
+    holder = row.claimed_by if row is not None else None
+    if holder == worker:
+        why = "its lease on the claim ran out"
+    elif holder:
+        why = f"the claim is held by {holder} now"
+    else:
+        why = "the claim lapsed and the shard was sent again"
+    raise ClaimLostError(
+        f"{worker} no longer holds its claim on shard {key} of submission {submission_id} "
+        f"({why}): its result is not stored"
+    )
 
 
 def done_count(session: Session, submission_id: int) -> int:
