@@ -61,9 +61,11 @@ def _taken_over_while_computing(monkeypatch: pytest.MonkeyPatch, settings: Setti
                 final.parent.mkdir(parents=True, exist_ok=True)
                 final.write_bytes(b"w2's records")
                 spec = next(s for s in shards.plan(db, sid, settings=settings) if s.key == KEY)
-                assert shards.record(db, submission_id=sid, spec=spec, count=1, seconds=0.1,
-                                     records_path=str(storage.shard_records_relpath(sid, KEY[1], 0)),
-                                     worker="w2/7", settings=settings)  # fmt: skip
+                relpath = str(storage.shard_records_relpath(sid, KEY[1], 0))
+                assert shards.record(
+                    db, submission_id=sid, spec=spec, count=1, seconds=0.1,
+                    records_path=relpath, worker="w2/7", settings=settings,
+                )  # fmt: skip
         return output
 
     monkeypatch.setattr(tasks, "_run_stage", run_stage)
