@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -50,6 +50,22 @@ class Normalization(StrEnum):
     NONE = "none"
 
 
+def parse_arch_kwarg(item: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` of ``--arch-kwarg`` as the manifest will hold it: VALUE read as JSON
+    (``10``, ``0.1``, ``true``, ``[1, 1]``), a comma-separated list of numbers (``1,1,1,1``) or
+    else a word (``avg``). Raises TrainingError for an item without ``=``."""
+    from certbench.errors import TrainingError
+
+    name, sep, value = item.partition("=")
+    if not sep or not name:
+        raise TrainingError(f"--arch-kwarg {item!r}: write NAME=VALUE, e.g. depth=10")
+    text = f"[{value}]" if "," in value and not value.lstrip().startswith("[") else value
+    try:
+        return name, json.loads(text)
+    except ValueError:
+        return name, value
+
+
 @user_errors
 def train_command(
     recipe: Annotated[
@@ -74,10 +90,19 @@ def train_command(
             callback=output_folder,
         ),
     ],
-    arch: Annotated[str, typer.Option(help="Registry architecture.")] = "cifar_resnet110",
+    arch: Annotated[
+        str,
+        typer.Option(
+            help="Registry architecture (lenet5, cifar_resnet20, wrn, ...) or a library one: "
+            "timm/<model>, torchvision/<model>."
+        ),
+    ] = "cifar_resnet110",
     arch_kwarg: Annotated[
         list[str] | None,
-        typer.Option(help="Architecture kwarg NAME=VALUE (repeatable), e.g. depth=10."),
+        typer.Option(
+            help="Architecture kwarg NAME=VALUE (repeatable): a number, true/false, a word or a "
+            "list, e.g. depth=10, global_pool=avg, layers=1,1,1,1."
+        ),
     ] = None,
     sigma: Annotated[
         float,
@@ -174,18 +199,7 @@ def train_command(
     from certbench.errors import TrainingError
     from certbench.training import RunOptions, TrainConfig, train
 
-    kwargs: dict[str, int | float] = {}
-    for item in arch_kwarg or []:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise TrainingError(f"--arch-kwarg {item!r}: write NAME=VALUE, e.g. depth=10")
-        try:
-            kwargs[name] = int(value)
-        except ValueError:
-            try:
-                kwargs[name] = float(value)
-            except ValueError as err:
-                raise TrainingError(f"--arch-kwarg {item!r}: VALUE must be a number") from err
+    kwargs = dict(parse_arch_kwarg(item) for item in arch_kwarg or [])
     if amp not in ("bf16", "none", "auto"):
         raise TrainingError(f"--amp {amp!r}: use bf16, none or auto (fp16 needs loss scaling)")
     if augment_device not in (None, "cpu", "cuda"):

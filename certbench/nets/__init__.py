@@ -1,6 +1,11 @@
 """Networks: the architecture registry, safe loading of submissions, batch-invariant evaluation.
 
 - :mod:`~certbench.nets.architectures`: the registry of architectures a manifest may name;
+- :mod:`~certbench.nets.libraries`: ``timm/<model>`` and ``torchvision/<model>`` architectures,
+  built from the pinned library without pretrained weights; :mod:`~certbench.nets.library_kwargs`:
+  their allowed keyword arguments (torch-free);
+- :mod:`~certbench.nets.meta`: a manifest's network on the ``meta`` device (shapes, no memory);
+- :mod:`~certbench.nets.cost`: parameters and FLOPs per sample (``FlopCounterMode`` on ``meta``);
 - :mod:`~certbench.nets.manifest`: the JSON manifest, validated without torch;
 - :mod:`~certbench.nets.loading`: manifest + safetensors weights → a model (never pickle);
 - :mod:`~certbench.nets.header`: a safetensors header read and checked without its tensors;
@@ -18,7 +23,12 @@ from typing import TYPE_CHECKING
 from certbench import public_face
 
 if TYPE_CHECKING:
-    from certbench.nets.architectures import available_architectures, build_classifier, check_kwargs
+    from certbench.nets.architectures import (
+        available_architectures,
+        build_classifier,
+        check_kwargs,
+        is_library_architecture,
+    )
     from certbench.nets.batch_invariance import (
         RowSlots,
         canonical_layout,
@@ -27,6 +37,7 @@ if TYPE_CHECKING:
         packed_keys,
         stable_argmax,
     )
+    from certbench.nets.cost import NetworkCost, manifest_cost, network_cost
     from certbench.nets.fit import check_fit, max_tensors
     from certbench.nets.folding import batchnorm_count, fold_batchnorm
     from certbench.nets.header import (
@@ -36,9 +47,11 @@ if TYPE_CHECKING:
         looks_like_safetensors,
         read_header,
     )
+    from certbench.nets.libraries import architecture_provenance
     from certbench.nets.loading import load_model, save_weights
     from certbench.nets.manifest import (
         ARCHITECTURE_NAMES,
+        NAME_LENGTH,
         PRINTABLE_PATTERN,
         Architecture,
         Manifest,

@@ -7,6 +7,11 @@ Gaussian noise of randomized smoothing is added *before* normalization (Cohen et
 holds no state-dict entries, index 1 is the network, so the keys read ``1.conv1.weight``, ...
 exactly like the published checkpoints of locuslab/smoothing.
 
+Besides these, a manifest may name an architecture of a pinned library, ``timm/<model>`` or
+``torchvision/<model>`` (:mod:`certbench.nets.libraries`, keyword arguments from
+:mod:`certbench.nets.library_kwargs`): :func:`check_kwargs`, :func:`create_architecture` and
+:func:`build_classifier` take both kinds of name.
+
 Registered: ``cifar_resnet20/56/110`` (He et al. 2016, CIFAR variant with 1x1 projection shortcuts,
 as used by Cohen et al.), ``wrn`` (Zagoruyko & Komodakis 2016, pre-activation wide ResNet) and
 ``lenet5`` (LeCun et al. 1998: small enough to certify the CPU demo benchmark in seconds).
@@ -14,6 +19,7 @@ as used by Cohen et al.), ``wrn`` (Zagoruyko & Komodakis 2016, pre-activation wi
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +28,7 @@ import torch
 from torch import nn
 
 from certbench.errors import ManifestError, UnknownArchitectureError
+from certbench.nets.library_kwargs import check_library_kwargs, split_library_name
 
 __all__ = [
     "ArchitectureSpec",
@@ -32,6 +39,7 @@ __all__ = [
     "check_kwargs",
     "create_architecture",
     "get_spec",
+    "is_library_architecture",
     "register_architecture",
 ]
 
@@ -93,22 +101,39 @@ def register_architecture(
 
 
 def available_architectures() -> list[str]:
-    """Sorted names accepted by :func:`create_architecture` and manifests."""
+    """Sorted built-in names accepted by :func:`create_architecture` and manifests (library
+    architectures, ``timm/<model>`` and ``torchvision/<model>``, are the libraries' to list)."""
     return sorted(_REGISTRY)
 
 
 def get_spec(name: str) -> ArchitectureSpec:
-    """The registry entry for ``name``; raises UnknownArchitectureError listing the known names."""
+    """The registry entry for ``name``; raises UnknownArchitectureError listing the known names
+    (the closest first) and the library prefixes."""
     try:
         return _REGISTRY[name]
     except KeyError:
+        close = difflib.get_close_matches(name, available_architectures(), n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
         raise UnknownArchitectureError(
-            f"unknown architecture {name!r}; choose one of: {', '.join(available_architectures())}"
+            f"unknown architecture {name!r}; {hint}choose one of: "
+            f"{', '.join(available_architectures())}, or a library architecture "
+            "timm/<model> or torchvision/<model>"
         ) from None
 
 
+def is_library_architecture(name: str) -> bool:
+    """Whether ``name`` names a library architecture (``timm/...``, ``torchvision/...``)."""
+    return split_library_name(name) is not None
+
+
 def check_kwargs(name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """Check ``kwargs`` against the allow-list of ``name``; return them coerced to their types."""
+    """Check ``kwargs`` against the allow-list of ``name``; return them coerced to their types
+    (a library architecture's name is checked against the library's registry too)."""
+    if is_library_architecture(name):
+        from certbench.nets.libraries import check_library_name
+
+        check_library_name(name)
+        return check_library_kwargs(kwargs)
     spec = get_spec(name)
     unknown = sorted(set(kwargs) - set(spec.kwargs))
     if unknown:
@@ -120,11 +145,23 @@ def check_kwargs(name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return {key: spec.kwargs[key].coerce(key, value) for key, value in kwargs.items()}
 
 
-def create_architecture(name: str, *, num_classes: int, **kwargs: Any) -> nn.Module:
-    """Build the bare network ``name`` (randomly initialised) after checking its kwargs."""
+def create_architecture(
+    name: str, *, num_classes: int, in_chans: int = 3, **kwargs: Any
+) -> nn.Module:
+    """Build the bare network ``name`` (randomly initialised) after checking its kwargs.
+
+    ``in_chans`` (the manifest's ``input_size[0]``) reaches library architectures; the built-in
+    ones take 3 channels, and a forward pass on other inputs says so (``check_model``).
+    """
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
         raise ManifestError(f"num_classes must be an integer >= 2, got {num_classes!r}")
     checked = check_kwargs(name, kwargs)
+    if is_library_architecture(name):
+        from certbench.nets.libraries import create_library_model
+
+        return create_library_model(
+            name, num_classes=num_classes, in_chans=in_chans, kwargs=checked
+        )
     return get_spec(name).builder(num_classes=num_classes, **checked)
 
 
@@ -165,8 +202,9 @@ def build_classifier(
     std: Sequence[float],
     **kwargs: Any,
 ) -> nn.Sequential:
-    """``nn.Sequential(NormalizeLayer(mean, std), net)``: the base classifier f on [0,1] inputs."""
-    net = create_architecture(name, num_classes=num_classes, **kwargs)
+    """``nn.Sequential(NormalizeLayer(mean, std), net)``: the base classifier f on [0,1] inputs
+    (a library network takes one input channel per value of ``mean``)."""
+    net = create_architecture(name, num_classes=num_classes, in_chans=len(mean), **kwargs)
     return nn.Sequential(NormalizeLayer(mean, std), net)
 
 

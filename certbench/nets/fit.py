@@ -20,6 +20,7 @@ from certbench.errors import StateDictMismatchError
 
 if TYPE_CHECKING:
     from certbench.nets.manifest import Manifest
+    from certbench.nets.meta import MetaKey
 
 __all__ = [
     "NET_PREFIX",
@@ -39,25 +40,18 @@ Shapes = Mapping[str, tuple[int, ...]]
 
 
 def expected_shapes(manifest: Manifest) -> dict[str, tuple[int, ...]]:
-    """Names (with the ``1.`` prefix) and shapes of the state dict of the manifest's network."""
-    arch = manifest.architecture
-    from certbench.nets.architectures import check_kwargs
+    """Names (with the ``1.`` prefix) and shapes of the state dict of the manifest's network,
+    built on the ``meta`` device (``certbench.nets.meta``)."""
+    from certbench.nets.meta import meta_key
 
-    kwargs = tuple(sorted(check_kwargs(arch.name, arch.kwargs).items()))
-    return dict(_shapes(arch.name, manifest.num_classes, kwargs))
+    return dict(_shapes(meta_key(manifest)))
 
 
 @lru_cache(maxsize=64)
-def _shapes(
-    name: str, num_classes: int, kwargs: tuple[tuple[str, Any], ...]
-) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    import torch
+def _shapes(key: MetaKey) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    from certbench.nets.meta import build_meta
 
-    from certbench.nets.architectures import create_architecture
-
-    with torch.device("meta"):
-        net = create_architecture(name, num_classes=num_classes, **dict(kwargs))
-    return tuple((NET_PREFIX + key, tuple(t.shape)) for key, t in net.state_dict().items())
+    return tuple((name, tuple(t.shape)) for name, t in build_meta(key).state_dict().items())
 
 
 #: Slack of :func:`max_tensors`: a file for another architecture (ResNet-56 weights declared as a
@@ -147,7 +141,7 @@ def _owner(got: Shapes, manifest: Manifest) -> str | None:
 
     names = _names(got)
     for name in available_architectures():
-        candidate = dict(_shapes(name, manifest.num_classes, ()))
+        candidate = dict(_shapes((name, manifest.num_classes, manifest.input_size[0], ())))
         if _names(candidate) == names and set(got) <= set(candidate):
             return name
     return None

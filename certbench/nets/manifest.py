@@ -14,6 +14,7 @@ registry, which needs torch, is consulted only when a manifest is loaded.
 from __future__ import annotations
 
 import json
+import math
 import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,13 +27,14 @@ from pydantic import (
     Field,
     HttpUrl,
     StrictFloat,
-    StrictInt,
     StringConstraints,
     ValidationError,
+    WithJsonSchema,
     model_validator,
 )
 
 from certbench.errors import ManifestError
+from certbench.nets.library_kwargs import MAX_SEQUENCE, refused_key
 
 __all__ = [
     "ARCHITECTURE_NAMES",
@@ -146,11 +148,71 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: An architecture keyword argument's value: a number, a flag, a short word (a pooling's name)
+#: or a short list of numbers (per-stage depths and widths); what each key takes is its rule's
+#: (``certbench.nets.library_kwargs``, or the built-in architecture's allow-list).
+WORD_LENGTH = 32
+
+
+def _kwarg_value(value: Any) -> Any:
+    """``value`` if it is one of the JSON values a keyword argument may hold, else ValueError
+    (one message, rather than one per member of a union)."""
+    if isinstance(value, bool | int | str):
+        if isinstance(value, str):
+            return _within(clean_text(value), WORD_LENGTH)
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"must be a finite number, got {value!r}")
+        return value
+    if isinstance(value, list):
+        if not 1 <= len(value) <= MAX_SEQUENCE or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            for v in value
+        ):
+            raise ValueError(f"a list must hold 1 to {MAX_SEQUENCE} finite numbers, got {value!r}")
+        return value
+    raise ValueError(
+        f"must be a number, true/false, a word or a list of numbers, got {type(value).__name__}"
+    )
+
+
+KwargValue = Annotated[
+    Any,
+    AfterValidator(_kwarg_value),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "boolean"},
+                {"type": "number"},
+                {"type": "string", "maxLength": WORD_LENGTH, "pattern": PRINTABLE_PATTERN},
+                {"type": "array", "items": {"type": "number"}, "minItems": 1,
+                 "maxItems": MAX_SEQUENCE},
+            ]
+        }
+    ),
+]  # fmt: skip
+
+
 class Architecture(_Strict):
-    """Registry name plus kwargs; the kwargs are checked against the entry's allow-list on load."""
+    """Registry name (a built-in one, or ``timm/<model>`` / ``torchvision/<model>``) plus
+    kwargs; the kwargs are checked against the architecture's allow-list on load, and a key that
+    names a file, URL, checkpoint or pretrained configuration is refused here, by its name."""
 
     name: Key
-    kwargs: dict[Key, StrictInt | FiniteStrictFloat] = Field(default_factory=dict, max_length=16)
+    kwargs: dict[Key, KwargValue] = Field(default_factory=dict, max_length=16)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_loading_keys(cls, data: Any) -> Any:
+        """Refuse ``pretrained``, ``checkpoint_path``, ``pretrained_cfg_overlay``, ``file``,
+        ``url``, ... whatever their value (before it is type-checked), naming the key."""
+        kwargs = data.get("kwargs") if isinstance(data, Mapping) else None
+        for key in kwargs if isinstance(kwargs, Mapping) else ():
+            reason = refused_key(key) if isinstance(key, str) else None
+            if reason is not None:
+                raise ValueError(reason)
+        return data
 
 
 class Preprocessing(_Strict):

@@ -9,7 +9,7 @@ speed but not the intended result.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 from certbench.augment import AugMixConfig
 from certbench.errors import TrainingError
@@ -35,7 +35,7 @@ class TrainConfig:
     recipe: str
     dataset: str
     arch: str = "cifar_resnet110"
-    arch_kwargs: dict[str, int | float] = field(default_factory=dict)
+    arch_kwargs: dict[str, Any] = field(default_factory=dict)
     sigma: float = 0.25
     train_sigma: float | None = None
     epochs: int = 200

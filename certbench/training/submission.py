@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -19,6 +19,7 @@ from torch import nn
 from certbench.data import ImageSet, card_benchmark
 from certbench.errors import CertbenchError, TrainingError
 from certbench.nets import (
+    NAME_LENGTH,
     Architecture,
     Manifest,
     Metadata,
@@ -77,7 +78,7 @@ def build_manifest(
     recipe: Recipe,
     images: ImageSet,
     arch: str,
-    arch_kwargs: Mapping[str, int | float],
+    arch_kwargs: Mapping[str, Any],
     mean: list[float],
     std: list[float],
     sigma: float,
@@ -89,6 +90,15 @@ def build_manifest(
     """The submission manifest of a run (architecture, classes, preprocessing, σ, provenance)."""
     kwargs = ", ".join(f"{k}={v}" for k, v in sorted(arch_kwargs.items()))
     arch_text = f"{arch}({kwargs})" if kwargs else arch
+
+    def title(network: str) -> str:
+        return (
+            f"{recipe.title}, training σ={train_sigma:g}, {network}, {epochs} epochs "
+            f"(certbench train, seed {seed})"
+        )
+
+    # a library network's kwargs may not fit the name's column: the manifest holds them anyway
+    name = title(arch_text) if len(title(arch_text)) <= NAME_LENGTH else title(arch)
     return Manifest(
         benchmark=benchmark,
         architecture=Architecture(name=arch, kwargs=dict(arch_kwargs)),
@@ -96,8 +106,7 @@ def build_manifest(
         preprocessing=Preprocessing(mean=tuple(mean), std=tuple(std)),
         smoothing=Smoothing(sigma=sigma),
         metadata=Metadata(
-            name=f"{recipe.title}, training σ={train_sigma:g}, {arch_text}, {epochs} epochs "
-            f"(certbench train, seed {seed})",
+            name=name,
             paper_url=recipe.paper_url,  # type: ignore[arg-type]
             code_url=recipe.code_url,  # type: ignore[arg-type]
         ),

@@ -325,7 +325,7 @@ def test_canonical_json_ignores_key_order() -> None:
         ({"preprocessing": {"mean": MEAN, "std": [0.2, 0.0, 0.2]}}, "std values must be > 0"),
         ({"input_size": [3, 32]}, "input_size"),
         ({"architecture": {"name": "wrn", "extra": 1}}, "architecture.extra: Extra inputs"),
-        ({"architecture": {"name": "wrn", "kwargs": {"depth": "28"}}}, "architecture.kwargs"),
+        ({"architecture": {"name": "wrn", "kwargs": {"depth": {"n": 28}}}}, "architecture.kwargs"),
         ({"metadata": {"name": "x", "paper_url": "not a url"}}, "metadata.paper_url"),
         ({"metadata": {}}, "metadata.name: Field required"),
     ],
