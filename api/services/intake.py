@@ -2,9 +2,10 @@
 
 Size caps (while the body streams, ``api.services.upload_stream``), manifest schema + registry
 architecture (``certbench.nets.loading.load_manifest``), the benchmark, its class count, allowed σ
-and image shape, whether its data is on this machine (``models.benchmarks.availability``: a run that
-could only fail for want of data is refused here, with the command that fixes it), and the
-safetensors header of the staged weights file
+and image shape, its caps on the network's parameters and FLOPs per sample
+(``models.submissions.intake.check_cost``, on the ``meta`` device), whether its data is on this
+machine (``models.benchmarks.availability``: a run that could only fail for want of data is
+refused here, with the command that fixes it), and the safetensors header of the staged weights file
 (``certbench.nets.header.read_header``: bounded by the architecture's tensor count before
 it is parsed; refuses pickles, truncated files, empty files, non-float tensors) and whether its
 tensor names and shapes are the architecture's (``certbench.nets.check_fit``, counted on the
@@ -45,7 +46,7 @@ from models.core.errors import IntakeError, NotFoundError
 from models.core.settings import Settings
 from models.db.entities import Benchmark
 from models.db.states import Reason
-from models.submissions.intake import Upload
+from models.submissions.intake import Upload, check_cost
 
 SIGMA_TOLERANCE = 1e-9
 #: Image shape (C, H, W) of each base dataset the benchmarks certify on: a model is fed exactly
@@ -191,6 +192,7 @@ def build_upload(
         )
     manifest = parse_manifest(received.manifest)
     benchmark = check_against_benchmark(session, manifest)
+    check_cost(benchmark, manifest)  # builds the network on meta: its errors are named here
     check_data_available(benchmark, settings)
     check_weights(received.weights.path, manifest)
     return benchmark, Upload(

@@ -38,6 +38,11 @@ MAX_SIGMA = 10.0
 MAX_TEST_SETS = 2_000
 MAX_SIGMAS = 64
 
+#: Caps on a submitted network (``CostLimits``): what the bounds of a cap may be. 10¹³ parameters
+#: and 10¹⁶ FLOPs per sample are beyond any network certified today (ViT-22B: 2.2·10¹⁰).
+MAX_PARAMETERS_CAP = 10**13
+MAX_FLOPS_CAP = 10**16
+
 Samples = Annotated[int, Field(gt=0, le=MAX_SAMPLES)]
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 SourceCount = Annotated[int, Field(gt=0, le=MAX_SOURCE_SIZE)]
@@ -55,6 +60,22 @@ class Protocol(BaseModel):
     seed: Seed = 0
     skip: SourceCount = 20
     limit: SourceCount | None = None
+
+
+class CostLimits(BaseModel):
+    """Caps on a submitted network, checked at intake on the network built on the ``meta``
+    device (``certbench.nets.cost``): its parameters, and its FLOPs per noise sample (one forward
+    pass on one input; certifying an image costs n0 + n of them).
+
+    The defaults admit every network of the CIFAR leaderboards (WRN-70-16: 2.7·10⁸ parameters)
+    and ImageNet-sized ViTs at 32 px, and refuse what no worker could certify in a day; a
+    benchmark certified on CPUs (the demo) sets tighter ones.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_parameters: int = Field(default=1_000_000_000, gt=0, le=MAX_PARAMETERS_CAP)
+    max_flops_per_sample: int = Field(default=200_000_000_000, gt=0, le=MAX_FLOPS_CAP)
 
 
 class ImageSource(BaseModel):
@@ -139,6 +160,11 @@ class BenchmarkSchema(BaseModel):
         default=None,
         description="provenance shared by every test set (generator, protocol, seed, source); "
         "each test set's own `provenance` adds to it (its content hash)",
+    )
+    limits: CostLimits = Field(
+        default_factory=CostLimits,
+        description="caps on a submitted network's parameters and FLOPs per noise sample "
+        "(refused at intake above them); the defaults when left out",
     )
 
     @model_validator(mode="before")

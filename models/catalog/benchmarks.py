@@ -101,8 +101,14 @@ def packaged_definitions() -> list[BenchmarkDefinition]:
 
 
 def definition_sha256(definition: BenchmarkDefinition) -> str:
-    """Content hash of a definition, stored to tell whether a reload changed anything."""
-    canonical = json.dumps(definition.model_dump(mode="json"), sort_keys=True)
+    """Content hash of a definition, stored to tell whether a reload changed anything.
+
+    ``limits`` counts only when the file sets it: a definition written before the caps existed
+    keeps its hash (and its version loads again unchanged)."""
+    document = definition.model_dump(mode="json")
+    if "limits" not in definition.model_fields_set:
+        document.pop("limits")
+    canonical = json.dumps(document, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -147,6 +153,7 @@ def _apply(
     benchmark.seed = protocol.seed
     benchmark.bands = {band: list(names) for band, names in definition.bands.items()}
     benchmark.stages = _stage_rows(definition)
+    benchmark.limits = definition.limits.model_dump(mode="json")
     existing = {ts.name: ts for ts in benchmark.test_sets}
     wanted = {t.name for t in definition.test_sets}
     for name, test_set in existing.items():

@@ -120,6 +120,9 @@ class Benchmark(Base):
     # Protocols of the evaluation stages beyond certification, by stage name (each the stage's
     # definition block as JSON, with derived fields such as the image subset).
     stages: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=dict)
+    # Caps on a submitted network (``models.benchmarks.definitions.CostLimits``: parameters,
+    # FLOPs per sample); None for a benchmark loaded before caps existed: the defaults apply.
+    limits: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 

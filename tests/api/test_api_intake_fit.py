@@ -15,7 +15,7 @@ from safetensors.torch import load, save
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from certbench.nets import architectures, build_classifier, fit
+from certbench.nets import architectures, build_classifier, fit, meta
 from models.db.entities import Submission
 from tests.support.api import Actors
 from tests.support.service_factories import manifest, multipart, weights_bytes
@@ -84,6 +84,7 @@ def test_a_declared_network_is_sized_on_the_meta_device(
 
     monkeypatch.setattr(architectures.WideResNet, "__init__", spy)
     fit._shapes.cache_clear()
+    meta.build_meta.cache_clear()
     wrn_40_12 = {"depth": 40, "widen_factor": 12, "dropout": 0.123}
     document = manifest() | {"architecture": {"name": "wrn", "kwargs": wrn_40_12}}
     blob = struct.pack("<Q", 16) + b'{"a":{"dtype":"F'
