@@ -198,21 +198,30 @@ class EntryCurves:
     curves: list[SetCurves]
 
 
-def overlay_certified_chart(entries: Sequence[EntryCurves], *, chart_id: str) -> Figure:
-    """Mean certified accuracy vs radius of several entries (compare page)."""
+def overlay_certified_chart(entries: Sequence[EntryCurves], *, chart_id: str) -> Figure | None:
+    """Mean certified accuracy vs radius of several entries (compare page).
+
+    Entries without per-test-set results (no curve to average) are left out and named in the
+    description; None when no entry has any (the page then shows no such chart)."""
+    drawn = [entry for entry in entries if entry.curves]
+    if not drawn:
+        return None
     series = []
-    for entry in entries:
+    for entry in drawn:
         grid, mean = _mean_on_common_grid(entry.curves)
         series.append(Curve(entry.label, grid, mean))
-    top = max(_radius_range(e.curves) for e in entries)
+    top = max(_radius_range(e.curves) for e in drawn)
     title = "Certified accuracy vs radius (mean over test sets)"
+    missing = [entry.label for entry in entries if not entry.curves]
+    note = f" No per-test-set results for: {', '.join(missing)}." if missing else ""
     spec = line_chart(
         series,
         title=title,
+        description=title + note,
         x=Axis(RADIUS_AXIS_LABEL, 0.0, top),
         y=Axis("certified accuracy", 0.0, 1.0, percent=True),
     )
-    return Figure(chart_id, spec, title)
+    return Figure(chart_id, spec, title + note)
 
 
 def pa_band(

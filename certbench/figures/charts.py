@@ -100,17 +100,31 @@ def _number(value: float) -> float | None:
     return round(float(value), 5) if math.isfinite(value) else None
 
 
+def _column(curve: Curve, name: str, values: Values) -> np.ndarray:
+    """``values`` as a 1-D float array; ValueError naming the curve for anything else (a
+    scalar, e.g. the mean of no curves, has no points to draw)."""
+    array = np.asarray(values, dtype=float)
+    if array.ndim != 1:
+        raise ValueError(
+            f"curve {curve.label!r}: {name} must be a 1-D sequence of numbers, got "
+            f"{'a scalar' if array.ndim == 0 else f'shape {array.shape}'}"
+        )
+    return array
+
+
 def _curve_rows(curves: Sequence[Curve]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for curve in curves:
-        if len(curve.x) != len(curve.y):
-            raise ValueError(
-                f"curve {curve.label!r}: {len(curve.x)} x values but {len(curve.y)} y values"
-            )
-        columns: list[Values] = [curve.x, curve.y]
+        x, y = _column(curve, "x", curve.x), _column(curve, "y", curve.y)
+        if len(x) != len(y):
+            raise ValueError(f"curve {curve.label!r}: {len(x)} x values but {len(y)} y values")
+        columns: list[Values] = [x, y]
         if curve.band is not None:
-            low, high, _ = curve.band
-            if not len(low) == len(high) == len(curve.x):
+            low, high = (
+                _column(curve, "band low", curve.band[0]),
+                _column(curve, "band high", curve.band[1]),
+            )
+            if not len(low) == len(high) == len(x):
                 raise ValueError(f"curve {curve.label!r}: band of another length than x")
             columns += [low, high]
         kept = compact(*columns)

@@ -34,7 +34,7 @@ from models.catalog.benchmarks import parse_definition, upsert_benchmark
 from models.core.settings import Settings
 from models.db.engine import get_engine
 from models.db.entities import Submission, User
-from models.submissions.queries import set_moderation
+from models.submissions.queries import rerun, set_moderation
 from tests.support.analysis_factories import Family, SavedFamilies, definition
 
 
@@ -238,3 +238,12 @@ def test_the_compare_page_is_kept_per_viewer_and_entry_set_and_follows_changes(
     assert client.get(both_public).status_code == 404  # the kept page went with the counter
     assert client.get(url, headers={"Cookie": f"{COOKIE_NAME}={_token(family, 'alice')}"}
                       ).status_code == 404  # fmt: skip
+
+    running, other = family.ids[(3, 0.25)][1], family.ids[(4, 0.25)][1]
+    assert running is not None and other is not None
+    rerun(session, running, fresh=False, settings=settings)  # its results arrive unannounced
+    unfinished = f"/compare?id={running}&id={other}"
+    first = _get(client, unfinished, family)
+    with _statements(settings) as sent:
+        assert _get(client, unfinished, family) == first
+    assert not all("board_versions" in s for s in sent), "built again while an entry is unfinished"
