@@ -152,6 +152,7 @@ def certify(
     check_floor("certify", (n0, n), limits)
     from certbench.data import Subset, load_images
     from certbench.nets import load_manifest, load_model
+    from certbench.nets.libraries import architecture_provenance
     from certbench.smoothing import certify as run_certify
     from certbench.smoothing import fallback_metadata, parse_seed, summarize, write_records
 
@@ -197,6 +198,7 @@ def certify(
         "seed": str(run_seed),
         "device_type": _device_type(model),
         "certbench_version": __version__,
+        "architecture": architecture_provenance(spec.architecture.name),
         "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
         "manifest": spec.model_dump(mode="json"),
         **fallback_metadata(model),

@@ -12,6 +12,7 @@ definition), so it takes no ``stages`` block and every benchmark runs it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -150,8 +151,9 @@ class Certification(Stage):
             summary=stored_summary(summary, item.protocol_version, table),
             records_path=relpath,
             count=summary.count,
-            protocol={"n0": item.n0, "n": item.n, "alpha": item.alpha, "sigma": item.sigma},
-        )
+            protocol={"n0": item.n0, "n": item.n, "alpha": item.alpha, "sigma": item.sigma,
+                      **built_by(found.metadata, name)},
+        )  # fmt: skip
         return result, table
 
     def all_metric_specs(self) -> list[MetricSpec]:
@@ -244,6 +246,22 @@ def leaderboard_metrics(item: WorkItem, results: Sequence[UnitResult]) -> dict[s
     return metrics
 
 
+def built_by(metadata: Sequence[Mapping[str, Any]], test_set: str) -> dict[str, Any]:
+    """``{"architecture": {name, library, version}}`` as the test set's shards recorded it (the
+    code that built the network is part of what was certified); empty for shards written before
+    it was recorded. Raises StorageError when shards ran under different library versions."""
+    from models.core.errors import StorageError
+
+    found = {json.dumps(m["architecture"], sort_keys=True) for m in metadata if "architecture" in m}
+    if len(found) > 1:
+        raise StorageError(
+            f"the shards of test set {test_set!r} were computed by networks built with different "
+            f"library versions ({', '.join(sorted(found))}); install one version on every worker "
+            "and re-run the submission fresh"
+        )
+    return {"architecture": json.loads(found.pop())} if found else {}
+
+
 def stream_key(item: WorkItem, test_set: TestSetSpec) -> str:
     """The test-set key of the per-image noise streams.
 
@@ -260,8 +278,11 @@ def stream_key(item: WorkItem, test_set: TestSetSpec) -> str:
 def records_metadata(item: WorkItem, test_set: TestSetSpec, shard: ShardSpec) -> dict[str, object]:
     """The certification fields of a shard file's metadata (``shard_metadata`` adds the
     submission, the seed's commitment and the data hashes), so it can be traced without the
-    database."""
+    database; ``architecture`` says which library (and version) built the network that ran."""
+    from certbench.nets.libraries import architecture_provenance
+
     return {
+        "architecture": architecture_provenance(item.manifest["architecture"]["name"]),
         "test_set": test_set.name,
         "shard_index": shard.shard_index,
         "start": shard.start,
