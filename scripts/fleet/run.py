@@ -1,0 +1,178 @@
+"""One fleet check from start to teardown: build, bring up, baseline, faults, reproduce, check,
+report. The teardown runs whatever happens (``finally``); the logs of a run whose invariants
+broke are kept under ``<out>/logs``."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from scripts.fleet import checker, netns, topology
+from scripts.fleet.bringup import database_url, start_certbench, start_database_host
+from scripts.fleet.client import DEMO, SMOKE, Client, Poller, demo_definition, tiny_upload
+from scripts.fleet.faults import Context, FaultRecord, catalogue, run_phase, wait_runs
+from scripts.fleet.observe import Observer
+from scripts.fleet.report import write_reports
+from scripts.fleet.services import API_PORT, Services, Timings, service_env
+
+
+def log(message: str) -> None:
+    print(f"fleet-check {time.strftime('%H:%M:%S')} {message}", flush=True)
+
+
+def check(
+    *, smoke: bool, faults: list[str], seed: int, out: Path, small: bool, keep_logs: bool = False
+) -> dict[str, Any]:
+    """Run the check; write and return the report (the services' logs kept under
+    ``<out>/logs`` when an invariant broke, the check failed, or ``keep_logs``)."""
+    started = time.time()
+    apis = ["api1"] if smoke else ["api1", "api2"]
+    workers = ["w1", "w2"] if smoke else ["w1", "w2", "w3"]
+    timings = Timings(shard_size=4) if small else Timings()
+    fleet = topology.build(apis=len(apis), workers=len(workers), seed=seed)
+    log(f"fleet {fleet.run}: {[h.name for h in fleet.hosts]} on {topology.SUBNET}.0/24")
+    services = Services(fleet, service_env(fleet, timings))
+    poller: Poller | None = None
+    report: dict[str, Any] = {}
+    # torch and the upload's model imported while the services start (the first upload's wait)
+    threading.Thread(target=tiny_upload, args=(0,), name="fleet-warm-up", daemon=True).start()
+    try:
+        netns.enter(fleet.namespace("client"))
+        start_database_host(fleet, services, first=True)
+        admin = start_certbench(fleet, services, apis=apis, workers=workers)
+        bringup = time.time() - started
+        log(f"services up in {bringup:.0f} s")
+        client = Client(
+            {h: f"http://{fleet.address(h)}:{API_PORT}" for h in apis}, SMOKE if small else DEMO
+        )
+        client.load_benchmark(admin, demo_definition(smoke=small))
+        token = client.submitter(admin, "fleet-client")
+        log(f"benchmark {client.benchmark} loaded, submitter created")
+        poller = Poller(client, token)
+        poller.start()
+        ctx = Context(
+            fleet,
+            services,
+            client,
+            Observer(database_url(fleet)),
+            token,
+            timings,
+            workers,
+            apis,
+            log,
+        )
+        baseline = None if smoke else _baseline(ctx)
+        table = catalogue(ctx)
+        records = [run_phase(ctx, table[name]) for name in faults]
+        poller.stop()
+        if poller.error is not None:
+            raise poller.error
+        report = _finish(ctx, records, baseline, started=started, bringup=bringup, smoke=smoke)
+    finally:
+        _shield_signals()  # a second Ctrl-C must not cut the teardown short
+        if poller is not None:
+            poller.stop()
+        services.stop_all()
+        broken = not report or not all(i["ok"] for i in report["invariants"])
+        keep = out / "logs" if broken or keep_logs else None
+        topology.destroy(fleet.run, fleet.workdir, keep=keep)
+        log(f"fleet {fleet.run} torn down" + (f"; logs kept in {keep}" if keep else ""))
+    json_path, md_path = write_reports(report, out)
+    log(f"wrote {json_path} and {md_path}")
+    return report
+
+
+def _shield_signals() -> None:
+    """Ignore SIGINT, SIGTERM and SIGHUP from here on (only the main thread may set them)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+
+
+def _baseline(ctx: Context) -> float:
+    """An undisturbed run: what every fault's delay is measured against."""
+    record = FaultRecord("baseline", "no fault")
+    run = ctx.client.submit(ctx.token, next(ctx.indices), "baseline")
+    record.runs = [run.id]
+    wait_runs(ctx, record)
+    ended = ctx.client.runs[run.id].ended_at
+    if ended is None:
+        raise RuntimeError(f"the undisturbed run {run.id} did not end: {record.error}")
+    ctx.log(f"baseline run {run.id}: {ended - run.accepted_at:.1f} s")
+    return ended - run.accepted_at
+
+
+def _finish(
+    ctx: Context,
+    records: list[FaultRecord],
+    baseline: float | None,
+    *,
+    started: float,
+    bringup: float,
+    smoke: bool,
+) -> dict[str, Any]:
+    """Facts, reproduction, invariants, table."""
+    history = ctx.client.history()
+    runs = {r["id"]: r for r in history["runs"]}
+    facts = ctx.observer.facts(sorted(runs))
+    progress = ctx.observer.progress_times(started)
+    reproducing = time.time()
+    reproduced = _reproduce(ctx, sorted(i for i, f in facts.items() if f.state == "finished"))
+    reproduce_s = time.time() - reproducing
+    identical = {
+        i: all(r["identical"] for r in reproduced if r["run"] == i)
+        and any(r["run"] == i for r in reproduced)
+        for i in runs
+    }
+    table = checker.fault_rows(
+        records, runs, facts, history["calls"], progress, baseline, identical
+    )
+    invariants = checker.invariants(runs, facts, history["calls"], reproduced, records)
+    return {
+        "smoke": smoke,
+        "benchmark": ctx.client.benchmark,
+        "hosts": ", ".join(f"{h.name} {h.address}" for h in ctx.fleet.hosts),
+        "settings": ctx.timings.env(),
+        "started_at": started,
+        "seconds": time.time() - started,
+        "bringup_s": bringup,
+        "reproduce_s": reproduce_s,
+        "baseline_s": None if baseline is None else round(baseline, 1),
+        "faults_table": table,
+        "invariants": invariants,
+        "faults": [asdict(r) for r in records],
+        "runs": history["runs"],
+        "reproduced": reproduced,
+        "facts": checker.facts_json(facts),
+        "calls": history["calls"],
+    }
+
+
+def _reproduce(ctx: Context, ids: list[int]) -> list[dict[str, Any]]:
+    from models.core.settings import Settings
+    from scripts.fleet.reproduce import reproduce
+
+    env = ctx.services.env
+    settings = Settings(
+        environment="production",
+        database_url=env["CERTBENCH_DATABASE_URL"],
+        broker_url=env["CERTBENCH_BROKER_URL"],
+        data_dir=Path(env["CERTBENCH_DATA_DIR"]),
+    )
+    scratch = Path(tempfile.mkdtemp(prefix="cbfleet-reproduce-"))
+    try:
+        rows = []
+        for submission_id in ids:
+            mine = reproduce(settings, submission_id, scratch)
+            rows += mine
+            same = all(r["identical"] for r in mine)
+            ctx.log(f"reproduced run {submission_id}: {'identical' if same else 'DIFFERENT'}")
+        return rows
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
