@@ -18,7 +18,9 @@ from api.schemas.submission import ModerationUpdate, RerunRequest, SubmissionPub
 from api.schemas.user import TokenCreate, TokenIssued, UserCreate, UserPublic
 from api.services import leaderboards as catalog_service
 from api.services import submissions as submission_service
+from models.benchmarks.folders import definition_folders, network_folder_problems
 from models.catalog.benchmarks import parse_definition, upsert_benchmark
+from models.core.errors import BenchmarkDefinitionError
 from models.db import accounts
 from models.db.base import utcnow
 from models.submissions.queries import set_moderation
@@ -105,10 +107,19 @@ def rerun(
 @router.put("/benchmarks", response_model=BenchmarkPublic)
 def load_benchmark(
     session: SessionDep,
+    settings: SettingsDep,
     _admin: AdminUser,
     definition: Annotated[dict[str, Any], Body(description="a benchmark definition document")],
 ) -> BenchmarkPublic:
-    """Create or update a benchmark from a definition (same format as the packaged files)."""
+    """Create or update a benchmark from a definition (same format as the packaged files).
+
+    Its data folders must stay in CERTBENCH_DATASETS_DIR: relative, without ``..``, and not
+    through a symbolic link out of it (absolute folders only from a file loaded on the service
+    machine, ``certbench benchmarks load``); 422 ``bad_benchmark_definition`` naming the field."""
     parsed = parse_definition(json.dumps(definition), source="request body")
+    assert settings.datasets_dir is not None  # filled by Settings
+    problems = network_folder_problems(definition_folders(parsed), settings.datasets_dir)
+    if problems:
+        raise BenchmarkDefinitionError("request body: " + "; ".join(problems))
     benchmark = upsert_benchmark(session, parsed)
     return catalog_service.benchmark(session, benchmark.name, viewer=_admin)

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from certbench.errors import DataSourceError
 from certbench.figures import Axis, Curve, Figure, line_chart
-from models.benchmarks.sources import dataset_source
+from models.benchmarks.sources import locate_test_set
 from models.catalog.benchmarks import list_benchmarks
 from models.core.errors import NotFoundError
 from models.core.settings import Settings
@@ -49,7 +49,10 @@ def local_configs(session: Session, repo: str, *, settings: Settings) -> dict[st
         for test_set in benchmark.test_sets:
             if test_set.dataset_repo != repo or not test_set.dataset_folder:
                 continue
-            folder = Path(dataset_source(test_set, settings))
+            located = locate_test_set(test_set, settings)
+            if located.refused is not None:  # out of CERTBENCH_DATASETS_DIR: never read
+                continue
+            folder = Path(located.source)
             config = test_set.config or "default"
             if folder.is_dir() and config not in found:
                 found[config] = LocalConfig(config, folder, test_set.split)

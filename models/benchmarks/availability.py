@@ -36,6 +36,7 @@ from certbench.data import alias_of
 from certbench.errors import DataSourceError
 from models.benchmarks.content_hashes import config_content_sha256
 from models.benchmarks.data_pins import pinned_revision
+from models.benchmarks.folders import folder_problem, locate_folder
 from models.benchmarks.generated import generated_by_repo, generated_name
 from models.benchmarks.sources import hub_mirror
 from models.core.settings import Settings
@@ -66,6 +67,10 @@ class Mismatch:
     repo: str | None = None
 
 
+INVALID_FOLDER = "(a folder the definition may not name)"
+"""How pages name a stored ``folder`` that fails the folder checks: its value is never shown."""
+
+
 @dataclass(frozen=True)
 class MissingFolder:
     """A definition's ``folder`` that is not on this machine, named as a public page may name it:
@@ -78,6 +83,10 @@ class MissingFolder:
 
     @classmethod
     def of(cls, folder: str, repo: str) -> MissingFolder:
+        """Named as a page may name it: never a value that failed the folder checks
+        (``models.benchmarks.folders``), which a row stored before them may hold."""
+        if folder_problem(folder) is not None:
+            return cls(INVALID_FOLDER, repo, relative=False)
         path = Path(folder)
         if path.is_absolute():
             return cls(path.name or folder, repo, relative=False)
@@ -124,6 +133,8 @@ class DataAvailability:
     missing_repos: tuple[str, ...] = ()
     folders: tuple[MissingFolder, ...] = ()
     mismatched: tuple[Mismatch, ...] = ()
+    refused: tuple[str, ...] = ()
+    """Folders never read here, each with why (out of CERTBENCH_DATASETS_DIR; invalid)."""
 
     @property
     def missing_folders(self) -> tuple[str, ...]:
@@ -168,6 +179,10 @@ class DataAvailability:
                 "version (`certbench benchmarks pin DEFINITION --data FOLDER`)"
             )
             parts.append(f"{mismatch.name}: {mismatch.problem}; {fix}")
+        parts += [
+            f"{reason}; load a definition version whose `folder` stays in CERTBENCH_DATASETS_DIR"
+            for reason in self.refused
+        ]
         return "; ".join(parts)
 
 
@@ -259,11 +274,17 @@ def check_sources(sources: list[Source], settings: Settings) -> DataAvailability
     repos: list[str] = []
     folders: list[MissingFolder] = []
     mismatched: dict[Mismatch, None] = {}
+    refused: dict[str, None] = {}
     for source in sources:
         if source.folder:
             if generated_name(source.folder) is not None:
                 continue
-            path = _folder_path(source.folder, settings)
+            assert settings.datasets_dir is not None  # filled by Settings
+            located = locate_folder(source.folder, settings.datasets_dir)
+            if located.path is None or located.refused is not None:
+                refused[located.refused or INVALID_FOLDER] = None
+                continue
+            path = located.path
             if not path.is_dir():
                 missing = MissingFolder.of(source.folder, source.repo)
                 if missing not in folders:
@@ -278,10 +299,11 @@ def check_sources(sources: list[Source], settings: Settings) -> DataAvailability
         elif not datasets_cache_has(source.repo, source.config) and source.repo not in repos:
             repos.append(source.repo)
     return DataAvailability(
-        available=not repos and not folders and not mismatched,
+        available=not repos and not folders and not mismatched and not refused,
         missing_repos=tuple(repos),
         folders=tuple(folders),
         mismatched=tuple(mismatched),
+        refused=tuple(refused),
     )
 
 
@@ -304,14 +326,6 @@ def pin_problem(path: Path, source: Source) -> str | None:
 
 def _without_path(text: str, path: Path) -> str:
     return text.replace(str(path), "the local copy")
-
-
-def _folder_path(folder: str, settings: Settings) -> Path:
-    path = Path(folder)
-    if not path.is_absolute():
-        assert settings.datasets_dir is not None  # filled by Settings
-        path = settings.datasets_dir / path
-    return path
 
 
 def datasets_cache_has(repo: str, config: str | None) -> bool:

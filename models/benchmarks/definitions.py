@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from models.benchmarks.data_pins import DataPin, merged_pin, pinned_revision
+from models.benchmarks.folders import check_folder
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")]
 Band = Literal["low", "mid", "high"]
@@ -42,6 +43,9 @@ MAX_SIGMAS = 64
 #: and 10¹⁶ FLOPs per sample are beyond any network certified today (ViT-22B: 2.2·10¹⁰).
 MAX_PARAMETERS_CAP = 10**13
 MAX_FLOPS_CAP = 10**16
+
+DataFolder = Annotated[str, AfterValidator(check_folder)]
+"""A local data folder: plain path segments, never ``..`` (``models.benchmarks.folders``)."""
 
 Samples = Annotated[int, Field(gt=0, le=MAX_SAMPLES)]
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
@@ -88,7 +92,7 @@ class ImageSource(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     repo: str = Field(min_length=1, max_length=128)
-    folder: str | None = None
+    folder: DataFolder | None = None
     config: str | None = None
     revision: str | None = None
     split: str = "test"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from models.benchmarks.data_pins import pinned_revision
+from models.benchmarks.folders import locate_folder
 from models.core.settings import Settings
 from models.db.entities import TestSet
 
@@ -42,6 +43,9 @@ class TestSetSpec:
     """The definition's ``folder`` as written (``source`` is it resolved); None: read ``repo``."""
     local_copy_of: str | None = None
     """The Hub repo whose local copy ``source`` is (``certbench datasets fetch``), else None."""
+    refused: str | None = None
+    """Why the definition's ``folder`` must not be read here (it leaves CERTBENCH_DATASETS_DIR,
+    ``models.benchmarks.folders``); the worker fails the run with it. None: it may be read."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,9 @@ class LocatedSource:
     source: str
     revision: str | None
     local_copy_of: str | None = None
+    refused: str | None = None
+    """Why the definition's ``folder`` must not be read (``source`` is then the Hub id, which
+    nothing reads: the worker fails the run with this reason first)."""
 
 
 def locate_source(
@@ -67,17 +74,19 @@ def locate_source(
 ) -> LocatedSource:
     """Where a set of images is read from on this deployment.
 
-    A local folder when the definition names one (relative ones under ``datasets_dir``); else the
+    A local folder when the definition names one (relative ones under ``datasets_dir``, refused
+    when they lead out of it: ``models.benchmarks.folders.locate_folder``); else the
     local copy of the Hub repo, ``<datasets_dir>/<org>/<name>`` (``certbench datasets fetch``),
     when it exists and either no revision is pinned or a ``sha256`` pin lets the worker verify
     the copy (a copy does not say which revision it holds; its bytes do); else the Hub repo id at
     ``revision``.
     """
     if folder:
-        path = Path(folder)
-        if not path.is_absolute() and settings.datasets_dir is not None:
-            path = settings.datasets_dir / path
-        return LocatedSource(str(path), revision)
+        assert settings.datasets_dir is not None  # filled by Settings
+        located = locate_folder(folder, settings.datasets_dir)
+        if located.path is None or located.refused is not None:
+            return LocatedSource(repo, revision, refused=located.refused)
+        return LocatedSource(str(located.path), revision)
     if revision is None or sha256 is not None:
         mirror = hub_mirror(repo, settings)
         if mirror is not None and mirror.is_dir():
@@ -150,6 +159,7 @@ def spec_of_test_set(test_set: TestSet, settings: Settings) -> TestSetSpec:
         sha256=provenance.get("sha256"),
         hub_commit=provenance.get("hub_commit"),
         local_copy_of=located.local_copy_of,
+        refused=located.refused,
     )
 
 
@@ -186,4 +196,5 @@ def image_source_spec(row: Mapping[str, Any], *, name: str, settings: Settings) 
         sha256=pin.get("sha256"),
         hub_commit=pin.get("hub_commit"),
         local_copy_of=located.local_copy_of,
+        refused=located.refused,
     )

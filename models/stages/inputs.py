@@ -68,6 +68,11 @@ def operator_advice(spec: TestSetSpec) -> Iterator[None]:
     service's remedies (``certbench datasets fetch``, the definition's ``folder``,
     CERTBENCH_DATASETS_DIR) and must not see this machine's paths.
     """
+    if spec.refused is not None:  # a folder out of CERTBENCH_DATASETS_DIR is never read
+        raise DataSourceError(
+            f"test set {spec.name!r}: {spec.refused}; load a definition version whose `folder` "
+            "stays in the data directory, then re-run the submission"
+        )
     try:
         yield
     except DataUnavailableError as err:
