@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
-from certbench.cli import user_errors
+from certbench.cli import lazy_console, user_errors
 from certbench.errors import GeneratorError
 
-console = Console(soft_wrap=True)
+console = lazy_console(soft_wrap=True)
 
 REVISION_HELP = (
     "Hub revision of the source (default for cifar10/cifar100 on the Hub: the commit "
@@ -100,8 +99,6 @@ def cifar_f_command(
         _parse_list(severities, int, "--severities") or cifar_f.SEVERITIES,
         extra_alphas=extra_alphas,
     )
-    if batch_size < 1:
-        raise GeneratorError(f"--batch-size must be >= 1, got {batch_size}.")
     revision = default_revision(source if source is not None else dataset, revision)
     images = cifar_f_build.load_source(dataset, source, revision=revision, limit=limit)
     # Hub id + revision, or the kind of local folder: never a path (cards and checksums are

@@ -15,9 +15,9 @@ from workers.config import WorkerSettings
 ROOT = Path(__file__).resolve().parents[1]
 NAME = re.compile(r"CERTBENCH_[A-Z0-9_]+")
 
-#: Variables that are not service settings (client, tests, tools; ``CERTBENCH_SERVICES`` is a
-#: test's constant), and the file that reads each (checked below, so this list cannot hide a
-#: misspelt name).
+#: Variables that are not service settings (client, CLI limits, tests, tools;
+#: ``CERTBENCH_SERVICES`` is a test's constant), and the file that reads each (checked below, so
+#: this list cannot hide a misspelt name).
 OTHER_VARIABLES = {
     "CERTBENCH_SERVER": "certbench/client/config.py",
     "CERTBENCH_TOKEN": "certbench/client/config.py",
@@ -32,6 +32,8 @@ OTHER_VARIABLES = {
     "CERTBENCH_TEST_TIME_SCALE": "tests/support/timing.py",
     "CERTBENCH_SERVICES": "tests/workers/test_compose.py",
     "CERTBENCH_CUDA_TESTS_DEVICE": "tests/support/cuda.py",
+    "CERTBENCH_MAX_HOURS": "certbench/cli/budget.py",
+    "CERTBENCH_MAX_MEMORY_GB": "certbench/cli/budget.py",
 }
 
 

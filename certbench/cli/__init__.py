@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from certbench import public_face
 
 if TYPE_CHECKING:
-    from certbench.cli.app import app, console, main, user_errors
+    from certbench.cli.app import app, console, lazy_console, main, user_errors
     from certbench.cli.client import mount_results, results_app
 
 __getattr__, __dir__, __all__ = public_face(__name__, __file__)

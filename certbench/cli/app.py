@@ -15,11 +15,9 @@ import math
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar, cast
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from certbench import __version__
 from certbench.cli.budget import (
@@ -49,8 +47,33 @@ from certbench.errors import CertbenchError, ManifestError
 
 P = ParamSpec("P")
 R = TypeVar("R")
-console = Console()
-errors = Console(stderr=True, soft_wrap=True)  # keep paths unbroken
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+class _LazyConsole:
+    """A rich Console made on first use: importing rich costs a tenth of a second that
+    ``certbench --help`` and a refused command line need not pay (issue 34 §6)."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
+
+
+def lazy_console(**options: Any) -> Console:
+    """A ``rich.console.Console(**options)`` made on first use (for module-level consoles)."""
+    return cast("Console", _LazyConsole(**options))
+
+
+console = lazy_console()
+errors = lazy_console(stderr=True, soft_wrap=True)  # keep paths unbroken
 
 PLUGIN_GROUP = "certbench.commands"
 
@@ -59,6 +82,10 @@ app = typer.Typer(
     help="Certified-robustness benchmarks: certify models, build datasets, run the leaderboard.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
+    # Plain help and usage errors (click's formatter): rich's help renderer costs a third of
+    # ``certbench --help`` on a busy machine (typer.rich_utils loads rich.markdown, pygments,
+    # rich.traceback), and the help must answer in under a second (issue 34 §6).
+    rich_markup_mode=None,
 )
 
 
@@ -398,6 +425,8 @@ def robust_accuracy(
             "certbench_version": __version__,
         },
     )
+    from rich.table import Table
+
     table = Table(title=f"{dataset} {config or ''} ({split}): base classifier", show_header=True)
     table.add_column("figure")
     table.add_column("value", justify="right")
@@ -479,6 +508,8 @@ def _print_summary(summary: Any, title: str, intervals: dict[str, Any] | None = 
     if "pa_band" in found:
         rows.append(("p_A curve: band half-width", f"±{found['pa_band']['half_width']:.4f}", None))
     rows.append(("seconds", f"{summary.seconds:.1f}", None))
+    from rich.table import Table
+
     table = Table(title=title, show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")

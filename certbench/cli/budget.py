@@ -159,8 +159,7 @@ def check_smoothing(
     """:func:`check_run` for a run of the smoothing engine (CERTIFY, PREDICT and the commands
     built on them): its batch size and waves of images as the engine will choose them;
     ``other_passes``: forward passes the command runs besides the engine's (an attack's)."""
-    from certbench.smoothing.defaults import engine_choice
-    from certbench.smoothing.sampling import waves
+    from certbench.smoothing import engine_choice, waves
 
     device = model_device(model)
     choice = engine_choice(

@@ -138,8 +138,11 @@ def _sigma(value: float | None, hint: str) -> float | None:
     return value
 
 
-def check_alpha(value: float) -> float:
-    """0 < α < 1 (usage error otherwise); a warning above ALPHA_WARN."""
+def check_alpha(value: float | None) -> float | None:
+    """0 < α < 1 (usage error otherwise); a warning above ALPHA_WARN. None (an optional α left
+    out, as ``metrics --alpha``) passes."""
+    if value is None:
+        return None
     if not 0 < value < 1:
         raise typer.BadParameter(
             f"{value:g}: α is the probability that a certificate is wrong and must lie in (0, 1) "

@@ -61,9 +61,7 @@ def run_denoiser_recipe(
     ``refused`` names the classifier options that were given, which a denoiser recipe does not
     take."""
     from certbench.errors import TrainingError
-    from certbench.training.config import RunOptions
-    from certbench.training.denoiser_recipes import DenoiserTrainConfig
-    from certbench.training.denoiser_trainer import train_denoiser
+    from certbench.training import DenoiserTrainConfig, RunOptions, train_denoiser
 
     given = [name for name, present in refused.items() if present]
     if given:

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from certbench import __version__
 from certbench.cli.app import Dataset, ManifestPath, Seed, Weights, console, user_errors
@@ -137,6 +136,8 @@ def fourier_lens_command(
     document["units"] = {"jacobian_norm": JACOBIAN_UNIT, "input_space": "pixels in [0, 1]"}
     text = json.dumps(_finite(document), indent=2, sort_keys=True)
     (out / "summary.json").write_text(text + "\n")
+    from rich.table import Table
+
     table = Table(title=f"Fourier lens: {spec.metadata.name}")
     for column in ("metric", "mean", "95 % interval", "n"):
         table.add_column(column, justify="left" if column == "metric" else "right")
@@ -290,6 +291,8 @@ def _architecture_dict(fit: Any) -> dict[str, Any]:
 
 def _print_group(sigma: float, group: list[Any], trends: list[Any], skipped: list[str]) -> None:
     console.print(f"[bold]σ = {sigma:g}[/]: {len(group)} entries")
+    from rich.table import Table
+
     for trend in trends:
         fit = trend.fit
         table = Table(
@@ -315,6 +318,8 @@ def _print_group(sigma: float, group: list[Any], trends: list[Any], skipped: lis
 def _print_predictors(predictors: list[Any], view: str) -> None:
     if not predictors:
         return
+    from rich.table import Table
+
     table = Table(title=f"Which metric explains OOD accuracy (slope m / R²), {view}")
     table.add_column("OOD set")
     names = list(dict.fromkeys(p.metric for p in predictors))

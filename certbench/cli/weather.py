@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from certbench import __version__
 from certbench.cli.app import Dataset, ManifestPath, Seed, Weights, console, user_errors
@@ -215,6 +214,8 @@ def _print_table(rows: list[dict[str, Any]], title: str) -> None:
     worst, the over-optimism of random-weather evaluation that Wang et al. (NeurIPS 2022
     ML Safety Workshop) report. Compact headers (``@r``: certified accuracy at radius r) so
     the table fits 80 columns."""
+    from rich.table import Table
+
     table = Table(title=title, show_header=True)
     table.add_column("set", no_wrap=True)
     shown = []

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         fallback_metadata,
     )
     from certbench.smoothing.core import certify, predict
+    from certbench.smoothing.defaults import engine_choice
     from certbench.smoothing.metrics import (
         PA_GRID,
         PA_QUANTILES,
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
         write_records,
         write_table_atomic,
     )
+    from certbench.smoothing.sampling import waves
     from certbench.smoothing.streams import derive_seed, parse_seed, seeded_generator
 
 __getattr__, __dir__, __all__ = public_face(__name__, __file__)

@@ -16,6 +16,8 @@ from certbench import public_face
 if TYPE_CHECKING:
     from certbench.training.config import RunOptions, TrainConfig
     from certbench.training.data import TrainBatches, make_views
+    from certbench.training.denoiser_recipes import DenoiserTrainConfig
+    from certbench.training.denoiser_trainer import train_denoiser
     from certbench.training.recipes import RECIPES, Recipe, recipe_loss
     from certbench.training.schedule import Schedule, build_optimizer
     from certbench.training.trainer import train

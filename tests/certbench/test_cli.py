@@ -69,10 +69,10 @@ def test_certify_writes_records_and_prints_summary(submission):
 
     shown = runner.invoke(app, ["metrics", str(out), "--json"])
     assert shown.exit_code == 0, shown.output
-    assert json.loads(shown.output)["acr"] == pytest.approx(summarize(records).acr)
+    assert json.loads(shown.stdout)["acr"] == pytest.approx(summarize(records).acr)
     looser = runner.invoke(app, ["metrics", str(out), "--json", "--alpha", "0.2"])
     assert looser.exit_code == 0, looser.output
-    assert json.loads(looser.output)["acr"] >= summarize(records).acr
+    assert json.loads(looser.stdout)["acr"] >= summarize(records).acr
 
 
 def test_contradicting_arch_is_a_clear_error(submission):

@@ -26,8 +26,8 @@ FIGURE = re.compile(r"\d(\.\d+)?\s*(ms|s\b|×|x\b|req/s|images/s|img/s|%)|ratio|
 
 #: Script stems by group, balanced by their smoke run times (the service group starts servers).
 GROUPS = {
-    "service": ("api_load", "cli_commands", "effective_robustness_read", "service_intervals",
-                "web_leaderboard"),
+    "service": ("api_load", "cli_commands", "cli_start", "effective_robustness_read",
+                "service_intervals", "web_leaderboard"),
     "science": ("certify_throughput", "fourier_heatmap", "fourier_lens", "interval_coverage",
                 "pd_threat", "robustness_stage", "train_throughput", "weather_attack"),
     "data": ("generate_cifar_f", "generate_corruptions", "web_figures"),
