@@ -48,6 +48,35 @@ class Settings(BaseSettings):
         description="Celery broker (`redis://host:6379/0`); unset: the embedded broker, and "
         "`serve` starts an embedded worker.",
     )
+    # Timeouts on every network call to the database and the broker: across hosts a link can go
+    # silent (a partition drops packets without closing anything), and without them a request,
+    # a heartbeat or a consumer would wait out the kernel's TCP retries (about 15 minutes).
+    database_connect_timeout_seconds: int = Field(
+        default=5,
+        gt=0,
+        description="PostgreSQL: seconds to open a connection before the attempt fails.",
+    )
+    database_tcp_timeout_seconds: int = Field(
+        default=10,
+        gt=0,
+        description="PostgreSQL: a connection whose sent data stays unacknowledged this long, or "
+        "that answers no keepalive for about as long, is closed (`tcp_user_timeout`, TCP "
+        "keepalives), at both ends: a query on a link that went silent fails instead of "
+        "hanging, and the server ends the session of a client that went silent mid-transaction "
+        "(its row locks released) instead of keeping it until the link heals.",
+    )
+    database_statement_timeout_seconds: int = Field(
+        default=120,
+        ge=0,
+        description="PostgreSQL: a statement of the service (not a migration) running longer is "
+        "cancelled by the server; 0: no limit.",
+    )
+    broker_timeout_seconds: int = Field(
+        default=10,
+        gt=0,
+        description="Redis: seconds to connect and to wait for a command's reply; a consumer "
+        "whose blocking read got no reply for about this long reconnects.",
+    )
     # Unset (None or empty) is filled from data_dir before validation, so readers get a Path.
     artifacts_dir: Path = Field(
         default=None,

@@ -219,6 +219,8 @@ class Services:
             "shared_buffers=32MB",
             "-c",
             "log_min_messages=warning",
+            "-c",
+            "log_lock_waits=on",
         ]
         return self.procs.get("db/postgres") or self.proc("db", "postgres", args, os.environ)
 
