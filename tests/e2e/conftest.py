@@ -41,4 +41,4 @@ def stack(postgres_url: str, redis_url: str, tmp_path_factory) -> Iterator[Stack
 @pytest.fixture(scope="session")
 def tiny(stack: Stack) -> dict[str, object]:
     """The tiny two-test-set benchmark, loaded through the admin REST API."""
-    return put_benchmark(stack.admin, stack.root / "tiny-dataset")
+    return put_benchmark(stack, "tiny-dataset")

@@ -98,7 +98,7 @@ def _never_recomputed(stack: Stack) -> None:
 
 def test_wiping_the_broker_at_three_moments_loses_no_run(lossy: Stack, tmp_path: Path):
     stack = lossy
-    definition = put_benchmark(stack.admin, stack.root / "dataset", name="lossy", n=N)
+    definition = put_benchmark(stack, "dataset", name="lossy", n=N)
     erin = stack.submitter("erin")
     moments = ("validate", "shards", "aggregate")
     models = {moment: tiny_model(seed=20 + i) for i, moment in enumerate(moments)}

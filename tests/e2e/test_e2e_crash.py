@@ -35,7 +35,7 @@ N = 400
 
 
 def test_kill_9_mid_submission_then_a_new_worker_finishes_it(stack, tmp_path):
-    definition = put_benchmark(stack.admin, stack.root / "crash-dataset", name="crash", n=N)
+    definition = put_benchmark(stack, "crash-dataset", name="crash", n=N)
     carol = stack.submitter("carol")
     model = tiny_model(seed=5)
     response = submit(carol, weights_bytes(model, tmp_path), manifest(benchmark="crash"))
@@ -96,7 +96,7 @@ def test_kill_9_mid_submission_then_a_new_worker_finishes_it(stack, tmp_path):
 def test_kill_9_of_the_pool_process_reruns_its_shard_on_the_same_worker(stack, tmp_path):
     """reject/retry on worker lost: the worker's parent notices its pool process died and sends
     the shard again (bounded by max_retries); no restart and no visibility timeout needed."""
-    put_benchmark(stack.admin, stack.root / "child-dataset", name="child", n=5 * N)
+    put_benchmark(stack, "child-dataset", name="child", n=5 * N)
     grace = stack.submitter("grace")
     response = submit(grace, weights_bytes(tiny_model(seed=6), tmp_path), manifest("child"))
     assert response.status_code == 202, response.text

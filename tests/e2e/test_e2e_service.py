@@ -55,7 +55,7 @@ def test_submission_is_certified_ranked_and_its_records_downloadable(stack, tiny
 
 
 def test_robustness_stage_runs_on_the_real_worker_and_reaches_the_leaderboard(stack, tmp_path):
-    put_benchmark(stack.admin, stack.root / "robust-dataset", name="robust", robustness=True)
+    put_benchmark(stack, "robust-dataset", name="robust", robustness=True)
     rosa = stack.submitter("rosa")
     response = submit(rosa, weights_bytes(tiny_model(seed=2), tmp_path), manifest("robust"))
     assert response.status_code == 202, response.text
@@ -78,7 +78,7 @@ def test_robustness_stage_runs_on_the_real_worker_and_reaches_the_leaderboard(st
 
 
 def test_cancel_stops_the_remaining_shards(stack, tmp_path):
-    put_benchmark(stack.admin, stack.root / "cancel-dataset", name="cancel", n=400)
+    put_benchmark(stack, "cancel-dataset", name="cancel", n=400)
     frank = stack.submitter("frank")
     response = submit(frank, weights_bytes(tiny_model(seed=8), tmp_path), manifest("cancel"))
     assert response.status_code == 202, response.text

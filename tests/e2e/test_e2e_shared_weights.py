@@ -28,7 +28,7 @@ N = 2000
 
 
 def test_a_rejected_upload_of_the_same_bytes_keeps_the_running_ones_weights(stack, tmp_path):
-    put_benchmark(stack.admin, stack.root / "shared-dataset", name="shared", n=N)
+    put_benchmark(stack, "shared-dataset", name="shared", n=N)
     alice, bob = stack.submitter("alice-shared"), stack.submitter("bob-shared")
     weights = weights_bytes(tiny_model(seed=21), tmp_path)
     first = submit(alice, weights, manifest(benchmark="shared"))

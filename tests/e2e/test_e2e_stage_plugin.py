@@ -39,8 +39,7 @@ def _toy_rows(stack, sid: int) -> list[StageShard]:
 
 
 def test_a_plugin_stage_survives_kill_9_and_lands_exactly_once(stack, tmp_path):
-    definition = put_benchmark(
-        stack.admin, stack.root / "toy-dataset", name="toy", seed=SEED,
+    definition = put_benchmark(stack, "toy-dataset", name="toy", seed=SEED,
         stages={"toy": {"images": IMAGES, "seconds_per_image": 2.0}},
     )  # fmt: skip
     assert definition["stages"]["toy"]["images"] == IMAGES

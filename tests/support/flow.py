@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -36,25 +36,56 @@ def free_port() -> int:
 TERMINAL = {"finished", "failed", "rejected", "cancelled", "duplicate"}
 
 
+class HasAdmin(Protocol):
+    """What ``put_benchmark`` needs of a running stack (``tests.support.e2e.Stack``)."""
+
+    admin: httpx.Client
+    settings: Settings
+
+
 def put_benchmark(
-    admin: httpx.Client,
-    folder: Path,
+    stack: HasAdmin,
+    name: str,
     *,
     robustness: bool = False,
     stages: dict[str, Any] | None = None,
     **protocol: Any,
 ) -> dict[str, Any]:
-    """Write the tiny dataset under ``folder`` and load its definition through the admin API
-    (``robustness``: with a training split and the tiny robustness stage; ``stages``: further
-    stage blocks)."""
-    dataset = write_tiny_dataset(folder)
+    """Write the tiny dataset in the stack's data directory (``CERTBENCH_DATASETS_DIR``) under
+    ``name`` and load its definition through the admin API (``robustness``: with a training
+    split and the tiny robustness stage; ``stages``: further stage blocks).
+
+    The API takes only folders relative to the data directory (``models.benchmarks.folders``):
+    the request names them so; the definition returned names them absolute, as the tests read
+    the images themselves."""
+    assert stack.settings.datasets_dir is not None  # filled by Settings
+    datasets_dir = stack.settings.datasets_dir
+    dataset = write_tiny_dataset(datasets_dir / name)
     stage = tiny_robustness(write_tiny_train_split(dataset)) if robustness else None
     definition = tiny_definition(dataset, robustness=stage, **protocol)
     if stages:
         definition["stages"] = {**definition.get("stages", {}), **stages}
-    response = admin.put("/api/v1/admin/benchmarks", json=definition)
+    response = stack.admin.put(
+        "/api/v1/admin/benchmarks", json=_relative_folders(definition, datasets_dir)
+    )
     assert response.status_code == 200, response.text
     return definition
+
+
+def _relative_folders(value: Any, root: Path) -> Any:
+    """``value`` with every ``folder`` under ``root`` written relative to it."""
+    if isinstance(value, dict):
+        return {
+            key: (
+                str(Path(item).relative_to(root))
+                if key == "folder" and isinstance(item, str) and Path(item).is_relative_to(root)
+                else _relative_folders(item, root)
+            )
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_relative_folders(item, root) for item in value]
+    return value
 
 
 def submit(
