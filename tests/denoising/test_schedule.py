@@ -54,6 +54,25 @@ def test_the_step_on_the_linear_schedule_is_the_released_codes_choice(sigma):
     assert schedule.timestep(sigma) == expected == released_loop(schedule, sigma)
 
 
+RELEASED_STEPS = {
+    ("linear", 1000): {0.12: 70, 0.25: 145, 0.5: 259, 1.0: 396},
+    ("cosine", 4000): {0.12: 573, 0.25: 1158, 0.5: 1984, 1.0: 2809},
+}
+"""The release's loop run on its own arrays (``GaussianDiffusion(betas=get_named_beta_schedule(
+kind, T))`` of ethz-spylab/diffusion_denoised_smoothing, ``cifar10/improved_diffusion``): the
+linear schedule of Ho et al. and the cosine 4,000-step schedule of its CIFAR-10 model
+(``cifar10/DRM.py``: ``diffusion_steps=4000``, ``noise_schedule="cosine"``)."""
+
+
+CASES = [(kind, steps, sigma) for (kind, steps) in RELEASED_STEPS for sigma in SIGMAS]
+
+
+@pytest.mark.parametrize(("kind", "steps", "sigma"), CASES)
+def test_the_step_is_the_one_the_release_picked(kind, steps, sigma):
+    schedule = NoiseSchedule.named(kind, steps)
+    assert schedule.timestep(sigma) == RELEASED_STEPS[kind, steps][sigma]
+
+
 @pytest.mark.parametrize("sigma", SIGMAS)
 def test_the_step_on_the_cosine_schedule_is_the_released_codes_choice(sigma):
     schedule = NoiseSchedule.named("cosine", 4000)  # the release's CIFAR-10 model: 4,000 steps
