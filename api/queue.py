@@ -23,6 +23,13 @@ class JobQueue:
         self._celery.conf.update(celery_config(settings))
         self._celery.conf.broker_connection_timeout = 5
         self._celery.conf.broker_connection_max_retries = 2
+        # A producer's connection is retried once (2 s later: a Redis restart), not for as long
+        # as broker_connection_timeout: on a silent link each attempt waits out
+        # CERTBENCH_BROKER_TIMEOUT_SECONDS, and the request waits for every attempt.
+        self._celery.conf.broker_transport_options = {
+            **self._celery.conf.broker_transport_options,
+            "max_retries": 1,
+        }
 
     def enqueue_validation(self, submission_id: int) -> str:
         """Queue ``certbench.validate(submission_id)``; returns the task id.
@@ -33,7 +40,7 @@ class JobQueue:
             result = self._celery.send_task(
                 TASK_VALIDATE, args=[submission_id], queue=CONTROL_QUEUE, retry=False
             )
-        except (KombuError, OSError) as err:
+        except self._unreachable() as err:
             raise ServiceUnavailableError(
                 f"the task queue is unreachable ({err}); check CERTBENCH_BROKER_URL and retry"
             ) from err
@@ -44,8 +51,18 @@ class JobQueue:
         try:
             with self._celery.connection_for_write() as connection:
                 connection.ensure_connection(max_retries=1, timeout=2)
-        except (KombuError, OSError) as err:
+        except self._unreachable() as err:
             raise ServiceUnavailableError(f"the task queue is unreachable: {err}") from err
+
+    def _unreachable(self) -> tuple[type[BaseException], ...]:
+        """The errors of a broker that cannot be reached or did not answer in time: kombu's,
+        the socket's, and the transport client's own (redis-py's ``TimeoutError`` and
+        ``ConnectionError`` are neither)."""
+        connection = self._celery.connection_for_write()
+        try:
+            return (KombuError, OSError, *connection.connection_errors)
+        finally:
+            connection.release()
 
     def close(self) -> None:
         self._celery.close()

@@ -55,9 +55,25 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     else:
         config["broker_url"] = settings.broker_url
         config["broker_transport_options"] = {
-            "visibility_timeout": settings.visibility_timeout_seconds
+            "visibility_timeout": settings.visibility_timeout_seconds,
+            **broker_timeouts(settings.broker_timeout_seconds),
         }
+        config["broker_connection_timeout"] = settings.broker_timeout_seconds
     return config
+
+
+def broker_timeouts(seconds: int) -> dict[str, Any]:
+    """Redis transport options bounding every wait on the broker's link (kombu's redis
+    transport): connecting and each command's reply (``socket_timeout``: without it a publish on
+    a link that went silent, a partition, waits forever), TCP keepalives, and kombu's check of
+    the consumer's blocking read every ``seconds`` (a read with no reply for its server-side
+    timeout plus that long is dropped and reconnected)."""
+    return {
+        "socket_timeout": seconds,
+        "socket_connect_timeout": seconds,
+        "socket_keepalive": True,
+        "health_check_interval": seconds,
+    }
 
 
 def ensure_embedded_queue(settings: Settings) -> None:
