@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from sqlalchemy import exc as db_errors
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -117,6 +118,27 @@ async def _service_error(_request: Request, err: Exception) -> JSONResponse:
     return JSONResponse(error_body(code, str(err), details), status_code=status, headers=headers)
 
 
+#: The database could not be reached or did not answer in time: a connection refused, closed
+#: (a restart) or timed out (a partition: ``CERTBENCH_DATABASE_*_TIMEOUT_SECONDS``), a statement
+#: cancelled by its time limit, no pooled connection free in time.
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
+    db_errors.OperationalError,
+    db_errors.DisconnectionError,
+    db_errors.TimeoutError,
+)
+
+
+async def _database_unavailable(_request: Request, err: Exception) -> JSONResponse:
+    """503 with Retry-After, not a 500: the request may succeed once the link is back, and the
+    pool replaces its dead connections by itself (``pool_pre_ping``)."""
+    log.warning("database unavailable: %s", str(err).splitlines()[0] if str(err) else err)
+    return JSONResponse(
+        error_body("unavailable", "the database is unreachable or did not answer in time; retry"),
+        status_code=503,
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
 async def _validation_error(_request: Request, err: Exception) -> JSONResponse:
     assert isinstance(err, RequestValidationError)
     details = [
@@ -171,6 +193,8 @@ async def _unexpected(_request: Request, err: Exception) -> JSONResponse:
 def install_error_handlers(app: FastAPI) -> None:
     """Register the JSON error handlers on ``app``."""
     app.add_exception_handler(CertbenchError, _service_error)
+    for error in DATABASE_UNAVAILABLE:
+        app.add_exception_handler(error, _database_unavailable)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected)
