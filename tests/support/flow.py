@@ -45,14 +45,14 @@ class HasAdmin(Protocol):
 
 def put_benchmark(
     stack: HasAdmin,
-    name: str,
+    folder: str,
     *,
     robustness: bool = False,
     stages: dict[str, Any] | None = None,
     **protocol: Any,
 ) -> dict[str, Any]:
     """Write the tiny dataset in the stack's data directory (``CERTBENCH_DATASETS_DIR``) under
-    ``name`` and load its definition through the admin API (``robustness``: with a training
+    ``folder`` and load its definition through the admin API (``robustness``: with a training
     split and the tiny robustness stage; ``stages``: further stage blocks).
 
     The API takes only folders relative to the data directory (``models.benchmarks.folders``):
@@ -60,7 +60,7 @@ def put_benchmark(
     the images themselves."""
     assert stack.settings.datasets_dir is not None  # filled by Settings
     datasets_dir = stack.settings.datasets_dir
-    dataset = write_tiny_dataset(datasets_dir / name)
+    dataset = write_tiny_dataset(datasets_dir / folder)
     stage = tiny_robustness(write_tiny_train_split(dataset)) if robustness else None
     definition = tiny_definition(dataset, robustness=stage, **protocol)
     if stages:
