@@ -21,6 +21,7 @@ from certbench.data.sources import load_images
 from certbench.smoothing.core import certify
 from certbench.smoothing.records import read_records
 from models.boards.leaderboard import certification_results
+from models.core.queue import CONTROL_QUEUE
 from models.db.engine import session_scope
 from models.db.entities import StageShard, Submission
 from models.submissions import storage
@@ -109,11 +110,11 @@ def test_kill_9_of_the_pool_process_reruns_its_shard_on_the_same_worker(stack, t
 
     wait_for(mid_run, timeout=400, what="a first shard", services=stack.services())
     worker = stack.worker
-    (pool,) = _children(worker.pid)
+    (pool,) = _pool_children(worker.pid)
     os.kill(pool, signal.SIGKILL)
     done = wait_state(grace, sid, {"finished"}, services=stack.services(), timeout=600)
     assert done["shards_done"] == done["shards_total"] == 2 * len(TEST_SETS)
-    assert worker.alive() and _children(worker.pid) != [pool]
+    assert worker.alive() and _pool_children(worker.pid) != [pool]
     assert "WorkerLostError" in worker.log.read_text(errors="replace")
     with session_scope(stack.settings) as session:
         shards = session.scalars(select(StageShard).where(StageShard.submission_id == sid)).all()
@@ -125,3 +126,14 @@ def test_kill_9_of_the_pool_process_reruns_its_shard_on_the_same_worker(stack, t
 def _children(pid: int) -> list[int]:
     with open(f"/proc/{pid}/task/{pid}/children") as handle:
         return [int(p) for p in handle.read().split()]
+
+
+def _pool_children(pid: int) -> list[int]:
+    """The worker's prefork pool processes: its children other than its control consumer
+    (``workers.commands.ControlConsumer``, a ``certbench worker --queues control`` child)."""
+    return [child for child in _children(pid) if CONTROL_QUEUE not in _command_line(child)]
+
+
+def _command_line(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/cmdline", "rb") as handle:
+        return [part.decode(errors="replace") for part in handle.read().split(b"\0") if part]
