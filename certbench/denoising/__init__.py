@@ -9,10 +9,10 @@ classifier; Carlini et al. (ICLR 2023, arXiv:2206.10550) use one step of a diffu
 - :mod:`~certbench.denoising.diffusion`: one-shot denoising with ``diffusers``' ``UNet2DModel``;
 - :mod:`~certbench.denoising.dncnn`: Salman et al.'s DnCNN;
 - :mod:`~certbench.denoising.composed`: :class:`DenoisedClassifier`, what every stage certifies;
-- :mod:`~certbench.denoising.loading`: a denoised submission from safetensors, never pickle.
+- :mod:`~certbench.denoising.loading`: a denoiser's part of a submission's safetensors file.
 
-Ground floor beside ``smoothing`` and ``data``: imports ``certbench.nets`` only. Public face:
-``__all__``.
+Ground floor, below ``certbench.nets`` (which composes a manifest's denoiser with its classifier,
+``certbench.nets.denoised``): imports no other certbench package. Public face: ``__all__``.
 """
 
 from __future__ import annotations
@@ -35,17 +35,15 @@ if TYPE_CHECKING:
         DenoiserConfigError,
         DiffusionDenoiserConfig,
         DnCNNConfig,
+        ManifestDenoiser,
         UNetConfig,
+        check_denoiser,
+        composition_label,
         parse_denoiser_config,
     )
     from certbench.denoising.diffusion import DiffusionDenoiser, build_unet, noise_prediction
     from certbench.denoising.dncnn import DnCNN
-    from certbench.denoising.loading import (
-        denoiser_shapes,
-        load_denoised_classifier,
-        load_denoiser,
-        split_weights,
-    )
+    from certbench.denoising.loading import denoiser_shapes, load_denoiser, split_weights
     from certbench.denoising.schedule import NoiseSchedule, carlini_timestep
 
 __getattr__, __dir__, __all__ = public_face(__name__, __file__)

@@ -23,11 +23,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from certbench.denoising.config import (
-    DenoiserConfigError,
-    DiffusionDenoiserConfig,
-    DnCNNConfig,
-)
+from certbench.denoising.config import DiffusionDenoiserConfig, DnCNNConfig, check_denoiser
 from certbench.denoising.diffusion import DiffusionDenoiser, build_unet
 from certbench.denoising.dncnn import DnCNN
 from certbench.denoising.schedule import NoiseSchedule
@@ -63,23 +59,9 @@ def build_denoiser(
     Raises DenoiserConfigError when the configuration does not fit the images (channels, a
     U-Net's sample size) or σ is beyond the β schedule.
     """
-    channels, height, width = (int(v) for v in input_size)
+    check_denoiser(config, input_size=input_size, sigma=sigma)
     if isinstance(config, DnCNNConfig):
+        channels = int(input_size[0])
         return DnCNN(image_channels=channels, depth=config.depth, features=config.features)
-    unet = config.unet
-    if unet.in_channels != channels:
-        raise DenoiserConfigError(
-            f"denoiser.unet.in_channels is {unet.in_channels} but the images have {channels} "
-            "channels"
-        )
-    if (height, width) != (unet.sample_size, unet.sample_size):
-        raise DenoiserConfigError(
-            f"denoiser.unet.sample_size is {unet.sample_size} but the images are "
-            f"{height}×{width}; the U-Net denoises images of its own size"
-        )
-    try:
-        schedule = NoiseSchedule.named(config.beta_schedule, config.num_train_timesteps)
-        schedule.timestep(sigma)  # σ beyond the schedule: refused before the U-Net is built
-    except ValueError as err:
-        raise DenoiserConfigError(f"denoiser: {err}") from err
-    return DiffusionDenoiser(build_unet(unet), schedule, sigma)
+    schedule = NoiseSchedule.named(config.beta_schedule, config.num_train_timesteps)
+    return DiffusionDenoiser(build_unet(config.unet), schedule, sigma)

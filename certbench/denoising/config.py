@@ -15,13 +15,17 @@ models embed in a manifest as ``"denoiser": {"kind": "diffusion" | "dncnn", ...}
 - :class:`DiffusionDenoiserConfig`: the U-Net plus its β schedule (``linear`` or ``cosine``,
   T steps; :mod:`certbench.denoising.schedule`).
 - :class:`DnCNNConfig`: Salman et al.'s one-step denoiser (depth, features).
+- :data:`ManifestDenoiser`: the manifest's ``denoiser`` field (:class:`certbench.nets.Manifest`),
+  refusals worded as the manifest's; :func:`check_denoiser` whether a configuration fits the
+  manifest's images and σ.
 
-torch-free, like :mod:`certbench.nets.manifest`: the API validates manifests at start-up cost.
+torch-free, like :mod:`certbench.nets.manifest`, which imports it: the API validates manifests
+at start-up cost.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -33,15 +37,21 @@ from pydantic import (
     StrictInt,
     TypeAdapter,
     ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
+from certbench.denoising.schedule import NoiseSchedule
 from certbench.errors import ManifestError
 
 __all__ = [
     "DDPM_CIFAR10_UNET",
     "DENOISER_PRESETS",
     "DOWN_BLOCK_TYPES",
+    "LABEL_LENGTH",
+    "LABEL_SEPARATOR",
     "MAX_TIMESTEPS",
     "MAX_WIDTH",
     "UP_BLOCK_TYPES",
@@ -49,7 +59,10 @@ __all__ = [
     "DenoiserConfigError",
     "DiffusionDenoiserConfig",
     "DnCNNConfig",
+    "ManifestDenoiser",
     "UNetConfig",
+    "check_denoiser",
+    "composition_label",
     "describe_errors",
     "parse_denoiser_config",
 ]
@@ -254,13 +267,89 @@ def parse_denoiser_config(data: Mapping[str, Any]) -> DiffusionDenoiserConfig | 
 
 def describe_errors(err: ValidationError, root: str = "denoiser") -> str:
     """pydantic's per-field messages on one line: 'denoiser.unet.dropout: Input should be ...'
-    (the union's tag, which pydantic puts first in each location, left out)."""
+    (the union's tag, which pydantic puts first in each location, left out; with ``root`` empty
+    the locations start below the block: 'unet.dropout: ...')."""
     parts = []
     for item in err.errors(include_url=False):
         loc = list(item["loc"])
         if loc and loc[0] in KINDS:
             loc = loc[1:]
-        where = ".".join([root, *(str(p) for p in loc)])
+        where = ".".join(str(p) for p in [root, *loc] if p != "")
         message = item["msg"].removeprefix("Value error, ")
-        parts.append(f"{where}: {message}")
+        parts.append(f"{where}: {message}" if where else message)
     return "; ".join(parts)
+
+
+def _manifest_block(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """The ``denoiser`` field: a configuration, or one custom error listing every problem of the
+    block (without pydantic's union tags), so the manifest's refusal names keys as written."""
+    if isinstance(value, DiffusionDenoiserConfig | DnCNNConfig):
+        return value
+    if not isinstance(value, Mapping):
+        raise PydanticCustomError(
+            "denoiser_type",
+            "a denoiser is a JSON object with a 'kind' (diffusion or dncnn), got {got}",
+            {"got": type(value).__name__},
+        )
+    try:
+        return handler(dict(value))
+    except ValidationError as err:
+        raise PydanticCustomError(
+            "denoiser", "{reason}", {"reason": describe_errors(err, root="")}
+        ) from None
+
+
+ManifestDenoiser = Annotated[DenoiserConfig, WrapValidator(_manifest_block)]
+"""A manifest's ``denoiser``: :data:`DenoiserConfig`, its refusals one line per problem."""
+
+
+LABEL_LENGTH = 64
+"""The longest :func:`composition_label` (the leaderboard's architecture column)."""
+LABEL_SEPARATOR = " · "
+
+
+def composition_label(
+    denoiser: DiffusionDenoiserConfig | DnCNNConfig | None, architecture: str
+) -> str:
+    """How the leaderboard names an entry's network: the architecture alone, or
+    ``denoiser · classifier`` (``diffusion · wrn``, ``dncnn · timm/resnet18``)."""
+    return architecture if denoiser is None else f"{denoiser.kind}{LABEL_SEPARATOR}{architecture}"
+
+
+def check_denoiser(
+    config: DiffusionDenoiserConfig | DnCNNConfig,
+    *,
+    input_size: Sequence[int],
+    sigma: float,
+    architecture: str = "",
+) -> None:
+    """Whether ``config`` fits images of ``input_size`` (C, H, W) smoothed at ``sigma``, without
+    building it: a U-Net takes the images' channels at its ``sample_size`` (square), and σ is
+    within its β schedule (:func:`certbench.denoising.schedule.carlini_timestep`); a DnCNN takes
+    any image. With the classifier's ``architecture`` name, the entry's
+    :func:`composition_label` must fit the leaderboard's column. Raises DenoiserConfigError
+    naming the key."""
+    label = composition_label(config, architecture)
+    if len(label) > LABEL_LENGTH:
+        raise DenoiserConfigError(
+            f"architecture.name {architecture!r} is too long for a denoised entry, shown as "
+            f"{label!r}: at most {LABEL_LENGTH - len(label) + len(architecture)} characters"
+        )
+    if isinstance(config, DnCNNConfig):
+        return
+    channels, height, width = (int(v) for v in input_size)
+    unet = config.unet
+    if unet.in_channels != channels:
+        raise DenoiserConfigError(
+            f"denoiser.unet.in_channels is {unet.in_channels} but the images have {channels} "
+            "channels"
+        )
+    if (height, width) != (unet.sample_size, unet.sample_size):
+        raise DenoiserConfigError(
+            f"denoiser.unet.sample_size is {unet.sample_size} but the images are "
+            f"{height}×{width}; the U-Net denoises images of its own size"
+        )
+    try:
+        NoiseSchedule.named(config.beta_schedule, config.num_train_timesteps).timestep(sigma)
+    except ValueError as err:
+        raise DenoiserConfigError(f"denoiser: {err}") from err

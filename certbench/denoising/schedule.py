@@ -112,6 +112,12 @@ class NoiseSchedule:
             betas = cosine_betas(steps)
         else:
             raise ValueError(f"unknown β schedule {kind!r}; choose linear or cosine")
+        if not (betas < 1).all():
+            # the linear ends scale by 1000/T: β_T = 20/T reaches 1 (ᾱ = 0) at T = 20
+            raise ValueError(
+                f"a {kind} schedule of {steps} steps has β ≥ 1 (no signal left); use more "
+                "than 20 steps"
+            )
         return cls(kind, steps, betas, np.cumprod(1.0 - betas, axis=0))
 
     def timestep(self, sigma: float) -> int:

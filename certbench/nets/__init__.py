@@ -10,10 +10,13 @@
 - :mod:`~certbench.nets.loading`: manifest + safetensors weights → a model (never pickle);
 - :mod:`~certbench.nets.header`: a safetensors header read and checked without its tensors;
 - :mod:`~certbench.nets.fit`: whether a header's tensors fit an architecture (``meta`` device);
+- :mod:`~certbench.nets.denoised`: a manifest's ``denoiser`` in front of its classifier (denoised
+  smoothing), composed by ``load_model`` and counted by ``fit`` and ``cost``;
 - :mod:`~certbench.nets.batch_invariance`: fixed-shape chunks keyed by row (``RowSlots``), so a
   row's result never depends on its batch.
 
-Ground floor (imports no other certbench package). Public face: ``__all__``.
+Imports no other certbench package but ``certbench.denoising`` (the denoisers a manifest may put
+in front of its classifier). Public face: ``__all__``.
 """
 
 from __future__ import annotations

@@ -122,14 +122,18 @@ def _count_flops(model: nn.Module, shape: tuple[int, ...]) -> int:
 
 def manifest_cost(manifest: Manifest) -> NetworkCost:
     """:func:`network_cost` of ``manifest``'s classifier (NormalizeLayer + network) at its
-    ``input_size``, built on the ``meta`` device once per architecture, classes and kwargs.
+    ``input_size``, built on the ``meta`` device once per architecture, classes and kwargs, plus
+    its denoiser's if it has one (``certbench.nets.denoised``).
 
     Raises ManifestError / UnknownArchitectureError when the network cannot be built,
     InputSizeError when it cannot take ``input_size``.
     """
+    from certbench.nets.denoised import meta_denoiser
     from certbench.nets.meta import meta_key
 
-    return _cost(meta_key(manifest), tuple(manifest.input_size))
+    cost = _cost(meta_key(manifest), tuple(manifest.input_size))
+    denoiser = meta_denoiser(manifest)
+    return cost if denoiser is None else network_cost(denoiser, manifest.input_size) + cost
 
 
 @lru_cache(maxsize=64)
@@ -142,6 +146,9 @@ def _cost(key: MetaKey, input_size: tuple[int, ...]) -> NetworkCost:
 def parameters_of(manifest: Manifest) -> int:
     """Parameters of ``manifest``'s network (built on ``meta``), without running it: what a
     cap on parameters is checked against before any forward pass is counted."""
+    from certbench.nets.denoised import meta_denoiser
     from certbench.nets.meta import meta_classifier
 
-    return count_parameters(meta_classifier(manifest))
+    denoiser = meta_denoiser(manifest)
+    extra = 0 if denoiser is None else count_parameters(denoiser)
+    return extra + count_parameters(meta_classifier(manifest))

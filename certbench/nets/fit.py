@@ -63,8 +63,11 @@ TENSOR_SLACK = 64
 
 def expected_tensor_count(manifest: Manifest) -> int:
     """Tensors in the state dict of the manifest's architecture (BatchNorm counters included),
-    counted on the ``meta`` device (``certbench.nets.fit``): no parameter is allocated."""
-    return len(expected_shapes(manifest))
+    and of its denoiser if it has one, counted on the ``meta`` device (``certbench.nets.fit``):
+    no parameter is allocated."""
+    from certbench.nets.denoised import denoiser_tensor_count
+
+    return len(expected_shapes(manifest)) + denoiser_tensor_count(manifest)
 
 
 def max_tensors(manifest: Manifest) -> int:
@@ -83,8 +86,12 @@ def with_prefix(names: Mapping[str, Any]) -> dict[str, Any]:
 def check_fit(shapes: Shapes, manifest: Manifest) -> None:
     """Refuse weights (tensor names → shapes, as the header lists them) that do not fit the
     manifest's architecture, with a one-line summary naming the architecture they belong to
-    when it is a registered one. Raises StateDictMismatchError."""
-    got = with_prefix(shapes)
+    when it is a registered one. A denoised submission's ``denoiser.*`` tensors are checked
+    against its denoiser and its ``classifier.*`` ones as a plain file's
+    (``certbench.nets.denoised``). Raises StateDictMismatchError."""
+    from certbench.nets.denoised import check_denoiser_fit
+
+    got = with_prefix(check_denoiser_fit(shapes, manifest))
     expected = expected_shapes(manifest)
     missing = _names(expected) - _names(got)
     unexpected = set(got) - set(expected)

@@ -29,6 +29,7 @@ from certbench.errors import (
     WeightsFormatError,
 )
 from certbench.nets.architectures import build_classifier
+from certbench.nets.denoised import split_denoised, with_denoiser
 from certbench.nets.fit import expected_tensor_count, max_tensors, with_prefix
 from certbench.nets.header import read_header
 from certbench.nets.manifest import (
@@ -120,11 +121,15 @@ def load_model(
 
     Keys may carry the ``1.`` prefix of ``nn.Sequential(NormalizeLayer, net)`` (Cohen et al.'s
     checkpoints, :func:`save_weights`) or be the bare network's keys (``conv1.weight``); a file must
-    use one layout throughout. Raises the ModelLoadError subclasses of its steps.
+    use one layout throughout. A manifest with a ``denoiser`` gives
+    ``DenoisedClassifier(denoiser, classifier)`` from one file of ``denoiser.*`` and
+    ``classifier.*`` tensors (``certbench.nets.denoised``). Raises the ModelLoadError subclasses
+    of its steps.
     """
     tensors = read_safetensors(weights, max_bytes=max_bytes, max_tensors=max_tensors(manifest))
+    denoiser, tensors = split_denoised(tensors, manifest)  # (None, tensors) without a denoiser
     arch = manifest.architecture
-    model = build_classifier(
+    model: nn.Module = build_classifier(
         arch.name,
         num_classes=manifest.num_classes,
         mean=manifest.preprocessing.mean,
@@ -134,6 +139,7 @@ def load_model(
     state = with_prefix(tensors)
     _check_state_dict(model, state, arch.name)
     model.load_state_dict(state, strict=True)
+    model = with_denoiser(model, denoiser, manifest)  # denoiser · classifier, or the classifier
     model.to(device or "cpu").eval()
     check_model(model, manifest, device=device)
     return model

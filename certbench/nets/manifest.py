@@ -33,6 +33,7 @@ from pydantic import (
     model_validator,
 )
 
+from certbench.denoising import ManifestDenoiser, check_denoiser
 from certbench.errors import ManifestError
 from certbench.nets.library_kwargs import MAX_SEQUENCE, refused_key
 
@@ -259,6 +260,9 @@ class Manifest(_Strict):
     smoothing: Smoothing
     metadata: Metadata
     input_size: tuple[Channels, Side, Side] = (3, 32, 32)
+    #: Denoised smoothing: a denoiser in front of the classifier (``certbench.nets.denoised``);
+    #: absent from a plain manifest's JSON (and from its canonical form) when not given.
+    denoiser: ManifestDenoiser | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @model_validator(mode="after")
     def _channels_match(self) -> Manifest:
@@ -294,6 +298,11 @@ def load_manifest(src: Path | str | bytes | Mapping[str, Any]) -> Manifest:
     from certbench.nets.architectures import check_kwargs
 
     check_kwargs(manifest.architecture.name, manifest.architecture.kwargs)
+    if manifest.denoiser is not None:  # its images, σ and label (torch-free: nothing is built)
+        size, name = manifest.input_size, manifest.architecture.name
+        check_denoiser(
+            manifest.denoiser, input_size=size, sigma=manifest.smoothing.sigma, architecture=name
+        )
     return manifest
 
 

@@ -19,7 +19,6 @@ from certbench.denoising import (
     DnCNN,
     DnCNNConfig,
     build_denoiser,
-    load_denoised_classifier,
 )
 from certbench.errors import StateDictMismatchError
 from certbench.nets import (
@@ -29,6 +28,7 @@ from certbench.nets import (
     Preprocessing,
     Smoothing,
     build_classifier,
+    load_model,
     save_weights,
 )
 from certbench.smoothing import certify
@@ -106,18 +106,21 @@ def test_dncnn_is_salman_et_als_network():
         assert net(x).shape == x.shape
 
 
-def manifest(arch: str = "lenet5") -> Manifest:
+def manifest(denoiser: DnCNNConfig | None = None) -> Manifest:
     return Manifest(
         benchmark="demo-digits",
-        architecture=Architecture(name=arch),
+        architecture=Architecture(name="lenet5"),
         num_classes=10,
         preprocessing=Preprocessing(mean=(0.45,) * 3, std=(0.25,) * 3),
         smoothing=Smoothing(sigma=SIGMA),
         metadata=Metadata(name="denoised lenet5"),
+        denoiser=denoiser,
     )
 
 
 def test_a_denoised_submission_loads_from_one_safetensors_file(tmp_path):
+    """certbench.nets.load_model, which every stage, the CLI and the zoo load through, builds
+    denoiser · classifier from the manifest's denoiser block and one file of both parts."""
     config = DnCNNConfig(depth=4, features=8)
     torch.manual_seed(2)
     denoiser = build_denoiser(config, sigma=SIGMA, input_size=(3, 32, 32))
@@ -125,13 +128,19 @@ def test_a_denoised_submission_loads_from_one_safetensors_file(tmp_path):
     model = DenoisedClassifier(denoiser, classifier("lenet5")).eval()
     path = tmp_path / "model.safetensors"
     save_weights(model, path)
-    loaded = load_denoised_classifier(path, manifest(), config)
+    loaded = load_model(path, manifest(config))
+    assert isinstance(loaded, DenoisedClassifier)
     x, _ = images()
     with torch.no_grad():
         assert torch.equal(loaded(x), model(x))
     assert {k.split(".")[0] for k in loaded.state_dict()} == {"denoiser", "classifier"}
     with pytest.raises(StateDictMismatchError, match="shape mismatches"):
-        load_denoised_classifier(path, manifest(), DnCNNConfig(depth=4, features=16))
+        load_model(path, manifest(DnCNNConfig(depth=4, features=16)))
+    with pytest.raises(StateDictMismatchError, match="the manifest has no denoiser"):
+        load_model(path, manifest())
     save_weights(model.classifier, tmp_path / "plain.safetensors")
     with pytest.raises(StateDictMismatchError, match=r"start with 'denoiser\.' or 'classifier\.'"):
-        load_denoised_classifier(tmp_path / "plain.safetensors", manifest(), config)
+        load_model(tmp_path / "plain.safetensors", manifest(config))
+    plain = load_model(tmp_path / "plain.safetensors", manifest())
+    with torch.no_grad():
+        assert torch.equal(plain(x), model.classifier(x))

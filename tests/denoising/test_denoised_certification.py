@@ -23,7 +23,6 @@ from certbench.data.image_set import Subset
 from certbench.data.sources import load_images
 from certbench.denoising import (
     DenoisedClassifier,
-    load_denoised_classifier,
     load_denoiser,
     parse_denoiser_config,
 )
@@ -78,7 +77,8 @@ def test_a_ddpm_in_front_of_a_clean_classifier_certifies_more(tmp_path):
         )  # fmt: skip
         submission = tmp_path / "denoised.safetensors"
         save_weights(DenoisedClassifier(denoiser, classifier), submission)
-        denoised = load_denoised_classifier(submission, manifest, config)
+        denoised_manifest = load_manifest({**manifest.model_dump(), "denoiser": card["denoiser"]})
+        denoised = load_model(submission, denoised_manifest)
         assert denoised.denoiser.timestep == card["timestep"] == 259  # type: ignore[union-attr]
 
         test = load_images(demo, split="test", subset=Subset(skip=10))
