@@ -80,7 +80,8 @@ def main() -> None:
         f"batch={args.batch_size}, "
         f"amp={args.amp}, compile={args.compile}"
     )
-    common = dict(sigma=args.sigma, batch_size=args.batch_size, device=device, amp=args.amp)
+    common = dict(sigma=args.sigma, batch_size=args.batch_size,
+                  certify_batch_size=args.batch_size, device=device, amp=args.amp)  # fmt: skip
 
     def ours() -> None:
         sensitivity_records(

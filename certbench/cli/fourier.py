@@ -146,6 +146,7 @@ def fourier_heatmap_command(
             sigma=smoothing,
             test_set=test_set,
             batch_size=batch_size,
+            certify_batch_size=batch_size,
             device=device,
             amp=amp,
             compile=compile,

@@ -100,7 +100,8 @@ def sensitivity_records(
     device: torch.device | str | None = None,
     amp: str | None = None,
     channels_last: bool = True,
-    compile: bool = False,
+    compile: bool | None = False,
+    certify_batch_size: int | None = None,
     early_abstain: bool = False,
     on_record: Callable[[SensitivityRecord], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
@@ -113,7 +114,12 @@ def sensitivity_records(
         points: grid points (i, j); a point and its mirror are the same basis image and are
             reported under the representative ``canonical(point)``; give each once.
         sigma: the smoothing noise level, or None for the base-classifier map only (cheap).
-        batch_size, device, amp, channels_last, compile, early_abstain: passed to ``certify``.
+        batch_size: images per forward batch of the base classifier's map.
+        device, amp, channels_last, compile, early_abstain: passed to ``certify``
+            (``amp="auto"`` and ``compile=None`` take the engine's device defaults).
+        certify_batch_size: noisy samples per CERTIFY forward batch; None: the engine's
+            default for the device (``certbench.smoothing.defaults``). Counts do not depend
+            on it.
         on_record: called as each record is final (heartbeats, cancellation).
         on_progress: called with the number of forward passes just done (progress bars): the
             base classifier's per point, then each certified image's n0 + n as it completes.
@@ -158,7 +164,7 @@ def sensitivity_records(
                     n0=protocol.n0,
                     n=protocol.n,
                     alpha=protocol.alpha,
-                    batch_size=batch_size,
+                    batch_size=certify_batch_size,
                     seed=seed,
                     device=target,
                     indices=torch.from_numpy(idx),

@@ -193,7 +193,7 @@ def attack_smoothed(
     alpha: float = 0.001,
     indices: torch.Tensor | Sequence[int] | None = None,
     batch_size: int = 32,
-    certify_batch_size: int = 1000,
+    certify_batch_size: int | None = 1000,
     device: torch.device | str | None = None,
     amp: str | None = None,
     progress: bool = False,
@@ -204,7 +204,8 @@ def attack_smoothed(
 
     Attacks SmoothAdv's objective with ``noise_samples`` fixed noise vectors per image (a
     forward batch holds ``batch_size × noise_samples`` inputs), then runs CERTIFY (n0, n, α,
-    σ) on the attacked images with test set ``weather-attack/<weather>-<severity>``.
+    σ) on the attacked images with test set ``weather-attack/<weather>-<severity>``
+    (``certify_batch_size`` None and ``amp="auto"``: the engine's device defaults).
     ``run_seed`` (None: ``config.seed``) draws the noise vectors, CERTIFY's noise and the starts
     of restarts r ≥ 1; restart 0 starts at the random set's draw (module docstring).
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -209,3 +210,26 @@ def run_keeping_the_seed_secret(
                 checked.add(str(path))
     assert fresh(session, sid).state == SubmissionState.FINISHED, fresh(session, sid).message
     return checked
+
+
+def certify_calls(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[dict[str, Any]]:
+    """The keyword arguments of every CERTIFY call ``module`` makes (each call still runs)."""
+    calls: list[dict[str, Any]] = []
+    real = module.certify
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "certify", spy)
+    return calls
+
+
+def left_to_the_engine(calls: list[dict[str, Any]]) -> bool:
+    """Whether every CERTIFY call left batch size, precision and compiling to the engine's
+    device defaults (``certbench.smoothing.defaults``; issue 35 §7: the stages passed batch
+    1000, fp32 and no compile, so a GPU worker ran fp32 batches of 1000)."""
+    return bool(calls) and all(
+        c.get("batch_size") is None and c.get("amp") == "auto" and c.get("compile") is None
+        for c in calls
+    )

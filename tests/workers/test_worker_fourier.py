@@ -21,6 +21,7 @@ from certbench.cli.fourier import register
 from certbench.data.image_set import Subset
 from certbench.data.provenance import config_sha256
 from certbench.data.sources import load_images
+from certbench.fourier import sensitivity
 from certbench.fourier.heatmap import assemble_heatmap, summarize_heatmap
 from certbench.fourier.protocol import get_protocol
 from certbench.fourier.records import read_sensitivity_records
@@ -36,9 +37,11 @@ from models.stages import inputs, registry
 from models.submissions import lifecycle as pipeline
 from models.submissions import run_seeds, storage
 from tests.support.stages import (
+    certify_calls,
     count_shards,
     fresh,
     is_shard,
+    left_to_the_engine,
     model_files,
     results_by_unit,
     run_keeping_the_seed_secret,
@@ -134,6 +137,7 @@ def test_fourier_shards_run_on_their_queue_and_merge_into_one_direct_run(
 ):
     if batch_size is not None:
         monkeypatch.setenv("CERTBENCH_FOURIER_BATCH_SIZE", batch_size)
+    calls = certify_calls(monkeypatch, sensitivity)
     _benchmark(session, dataset, points_per_shard=points_per_shard)
     sid = submit(session, settings, tmp_path)
     assert worker.run_next() == f"{4 + units} shard(s) enqueued"  # 4 certify (1 image each)
@@ -147,6 +151,7 @@ def test_fourier_shards_run_on_their_queue_and_merge_into_one_direct_run(
     )
     fourier_outcomes = [out for m, out in worker.ran if _is_fourier(m)]
     assert sum(int(o.split()[1]) for o in fourier_outcomes) == POINTS * 2
+    assert left_to_the_engine(calls), calls  # CERTBENCH_FOURIER_BATCH_SIZE: base map only
 
     result = _result(session, sid)
     merged = read_sensitivity_records(storage.resolve(settings.artifacts_dir, result.records_path))

@@ -21,6 +21,7 @@ from certbench.data.image_set import Subset
 from certbench.data.sources import load_images
 from certbench.smoothing.records import read_metadata, read_table
 from certbench.stats.terms import figure_interval, terms_from_table
+from certbench.weather import attack
 from certbench.weather.attack import attack_base, attack_smoothed
 from certbench.weather.examples import read_examples
 from certbench.weather.records import read_weather_records, summarize_weather
@@ -39,8 +40,10 @@ from models.submissions import run_seeds, storage
 from tests.support.stages import (
     BENCH_SEED,
     MODEL_SEED,
+    certify_calls,
     count_shards,
     fresh,
+    left_to_the_engine,
     load_stage_benchmark,
     model_files,
     results_by_unit,
@@ -146,8 +149,9 @@ def _timeless(records: list[Any]) -> list[Any]:
 
 
 def test_weather_shards_run_on_their_queue_and_fill_leaderboard_and_page(
-    settings, session, weather_dataset, worker, tmp_path
+    settings, session, weather_dataset, worker, tmp_path, monkeypatch
 ):
+    calls = certify_calls(monkeypatch, attack)
     _load(session, weather_dataset)
     sid = submit(session, settings, tmp_path)
     # 4 certify + 2 images × (rain-1, snow-1, smoothed-rain-1, smoothed-snow-1) + 1 example
@@ -162,6 +166,7 @@ def test_weather_shards_run_on_their_queue_and_fill_leaderboard_and_page(
     submission = fresh(session, sid)
     assert submission.state == S.FINISHED, submission.message
     assert "worst-case weather" in submission.message
+    assert left_to_the_engine(calls), calls  # CERTBENCH_WEATHER_BATCH_SIZE: attack only
     assert [m.name for m, _ in worker.ran][-1] == AGGREGATE
 
     # merged records (1-image shards) equal one direct, unsharded call of the core

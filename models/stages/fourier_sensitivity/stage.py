@@ -73,6 +73,12 @@ KEYS = {
 """Leaderboard metric keys: mean ACR (smoothed) and base accuracy per radial band."""
 
 
+ENGINE_DEFAULTS: dict[str, Any] = {"certify_batch_size": None, "amp": "auto", "compile": None}
+"""CERTIFY of the smoothed map runs with the engine's device defaults (``certbench.smoothing.
+defaults``: on CUDA bf16 and batches of 4,096, on CPU fp32 and 256, compiled for long calls);
+``CERTBENCH_FOURIER_BATCH_SIZE`` sizes the base classifier's batches of perturbed images."""
+
+
 @register
 class FourierSensitivity(Stage):
     name = STAGE
@@ -115,6 +121,7 @@ class FourierSensitivity(Stage):
         """Compute the unit's points over every image, point by point; write the records."""
         from certbench.errors import DataSourceError
         from certbench.fourier import sensitivity_records, write_sensitivity_records
+        from certbench.smoothing import fallback_metadata
         from models.stages.inputs import data_hashes, images_for, model_for
 
         spec = fourier_spec(item.stages[self.name], context.settings)
@@ -153,9 +160,11 @@ class FourierSensitivity(Stage):
                 batch_size=context.batch_size,
                 device=context.device,
                 on_progress=on_passes,
+                **ENGINE_DEFAULTS,
             )
             context.on_progress((k + 1) * count)
-        fields = {"unit": shard.unit, "sigma": sigma, "stream": spec.stream}
+        fields = {"unit": shard.unit, "sigma": sigma, "stream": spec.stream,
+                  **fallback_metadata(model)}  # fmt: skip
         sensitivity = spec.sensitivity.model_dump(mode="json")
         metadata = shard_metadata(item, hashes, **fields, sensitivity=sensitivity)
         write_sensitivity_records(records, context.target, metadata)

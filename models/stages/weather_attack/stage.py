@@ -209,7 +209,12 @@ def _run_attack(
     context: RunContext,
     metadata: dict[str, Any],
 ) -> int:
+    from certbench.smoothing import fallback_metadata
     from certbench.weather import attack_base, attack_smoothed, write_weather_records
+
+    # CERTIFY of the attacked images with the engine's device defaults (certify_batch_size None,
+    # amp "auto": on CUDA bf16 and batches of 4,096); CERTBENCH_WEATHER_BATCH_SIZE sizes the
+    # attack's batches of images.
 
     kind, weather, severity = parse_unit(shard.unit)
     common: dict[str, Any] = {
@@ -226,10 +231,11 @@ def _run_attack(
     if kind == "smoothed":
         records: list[Any] = attack_smoothed(
             model, x, y, noise_samples=spec.noise_samples, **certify_protocol(item),
-            certify_batch_size=context.batch_size * spec.noise_samples, **common,
+            certify_batch_size=None, amp="auto", **common,
         )  # fmt: skip
     else:
         records = attack_base(model, x, y, **common)
+    metadata = {**metadata, **fallback_metadata(model)}
     write_weather_records(records, context.target, metadata, kind=kind)
     return len(records)
 
