@@ -33,6 +33,19 @@ class WeightsHeaderTooLargeError(WeightsFormatError):
     """The safetensors header is larger, or lists more tensors, than the architecture needs."""
 
 
+class DuplicateTensorError(WeightsFormatError):
+    """The safetensors header names a tensor twice (JSON readers keep one of the two)."""
+
+
+class PreprocessingError(ManifestError):
+    """The manifest's mean/std cannot normalise float32 inputs (std that rounds to zero or a
+    subnormal float32, a value beyond float32's range)."""
+
+
+class NonFiniteWeightsError(ModelLoadError):
+    """A weight tensor holds NaN or ±inf values."""
+
+
 class StateDictMismatchError(ModelLoadError):
     """Missing/unexpected keys or shape mismatches between weights and architecture."""
 

@@ -1,10 +1,13 @@
 """The validate step: is a stored upload a model we can certify?
 
 Safe-loads the weights with ``certbench.nets.loading.load_model`` (safetensors only, registry
-architecture, strict state dict, one dummy forward), then forwards a dummy batch the way CERTIFY
-will: noisy inputs at the submission's sigma, unclamped. A model that is finite on clean images but
-NaN under noise would otherwise fail hours later, in the middle of a shard. Every problem becomes
-a ``Rejection`` with a machine-readable reason from ``models.db.states.Reason``.
+architecture, every weight finite, strict state dict, one dummy forward), then forwards a dummy
+batch the way CERTIFY will: noisy inputs at the submission's sigma, unclamped. A model that is
+finite on clean images but NaN under noise would otherwise fail hours later, in the middle of a
+shard. Every problem becomes a ``Rejection`` with a machine-readable reason from
+``models.db.states.Reason``: NaN or infinite weights are ``non_finite_weights`` (the values are
+read here; intake reads only the header), finite weights whose outputs are not finite
+``non_finite_output``.
 """
 
 from __future__ import annotations
@@ -15,11 +18,14 @@ import torch
 from torch import nn
 
 from certbench.errors import (
+    DuplicateTensorError,
     InputSizeError,
     ManifestError,
     ModelLoadError,
     ModelOutputError,
     NonFiniteOutputError,
+    NonFiniteWeightsError,
+    PreprocessingError,
     StateDictMismatchError,
     UnknownArchitectureError,
     WeightsFormatError,
@@ -33,6 +39,9 @@ DUMMY_BATCH = 8
 """Images in the validation batch: enough to catch batch-dependent failures, cheap on any device."""
 
 _REASONS: tuple[tuple[type[ModelLoadError], Reason], ...] = (
+    (NonFiniteWeightsError, Reason.NON_FINITE_WEIGHTS),
+    (DuplicateTensorError, Reason.DUPLICATE_TENSOR),
+    (PreprocessingError, Reason.BAD_PREPROCESSING),
     (UnknownArchitectureError, Reason.UNKNOWN_ARCHITECTURE),
     (ManifestError, Reason.BAD_MANIFEST),
     (WeightsFormatError, Reason.NOT_SAFETENSORS),

@@ -27,8 +27,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from certbench.errors import ManifestError, UnknownArchitectureError
+from certbench.errors import ManifestError, PreprocessingError, UnknownArchitectureError
 from certbench.nets.library_kwargs import check_library_kwargs, split_library_name
+from certbench.nets.manifest import preprocessing_problem
 
 __all__ = [
     "ArchitectureSpec",
@@ -183,6 +184,9 @@ class NormalizeLayer(nn.Module):
             )
         if any(s <= 0 for s in std):
             raise ManifestError(f"std values must be > 0, got {list(std)}")
+        problem = preprocessing_problem(mean, std)
+        if problem is not None:
+            raise PreprocessingError(problem)
         shape = (1, len(mean), 1, 1)
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(shape), False)
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(shape), False)

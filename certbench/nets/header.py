@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeGuard
 
 from certbench.errors import (
+    DuplicateTensorError,
     TruncatedWeightsError,
     WeightsFormatError,
     WeightsHeaderTooLargeError,
@@ -169,9 +170,26 @@ def _invalid(problem: str) -> WeightsFormatError:
     )
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's members, refusing a name given twice: ``json`` keeps the last of them
+    silently, and a reader that keeps the first (or checks the tiling against both) would load
+    other bytes under that name than this check saw."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            shown = key if len(key) <= 80 else key[:80] + "…"
+            raise DuplicateTensorError(
+                f"the safetensors header has the key {shown!r} twice; tensor names (and the "
+                "fields of each entry) must be unique: save the model's state dict with "
+                "safetensors.torch.save_file"
+            )
+        found[key] = value
+    return found
+
+
 def _parse(raw: bytes, *, size: int, max_tensors: int | None) -> Header:
     try:
-        document = json.loads(raw)
+        document = json.loads(raw, object_pairs_hook=_unique_keys)
     except (UnicodeDecodeError, ValueError) as err:
         raise _invalid(f"the header is not JSON: {err}") from err
     if not isinstance(document, dict):

@@ -25,6 +25,7 @@ from certbench.errors import (
     InputSizeError,
     ModelOutputError,
     NonFiniteOutputError,
+    NonFiniteWeightsError,
     StateDictMismatchError,
     WeightsFormatError,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "Metadata",
     "Preprocessing",
     "Smoothing",
+    "check_finite",
     "check_model",
     "expected_tensor_count",
     "load_manifest",
@@ -110,6 +112,30 @@ def _check_dtypes(tensors: Mapping[str, torch.Tensor]) -> None:
             )
 
 
+def check_finite(tensors: Mapping[str, torch.Tensor]) -> None:
+    """Raise NonFiniteWeightsError naming every tensor that holds NaN or ±inf (a NaN weight makes
+    every output NaN, so certification would count garbage; the safetensors header cannot tell,
+    only the values can)."""
+    found = []
+    for key, tensor in tensors.items():
+        if not tensor.is_floating_point():
+            continue
+        finite = torch.isfinite(tensor)
+        if bool(finite.all()):
+            continue
+        nan = int(torch.isnan(tensor).sum())
+        inf = tensor.numel() - int(finite.sum()) - nan
+        kinds = ", ".join(f"{count:,} {kind}" for count, kind in ((nan, "NaN"), (inf, "±inf"))
+                          if count)  # fmt: skip
+        found.append(f"{key} ({kinds} of {tensor.numel():,} values)")
+    if found:
+        raise NonFiniteWeightsError(
+            f"weights hold values that are not finite: {_few(found)}; every output of the "
+            "network would be NaN or infinite. Check the training run (a diverged loss leaves "
+            "NaN weights) and submit weights whose values are all finite"
+        )
+
+
 def load_model(
     weights: Path | str | bytes,
     manifest: Manifest,
@@ -127,6 +153,7 @@ def load_model(
     of its steps.
     """
     tensors = read_safetensors(weights, max_bytes=max_bytes, max_tensors=max_tensors(manifest))
+    check_finite(tensors)
     denoiser, tensors = split_denoised(tensors, manifest)  # (None, tensors) without a denoiser
     arch = manifest.architecture
     model: nn.Module = build_classifier(

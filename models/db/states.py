@@ -71,6 +71,9 @@ class Reason(StrEnum):
     SIGMA_NOT_ALLOWED = "sigma_not_allowed"
     TOO_LARGE = "too_large"
     HEADER_TOO_LARGE = "weights_header_too_large"
+    DUPLICATE_TENSOR = "duplicate_tensor_name"
+    BAD_PREPROCESSING = "bad_preprocessing"
+    NON_FINITE_WEIGHTS = "non_finite_weights"
     # failed: infrastructure or runtime trouble, not the submitter's fault
     LEASE_EXPIRED = "lease_expired"
     WORKER_ERROR = "worker_error"

@@ -152,8 +152,10 @@ def test_normalize_layer_math_and_buffers() -> None:
 
 @pytest.mark.parametrize(
     ("mean", "std", "phrase"),
-    [((0.5, 0.5), (0.5,), "equal lengths"), ((0.5,), (0.0,), "std values must be > 0")],
-)
+    [((0.5, 0.5), (0.5,), "equal lengths"), ((0.5,), (0.0,), "std values must be > 0"),
+     ((0.5,), (1e-300,), "below float32's smallest normal"),
+     ((1e39,), (0.5,), "beyond float32's range")],
+)  # fmt: skip
 def test_normalize_layer_rejects_bad_statistics(mean, std, phrase) -> None:
     with pytest.raises(ManifestError, match=phrase):
         NormalizeLayer(mean, std)

@@ -19,6 +19,7 @@ from certbench.errors import (
     ManifestError,
     ModelOutputError,
     NonFiniteOutputError,
+    NonFiniteWeightsError,
     StateDictMismatchError,
     UnknownArchitectureError,
     WeightsFormatError,
@@ -258,12 +259,18 @@ def test_wrong_number_of_outputs(manifest) -> None:
 
 
 def test_non_finite_outputs(model, manifest) -> None:
+    huge = torch.full_like(model.state_dict()["1.fc.weight"], 3e38)  # finite, but overflows
+    with pytest.raises(NonFiniteOutputError, match="outputs are not finite"):
+        load_model(state_bytes(model, **{"1.fc.weight": huge}), manifest)
+
+
+def test_non_finite_weights_are_named_before_anything_runs(model, manifest) -> None:
     weight = model.state_dict()["1.fc.weight"].clone()
     weight[3, 5] = float("nan")
-    with pytest.raises(NonFiniteOutputError, match="not finite"):
+    with pytest.raises(NonFiniteWeightsError, match=r"1\.fc\.weight \(1 NaN of 640 values\)"):
         load_model(state_bytes(model, **{"1.fc.weight": weight}), manifest)
     inf_bias = torch.full((10,), float("inf"))
-    with pytest.raises(NonFiniteOutputError, match="not finite"):
+    with pytest.raises(NonFiniteWeightsError, match=r"1\.fc\.bias \(10 ±inf of 10 values\)"):
         load_model(state_bytes(model, **{"1.fc.bias": inf_bias}), manifest)
 
 

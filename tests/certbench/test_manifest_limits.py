@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from certbench.errors import ManifestError
+from certbench.errors import ManifestError, PreprocessingError
 from certbench.nets.loading import MAX_INPUT_SIDE, NAME_LENGTH, load_manifest
 
 
@@ -82,3 +82,18 @@ def test_a_utf8_byte_order_mark_is_accepted(tmp_path: Path) -> None:
     parsed = [load_manifest(src) for src in (b"\xef\xbb\xbf" + text.encode(), "\ufeff" + text,
                                              path, str(path))]  # fmt: skip
     assert all(m == load_manifest(text) for m in parsed)
+
+
+@pytest.mark.parametrize(
+    ("preprocessing", "phrase"),
+    [
+        ({"mean": [0.5] * 3, "std": [1e-300] * 3}, r"std\[0\] = 1e-300 is below float32's"),
+        ({"mean": [0.5] * 3, "std": [0.2, 1e-39, 0.2]}, r"std\[1\] = 1e-39 is below float32's"),
+        ({"mean": [0.5, -1e39, 0.5], "std": [0.2] * 3}, r"mean\[1\] = -1e\+39 is beyond"),
+    ],
+)
+def test_preprocessing_float32_cannot_normalise_with_is_its_own_error(preprocessing, phrase):
+    """Issue 35 §4: a std of 1e-300 was accepted; float32 holds it as 0 (every input ±inf)."""
+    with pytest.raises(PreprocessingError, match=phrase):
+        load_manifest(manifest_dict(preprocessing=preprocessing))
+    assert load_manifest(manifest_dict(preprocessing={"mean": [0.5] * 3, "std": [1e-37] * 3}))

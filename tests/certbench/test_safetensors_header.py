@@ -15,10 +15,16 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from certbench.errors import TruncatedWeightsError, WeightsFormatError, WeightsHeaderTooLargeError
+from certbench.errors import (
+    DuplicateTensorError,
+    TruncatedWeightsError,
+    WeightsFormatError,
+    WeightsHeaderTooLargeError,
+)
 from certbench.nets.architectures import build_classifier
 from certbench.nets.header import header_limit, read_header
 from certbench.nets.loading import load_manifest, load_model, max_tensors, read_safetensors
+from tests.support.odd_weights import with_duplicate
 
 MEAN, STD = [0.4914, 0.4822, 0.4465], [0.2023, 0.1994, 0.2010]
 
@@ -121,3 +127,25 @@ def test_header_checks_match_the_library(state):
     forged = struct.pack("<Q", len(raw)) + raw + blob[8 + length :]
     with pytest.raises(WeightsFormatError, match=r"needs \d+ bytes but its data_offsets"):
         read_header(forged)
+
+
+@pytest.mark.parametrize("other_offsets", [False, True], ids=["same-bytes", "other-bytes"])
+def test_a_name_given_twice_is_refused_not_collapsed(state, other_offsets: bool):
+    """Python's JSON reader keeps the last of two equal keys: the header must refuse them
+    (issue 35 §4), whatever offsets each copy names."""
+    blob = with_duplicate(save(state), other_offsets=other_offsets)
+    with pytest.raises(DuplicateTensorError, match=r"has the key '[^']+' twice"):
+        read_header(blob)
+    with pytest.raises(DuplicateTensorError):
+        read_safetensors(blob)
+
+
+def test_a_key_given_twice_inside_an_entry_or_the_metadata_is_refused_too():
+    for header in (
+        b'{"__metadata__": {"a": "b", "a": "c"}, "w": {"dtype": "F32", "shape": [1], '
+        b'"data_offsets": [0, 4]}}',
+        b'{"w": {"dtype": "F32", "dtype": "F16", "shape": [1], "data_offsets": [0, 4]}}',
+    ):
+        blob = struct.pack("<Q", len(header)) + header + b"\0" * 4
+        with pytest.raises(DuplicateTensorError, match="twice"):
+            read_header(blob)

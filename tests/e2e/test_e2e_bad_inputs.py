@@ -16,7 +16,7 @@ import pytest
 
 from models.submissions import storage
 from tests.support.flow import submit, wait_state
-from tests.support.workers import manifest, nan_model, tiny_model, weights_bytes
+from tests.support.workers import manifest, overflowing_model, tiny_model, weights_bytes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -71,7 +71,7 @@ def test_api_refuses_before_storing_anything(case, stack, dave, good_weights):
 
 
 def test_worker_rejects_models_that_cannot_be_certified(stack, dave, tmp_path):
-    weights, document = weights_bytes(nan_model(), tmp_path), manifest()
+    weights, document = weights_bytes(overflowing_model(), tmp_path), manifest()
     response = submit(dave, weights, document)
     assert response.status_code == 202, response.text
     sid = response.json()["id"]

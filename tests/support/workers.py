@@ -137,12 +137,26 @@ def tiny_model(seed: int = 0) -> nn.Module:
     return build_classifier("cifar_resnet20", num_classes=10, mean=CIFAR_MEAN, std=CIFAR_STD)
 
 
-def nan_model() -> nn.Module:
-    """A model whose logits are NaN for every input (last layer's bias is NaN)."""
+def overflowing_model() -> nn.Module:
+    """A model whose weights are all finite but whose logits are infinite for every input (the
+    last layer's weights and bias are 3e38, near float32's largest number): validation's
+    ``non_finite_output``, not ``non_finite_weights``."""
     model = tiny_model()
     last = [m for m in model.modules() if isinstance(m, nn.Linear)][-1]
     with torch.no_grad():
-        last.bias.fill_(float("nan"))
+        last.weight.fill_(3e38)
+        last.bias.fill_(3e38)
+    return model
+
+
+def non_finite_model(value: float) -> nn.Module:
+    """A model whose every floating weight is ``value`` (NaN or ±inf), as a diverged training
+    run leaves it: validation's ``non_finite_weights``."""
+    model = tiny_model()
+    with torch.no_grad():
+        for tensor in model.state_dict().values():
+            if tensor.is_floating_point():
+                tensor.fill_(value)
     return model
 
 

@@ -31,7 +31,8 @@ from tests.support.workers import (
     TEST_SETS,
     create_submission,
     manifest,
-    nan_model,
+    non_finite_model,
+    overflowing_model,
     revealed_seed,
     tiny_model,
     weights_bytes,
@@ -184,16 +185,22 @@ def test_cancel_stops_further_shards(settings, session, benchmark, worker, tmp_p
     assert session.scalar(select(func.count()).select_from(StageResult)) == 0
 
 
-def test_nan_model_is_rejected_and_its_weights_deleted(
-    settings, session, benchmark, worker, tmp_path
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [(overflowing_model, Reason.NON_FINITE_OUTPUT),
+     (lambda: non_finite_model(float("nan")), Reason.NON_FINITE_WEIGHTS)],
+    ids=["infinite-outputs", "nan-weights"],
+)  # fmt: skip
+def test_a_model_with_non_finite_outputs_or_weights_is_rejected_and_its_weights_deleted(
+    settings, session, benchmark, worker, tmp_path, model, reason
 ):
-    sid = _submit(session, settings, tmp_path, model=nan_model())
-    assert worker.run_next() == f"rejected: {Reason.NON_FINITE_OUTPUT}"
+    sid = _submit(session, settings, tmp_path, model=model())
+    assert worker.run_next() == f"rejected: {reason}"
     assert worker.run_all() == 0
     submission = _submission(session, sid)
     assert submission.state == S.REJECTED
-    assert submission.reason == Reason.NON_FINITE_OUTPUT
-    assert "not finite" in submission.message or "NaN" in submission.message
+    assert submission.reason == reason
+    assert "not finite" in submission.message
     artifact = session.get(Artifact, submission.artifact_id)
     assert artifact.weights_path is None
     assert not any((settings.artifacts_dir / "weights").rglob("*.safetensors"))

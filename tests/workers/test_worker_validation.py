@@ -12,7 +12,8 @@ from torch import nn
 from certbench.nets.loading import load_manifest, save_weights
 from models.db.states import Reason, SubmissionState
 from models.stages.work import WorkItem
-from tests.support.workers import manifest, nan_model, tiny_model
+from tests.support.odd_weights import with_duplicate
+from tests.support.workers import manifest, non_finite_model, overflowing_model, tiny_model
 from workers.validation import _check_noisy_batch, validate_model
 
 
@@ -72,11 +73,56 @@ def test_weights_that_are_not_safetensors_are_rejected(tmp_path):
     assert "pickle" in rejection.message
 
 
-def test_nan_outputs_are_rejected(tmp_path):
-    path = tmp_path / "nan.safetensors"
-    save_weights(nan_model(), path)
+def test_non_finite_outputs_of_finite_weights_are_rejected(tmp_path):
+    path = tmp_path / "overflow.safetensors"
+    save_weights(overflowing_model(), path)
     rejection = validate_model(_item(path, manifest()), device="cpu")
     assert rejection is not None and rejection.reason == Reason.NON_FINITE_OUTPUT
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [(float("nan"), "432 NaN of 432 values"), (float("inf"), "432 ±inf of 432 values"),
+     (float("-inf"), "432 ±inf of 432 values")],
+)  # fmt: skip
+def test_nan_or_infinite_weights_are_rejected_naming_the_tensors(tmp_path, value, words):
+    """Issue 35 §4: all-NaN and all-inf weights have their own reason, which names the tensors
+    (the header alone cannot tell: intake accepts them, 202, and validation reads the values)."""
+    path = tmp_path / "non-finite.safetensors"
+    save_weights(non_finite_model(value), path)
+    rejection = validate_model(_item(path, manifest()), device="cpu")
+    assert rejection is not None and rejection.reason == Reason.NON_FINITE_WEIGHTS
+    assert f"1.conv1.weight ({words})" in rejection.message
+    assert "(+" in rejection.message  # every floating tensor counts; the first few are named
+
+
+def test_one_nan_weight_is_enough(tmp_path):
+    model = tiny_model()
+    with torch.no_grad():
+        model.state_dict()["1.fc.weight"][3, 5] = float("nan")
+    path = tmp_path / "one-nan.safetensors"
+    save_weights(model, path)
+    rejection = validate_model(_item(path, manifest()), device="cpu")
+    assert rejection is not None and rejection.reason == Reason.NON_FINITE_WEIGHTS
+    assert rejection.message.startswith(
+        "weights hold values that are not finite: 1.fc.weight (1 NaN of 640 values)"
+    )
+
+
+def test_a_stored_header_naming_a_tensor_twice_is_rejected(good, tmp_path):
+    """A file stored before intake checked names (or by a path that skipped intake)."""
+    path = tmp_path / "twice.safetensors"
+    path.write_bytes(with_duplicate(good.read_bytes(), other_offsets=True))
+    rejection = validate_model(_item(path, manifest()), device="cpu")
+    assert rejection is not None and rejection.reason == Reason.DUPLICATE_TENSOR
+    assert "twice" in rejection.message
+
+
+def test_a_stored_std_float32_cannot_divide_by_is_rejected(good):
+    document = manifest(preprocessing={"mean": [0.5] * 3, "std": [1e-300] * 3})
+    rejection = validate_model(_item(good, document), device="cpu")
+    assert rejection is not None and rejection.reason == Reason.BAD_PREPROCESSING
+    assert "float32" in rejection.message
 
 
 class _FragileOutsideUnitCube(nn.Module):
