@@ -1,16 +1,26 @@
-"""Web leaderboard latency with 10,000 entries: HTML page vs the REST JSON of the same query.
+"""Web leaderboard page with 10,000 entries beside the REST page of the same query (issue 35 §1):
+pages per second per core of server CPU and p50/p95 at 1 client, on SQLite and PostgreSQL, with
+the benchmark list (``GET /api/v1/benchmarks``) and the compare page measured in the same run.
 
-Seeds a fresh SQLite database (migrated with Alembic) with N finished entries, serves the app with
-uvicorn in a subprocess on 127.0.0.1 and requests pages from this process over loopback: the first
-pages and deep pages, every sort column, filters and search. Prints p50/p95/max per kind and the
-ratio of the HTML page to the REST API call answering the same query (the reference run in the same
-process), so the figure is comparable across machines.
+    uv run python benchmarks/web_leaderboard.py                  # 10,000 entries, both databases
+    uv run python benchmarks/web_leaderboard.py --smoke          # tiny sizes, both databases
+    uv run python benchmarks/web_leaderboard.py --backends sqlite --entries 2000
 
-    uv run python benchmarks/web_leaderboard.py --entries 10000 --requests 400
+Database, seed and server are ``benchmarks/api_load.py``'s: per backend a fresh database (a
+SQLite file in a temp dir / a new database on the PostgreSQL server of ``--postgres-url``,
+dropped afterwards) migrated with Alembic and seeded in bulk with ``--entries`` finished entries
+of ``cifar10`` (5 % private, 1 % hidden, every figure and the read model's rows), then
+``certbench serve --workers 1`` on 127.0.0.1 and this process as the one client, one request at a
+time on one keep-alive connection. Per core is 1,000 / the server's CPU milliseconds per
+request (user + system of the API process, from /proc), which a shared machine's load distorts
+far less than wall-clock throughput; p50/p95 are wall-clock latencies at the client.
 
-Seeding writes rows in bulk with SQLAlchemy (the per-submission pipeline would take far longer
-than the measurement and is exercised by the tests); the rows are the same tables and columns the
-pipeline writes, including one artifact manifest per entry.
+The mix: first pages, deep pages, every sort key in both orders, filters and search; each web
+query has its REST twin (same sort, order, filters, offset and limit: the reference measured in
+the same run, by the same loop). "Cold" is the first pass over the web mix on a fresh process,
+before any row of the board is rendered; then each mix runs once to warm the process and once
+measured. The compare page is measured on ``--compares`` pairs of public entries, first pass
+(built) and second (kept).
 """
 
 from __future__ import annotations
@@ -18,274 +28,218 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import httpx
-from api_load import store_figures  # the same figures and read model as the REST benchmark
-from sqlalchemy import insert
+from api_load import (  # the REST benchmark's database, seed, server and CPU accounting
+    ARCHITECTURES,
+    BENCHMARK,
+    POSTGRES_URL,
+    SORTS,
+    backend_settings,
+    drop_database,
+    free_port,
+    percentile,
+    seed,
+    server_cpu_seconds,
+    start_server,
+)
+from sqlalchemy import select
 
 import migrations
 from models.catalog.benchmarks import packaged_definitions, upsert_benchmark
 from models.core.settings import Settings
-from models.db.base import utcnow
 from models.db.engine import dispose_engines, session_scope
-from models.db.entities import Artifact, LeaderboardEntry, Submission, User
-from models.db.states import SubmissionState
+from models.db.entities import Submission
 
-BENCHMARK = "cifar10-c"
-ARCHITECTURES = ("cifar_resnet20", "cifar_resnet56", "cifar_resnet110", "wrn")
-VENUES = ("ICML", "NeurIPS", "ICLR", "CVPR", None)
-SORTS = (
-    "macr",
-    "pa_median",
-    "cert_acc_025",
-    "cert_acc_050",
-    "cert_acc_100",
-    "abstain_rate",
-    "band_low",
-    "band_high",
-    "sigma",
-    "submitted",
-    "model_name",
-    "pd_acc_8",
-    "linf_acc_16",
-)
+PAGE = 50
+Request = tuple[str, dict[str, object]]
 
 
-def seed(settings: Settings, entries: int, rng: random.Random) -> None:
-    """Bulk rows: one user, ``entries`` artifacts, finished submissions, leaderboard entries,
-    their figures (``metric_values``) and the read model's rows."""
-    with session_scope(settings) as session:
-        definition = next(d for d in packaged_definitions() if d.name == BENCHMARK)
-        bench = upsert_benchmark(session, definition)
-        user = User(name="bench")
-        session.add(user)
-        session.commit()
-        now = utcnow()
-        artifacts, submissions, rows = [], [], []
-        for i in range(1, entries + 1):
-            sigma = rng.choice(bench.sigmas)
-            name = f"model-{i:05d}-{rng.choice(['gauss', 'macer', 'smoothadv', 'consistency'])}"
-            manifest = {
-                "benchmark": BENCHMARK,
-                "architecture": {"name": rng.choice(ARCHITECTURES), "kwargs": {}},
-                "num_classes": 10,
-                "preprocessing": {"mean": [0.49, 0.48, 0.45], "std": [0.25, 0.24, 0.26]},
-                "smoothing": {"sigma": sigma},
-                "metadata": {
-                    "name": name,
-                    "authors": [f"Author {i}"],
-                    "licence": "MIT",
-                    "paper_url": f"https://example.org/{i}",
-                    "code_url": None,
-                },
-            }
-            artifacts.append(
-                {
-                    "id": i,
-                    "sha256": f"{i:064x}",
-                    "size_bytes": 1000,
-                    "manifest": manifest,
-                    "manifest_sha256": f"{i:064x}",
-                    "weights_path": None,
-                    "created_at": now,
-                }
-            )
-            submissions.append(
-                {
-                    "id": i,
-                    "user_id": user.id,
-                    "benchmark_id": bench.id,
-                    "artifact_id": i,
-                    "state": SubmissionState.FINISHED,
-                    "model_name": name,
-                    "architecture": manifest["architecture"]["name"],
-                    "sigma": sigma,
-                    "extra_data": rng.random() < 0.2,
-                    "venue": rng.choice(VENUES),
-                    "protocol_version": bench.protocol_version,
-                    "dedup_key": f"{i:064x}",
-                    "is_baseline": i % 500 == 0,
-                    "flagged": i % 300 == 0,
-                    "flag_reason": "check" if i % 300 == 0 else None,
-                    "progress": 1.0,
-                    "created_at": now - timedelta(minutes=i),
-                    "updated_at": now,
-                    "finished_at": now,
-                }
-            )
-            rows.append(
-                {
-                    "submission_id": i,
-                    "benchmark_id": bench.id,
-                    "protocol_version": bench.protocol_version,
-                    "test_sets": 75,
-                    "count": 37500,
-                    "seconds": 3600.0,
-                    "finished_at": now,
-                }
-            )
-        session.execute(insert(Artifact), artifacts)
-        session.execute(insert(Submission), submissions)
-        session.execute(insert(LeaderboardEntry), rows)
-        store_figures(session, bench, [row["id"] for row in submissions], rng)
-        session.commit()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def serve(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    env = {**os.environ, "CERTBENCH_DATA_DIR": str(data_dir), "CERTBENCH_ENVIRONMENT": "test"}
-    env.pop("CERTBENCH_DATABASE_URL", None)
-    env.pop("CERTBENCH_BROKER_URL", None)
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "api.main:create_app",
-            "--factory",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        env=env,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"uvicorn exited with {process.returncode}")
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                return process, base
-        except httpx.TransportError:
-            time.sleep(0.2)  # not listening yet
-    process.kill()
-    raise SystemExit("uvicorn did not start within 300 s")
-
-
-def queries(rng: random.Random, entries: int, count: int) -> list[tuple[str, dict[str, str]]]:
-    """(kind, web query) pairs: first pages, deep pages, sorts, filters, search."""
+def web_queries(rng: random.Random, entries: int, count: int) -> list[tuple[str, dict[str, str]]]:
+    """(kind, web query string) pairs: first pages, deep pages, sorts, filters, search."""
     out = []
-    last_page = max(2, entries // 50)
+    last_page = max(2, entries // PAGE)
     for _ in range(count):
         kind = rng.choice(("first page", "deep page", "sorted", "filtered", "search"))
         params: dict[str, str] = {}
         if kind == "deep page":
             params["page"] = str(rng.randint(2, last_page))
         elif kind == "sorted":
-            params["sort"] = rng.choice(SORTS)
-            params["order"] = rng.choice(("asc", "desc"))
-            params["page"] = str(rng.randint(1, 20))
+            params |= {"sort": rng.choice(SORTS), "order": rng.choice(("asc", "desc"))}
+            params["page"] = str(rng.randint(1, min(20, last_page)))
         elif kind == "filtered":
             params["sigma"] = rng.choice(("0.12", "0.25", "0.5", "1.0"))
             params["architecture"] = rng.choice(ARCHITECTURES)
             params["flagged"] = "exclude"
         elif kind == "search":
-            params["search"] = rng.choice(("macer", "model-01", "smoothadv", "author"))
+            params["search"] = f"model-0{rng.randrange(10)}"
         out.append((kind, params))
     return out
 
 
-def api_params(web: dict[str, str]) -> dict[str, str]:
+def rest_twin(web: dict[str, str]) -> dict[str, object]:
     """The REST query answering the same question as a web query."""
-    out = {
+    out: dict[str, object] = {
         k: v for k, v in web.items() if k in ("sort", "order", "sigma", "architecture", "search")
     }
-    page = int(web.get("page", "1"))
-    out["offset"], out["limit"] = str((page - 1) * 50), "50"
+    out["offset"] = (int(web.get("page", "1")) - 1) * PAGE
+    out["limit"] = PAGE
     if web.get("flagged") == "exclude":
         out["flagged"] = "false"
     return out
 
 
-def timed(client: httpx.Client, url: str, params: dict[str, str]) -> float:
-    start = time.perf_counter()
-    response = client.get(url, params=params)
-    elapsed = time.perf_counter() - start
-    if response.status_code != 200:
-        raise SystemExit(f"GET {url} {params} -> {response.status_code}: {response.text[:300]}")
-    return elapsed * 1000
+def compare_pairs(settings: Settings, count: int, rng: random.Random) -> list[Request]:
+    """``count`` compare pages of two public entries each."""
+    with session_scope(settings) as session:
+        public = list(
+            session.scalars(
+                select(Submission.id).where(Submission.is_private.is_(False), ~Submission.hidden)
+            )
+        )
+    return [("/compare", {"id": rng.sample(public, 2)}) for _ in range(count)]
 
 
-def p95(values: list[float]) -> float:
-    return statistics.quantiles(values, n=20)[18] if len(values) >= 20 else max(values)
+def run_pass(
+    client: httpx.Client, requests: list[Request], server: int
+) -> tuple[list[float], float]:
+    """Latencies in ms of ``requests`` sent one after another, and the server's CPU ms per
+    request over the pass. Any answer but 200 stops the run with the response."""
+    latencies = []
+    cpu = server_cpu_seconds(server)
+    for path, params in requests:
+        start = time.perf_counter()
+        response = client.get(path, params=params)  # type: ignore[arg-type]
+        latencies.append((time.perf_counter() - start) * 1000)
+        if response.status_code != 200:
+            raise SystemExit(
+                f"GET {path} {params} -> {response.status_code}: {response.text[:500]}"
+            )
+    return latencies, 1000 * (server_cpu_seconds(server) - cpu) / len(requests)
+
+
+def p95(latencies: list[float]) -> float:
+    return percentile(latencies, 95) if len(latencies) > 1 else latencies[0]
+
+
+def figures(latencies: list[float], cpu: float) -> dict[str, float]:
+    return {"cpu": cpu, "p50": statistics.median(latencies), "p95": p95(latencies)}
+
+
+def run_backend(backend: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Seed a fresh database of ``backend``, serve it, and measure every endpoint."""
+    rng = random.Random(args.seed)
+    out: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        data_dir = Path(folder)
+        settings = backend_settings(backend, args, data_dir)
+        try:
+            migrations.upgrade(settings)
+            start = time.perf_counter()
+            seed(settings, args.entries, rng)
+            with session_scope(settings) as session:  # the benchmark list has them all
+                for definition in packaged_definitions():
+                    if definition.name != BENCHMARK:
+                        upsert_benchmark(session, definition)
+            print(
+                f"[{backend}] seeded {args.entries} entries in {time.perf_counter() - start:.1f} s"
+            )
+            mix = web_queries(rng, args.entries, args.requests)
+            web: list[Request] = [(f"/leaderboards/{BENCHMARK}", {**p}) for _, p in mix]
+            rest: list[Request] = [
+                (f"/api/v1/leaderboards/{BENCHMARK}", rest_twin(p)) for _, p in mix
+            ]
+            listing: list[Request] = [("/api/v1/benchmarks", {})] * args.requests
+            compares = compare_pairs(settings, args.compares, rng)
+            dispose_engines()
+            port = free_port()
+            server = start_server(settings, port, 1, data_dir / "serve.log")
+            try:
+                with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
+                    client.get("/health")  # opens the connection
+                    out["web cold"] = figures(*run_pass(client, web, server.pid))
+                    if compares:
+                        out["compare built"] = figures(*run_pass(client, compares, server.pid))
+                        out["compare kept"] = figures(*run_pass(client, compares, server.pid))
+                    for requests in (rest, listing):
+                        run_pass(client, requests, server.pid)  # warm
+                    by_kind: dict[str, list[float]] = {}
+                    for name, requests in (("web", web), ("REST", rest), ("list", listing)):
+                        latencies, cpu = run_pass(client, requests, server.pid)
+                        out[name] = figures(latencies, cpu)
+                        if name != "list":
+                            for (kind, _), ms in zip(mix, latencies, strict=True):
+                                by_kind.setdefault(f"{kind}|{name}", []).append(ms)
+                    for key, values in by_kind.items():
+                        out[f"kind|{key}"] = {"p95": p95(values), "n": len(values)}
+            finally:
+                server.terminate()
+                server.wait(timeout=60)
+        finally:
+            dispose_engines()
+            drop_database(args, settings)
+    report(backend, args, out)
+    return out
+
+
+def report(backend: str, args: argparse.Namespace, out: dict[str, dict[str, float]]) -> None:
+    """Per endpoint: pages per second per core of server CPU, p50/p95 at 1 client; the web
+    page's cost over the REST page's of the same queries; p95 per kind of query."""
+    load = os.getloadavg()[0]
+    print(f"[{backend}] {args.entries} entries, {args.requests} requests per mix, 1 client, "
+          f"1 API process; load average {load:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
+    labels = {
+        "web": f"web page /leaderboards/{BENCHMARK}",
+        "REST": f"REST /api/v1/leaderboards/{BENCHMARK}",
+        "web cold": "web page, first pass (rows not yet rendered)",
+        "list": "REST /api/v1/benchmarks",
+        "compare built": f"web /compare, first pass ({args.compares} pairs)",
+        "compare kept": "web /compare, second pass (kept)",
+    }
+    for key, label in labels.items():
+        row = out.get(key)
+        if row is None:
+            print(f"[{backend}] {label:48s} not measured (--compares 0)")
+            continue
+        print(f"[{backend}] {label:48s} {1000 / row['cpu']:7.0f} pages/s per core "
+              f"(server CPU {row['cpu']:6.2f} ms/request), p50 {row['p50']:6.1f} ms, "
+              f"p95 {row['p95']:6.1f} ms")  # fmt: skip
+    print(f"[{backend}] web page / REST page, server CPU per request: "
+          f"{out['web']['cpu'] / out['REST']['cpu']:.2f}x; p95: "
+          f"{out['web']['p95'] / out['REST']['p95']:.2f}x")  # fmt: skip
+    kinds = sorted({k.split("|")[1] for k in out if k.startswith("kind|")})
+    print(f"[{backend}] p95 by kind: " + "; ".join(
+        f"{kind} (n={out[f'kind|{kind}|web']['n']:.0f}) web {out[f'kind|{kind}|web']['p95']:.1f}"
+        f" ms, REST {out[f'kind|{kind}|REST']['p95']:.1f} ms" for kind in kinds
+    ))  # fmt: skip
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--smoke", action="store_true", help="tiny sizes: checks that it runs (seconds)"
-    )
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes (seconds): checks the script runs")  # fmt: skip
     parser.add_argument("--entries", type=int, default=10_000)
-    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--requests", type=int, default=300, help="requests per mix")
+    parser.add_argument("--compares", type=int, default=40, help="compare pages per pass")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument("--postgres-url", default=POSTGRES_URL,
+                        help="a PostgreSQL server (its database is only used to create and drop "
+                        "a fresh one); default CERTBENCH_TEST_POSTGRES_URL")  # fmt: skip
     args = parser.parse_args()
+    args.redis_url = None  # no intake here: the API never sends a task
     if args.smoke:
-        args.entries, args.requests = 60, 10
-    rng = random.Random(args.seed)
-    with tempfile.TemporaryDirectory(prefix="certbench-web-bench-") as folder:
-        data_dir = Path(folder) / "data"
-        settings = Settings(data_dir=data_dir, environment="test")
-        migrations.upgrade(settings)
-        start = time.perf_counter()
-        seed(settings, args.entries, rng)
-        dispose_engines()
-        print(f"seeded {args.entries} entries in {time.perf_counter() - start:.1f} s")
-        process, base = serve(data_dir)
-        try:
-            with httpx.Client(base_url=base, timeout=30) as client:
-                for _ in range(2 if args.smoke else 10):  # warm-up: imports, templates, cache
-                    timed(client, f"/leaderboards/{BENCHMARK}", {})
-                    timed(client, f"/api/v1/leaderboards/{BENCHMARK}", {})
-                web: dict[str, list[float]] = {}
-                api: dict[str, list[float]] = {}
-                for kind, params in queries(rng, args.entries, args.requests):
-                    web.setdefault(kind, []).append(
-                        timed(client, f"/leaderboards/{BENCHMARK}", params)
-                    )
-                    api.setdefault(kind, []).append(
-                        timed(client, f"/api/v1/leaderboards/{BENCHMARK}", api_params(params))
-                    )
-        finally:
-            process.terminate()
-            process.wait(timeout=10)
-    load = os.getloadavg()[0]
-    print(f"load average (1 min) at the end: {load:.1f} on {os.cpu_count()} CPUs")
-    print(
-        f"{'kind':<12} {'n':>4} {'HTML p50':>9} {'HTML p95':>9} {'HTML max':>9} "
-        f"{'JSON p95':>9} {'HTML/JSON p95':>14}"
-    )
-    all_web, all_api = [], []
-    for kind in sorted(web):
-        w, a = web[kind], api[kind]
-        all_web += w
-        all_api += a
-        print(
-            f"{kind:<12} {len(w):>4} {statistics.median(w):>8.1f}ms {p95(w):>8.1f}ms "
-            f"{max(w):>8.1f}ms {p95(a):>8.1f}ms {p95(w) / p95(a):>13.2f}x"
-        )
-    print(
-        f"{'all':<12} {len(all_web):>4} {statistics.median(all_web):>8.1f}ms "
-        f"{p95(all_web):>8.1f}ms {max(all_web):>8.1f}ms {p95(all_api):>8.1f}ms "
-        f"{p95(all_web) / p95(all_api):>13.2f}x"
-    )
+        args.entries, args.requests, args.compares = 60, 12, min(args.compares, 3)
+    if not 0 < args.requests <= 5000 or not 0 <= args.compares <= 1000 or args.entries < 2:
+        raise SystemExit("keep --requests in 1..5000, --compares in 0..1000, --entries >= 2")
+    for backend in args.backends.split(","):
+        if backend not in ("sqlite", "postgresql"):
+            raise SystemExit(f"unknown backend {backend!r}: sqlite or postgresql")
+        run_backend(backend, args)
 
 
 if __name__ == "__main__":
