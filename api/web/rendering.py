@@ -51,7 +51,34 @@ def _datetime(value: Any) -> str:
 def _metric(value: float | None, kind: str) -> str:
     if kind == "percent":
         return _percent(value)
+    if kind == "seconds":
+        return _seconds(value)
+    if kind == "flops":
+        return _flops(value)
     return _fixed(value)
+
+
+def _seconds(value: float | None) -> str:
+    """A cost in seconds to three significant figures: "0.512 s", "12.3 ms", "1,250 s"."""
+    if value is None:
+        return "–"
+    if 0 < value < 1:
+        return f"{value * 1000:.3g} ms"
+    return f"{value:,.0f} s" if value >= 1000 else f"{value:.3g} s"
+
+
+#: SI prefixes of FLOP counts, largest first.
+_FLOP_PREFIXES = (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3))
+
+
+def _flops(value: float | None) -> str:
+    """A FLOP count with an SI prefix, three significant figures: "59.3 GFLOP"."""
+    if value is None:
+        return "–"
+    for prefix, scale in _FLOP_PREFIXES:
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}FLOP"
+    return f"{value:.3g} FLOP"
 
 
 def _count(value: float | None) -> str:

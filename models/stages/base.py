@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from models.core.settings import Settings
     from models.stages.work import WorkItem
 
-MetricKind = Literal["percent", "radius", "probability", "number"]
+MetricKind = Literal["percent", "radius", "probability", "number", "seconds", "flops"]
 CI_LOW, CI_HIGH = "_ci_low", "_ci_high"
 """Suffixes of a figure's stored 95 % bounds: ``<key>_ci_low`` and ``<key>_ci_high``."""
 TERMS_UNIT = "_terms"

@@ -40,6 +40,7 @@ from certbench.client.zoo import load_model as zoo_model
 from certbench.data.demo import write_demo_dataset
 from certbench.nets import load_manifest
 from certbench.nets import load_model as load_local
+from certbench.nets.cost import manifest_cost
 from models.core.settings import Settings
 from models.db.engine import dispose_engines, session_scope
 from tests.support import timing
@@ -178,10 +179,21 @@ def test_a_timm_network_is_certified_end_to_end_and_reproduced(
     (stage,) = [s for s in results["stages"] if s["stage"] == "certification"]
     built = {"name": network.arch, "library": "timm", "version": timm.__version__}
     assert stage["protocol"]["architecture"] == built
+    cost = manifest_cost(spec)  # issue 33 §3: the entry's cost, as intake counted it on meta
+    assert stage["protocol"]["network"] == cost.to_dict()
+    measured = stage["protocol"]["throughput"]
+    assert measured["devices"] == ["cpu"] and measured["samples_per_second"] > 0
+    summary = results["summary"]
+    assert summary["flops_per_image"] == cost.flops_per_sample * (N0 + N)
+    assert summary["seconds_per_image"] == pytest.approx((N0 + N) / measured["samples_per_second"])
     bearer = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=stack.url, headers=bearer, timeout=timing.seconds(60)) as web:
         page = web.get(f"/models/{created.id}").text
         assert f"built by <code>timm {timm.__version__}</code>" in page
+        assert f"{cost.parameters:,} parameters" in page.split('id="cost"')[1].split("</dd>")[0]
+        board = web.get(f"/api/v1/leaderboards/{BENCHMARK}?sort=flops_per_image&order=asc")
+        flops = [row["metrics"]["flops_per_image"] for row in board.json()["rows"]]
+        assert flops == sorted(flops) and summary["flops_per_image"] in flops
         seed = web.get(f"/api/v1/submissions/{created.id}").json()["seed"]["value"]
         stored = web.get(f"/api/v1/results/{created.id}/records/clean").content
 
@@ -204,4 +216,6 @@ def test_a_timm_network_is_certified_end_to_end_and_reproduced(
     figures = results["results"][0]
     print(f"\n{network.arch} ({network.epochs} epochs, {figures['count']} images): smoothed "
           f"clean accuracy {figures['clean_accuracy']:.3f}, certified accuracy "
-          f"{figures['certified_accuracy']}, ACR {figures['acr']:.3f}")  # fmt: skip
+          f"{figures['certified_accuracy']}, ACR {figures['acr']:.3f}; {cost.parameters:,} "
+          f"parameters, per certified image {summary['flops_per_image']:.3g} FLOPs and "
+          f"{summary['seconds_per_image']:.3f} CPU-seconds")  # fmt: skip

@@ -21,6 +21,13 @@ import numpy as np
 from models.benchmarks.sources import TestSetSpec
 from models.core.queue import DEFAULT_QUEUE
 from models.stages.base import MetricSpec, ShardOutput, Stage, StageOutcome, Unit, UnitResult
+from models.stages.certification.cost import (
+    cost_metric_specs,
+    cost_metrics,
+    device_types,
+    network_figures,
+    throughput,
+)
 from models.stages.certification.keys import BANDS, PA_QUANTILES, RADIUS_KEYS
 from models.stages.certification.results import TestSetResult as TestSetResult  # re-exported
 from models.stages.certification.results import stored_summary
@@ -93,7 +100,11 @@ class Certification(Stage):
             test_set=stream_key(item, test_set),
             on_record=on_record,
         )
-        fields = {**records_metadata(item, test_set, shard), **fallback_metadata(model)}
+        fields = {
+            **records_metadata(item, test_set, shard),
+            "device_type": torch.device(context.device).type,
+            **fallback_metadata(model),
+        }
         metadata = shard_metadata(item, hashes, **fields)
         write_records(records, context.target, metadata=metadata)
         return ShardOutput(count=len(records))
@@ -105,7 +116,8 @@ class Certification(Stage):
         from certbench.smoothing import write_table_atomic
         from models.stages.certification.intervals import TERMS_UNIT, entry_intervals
 
-        merged = [self._merge_test_set(item, ts, shards, context) for ts in item.test_sets]
+        network = network_figures(item.manifest)
+        merged = [self._merge_test_set(item, ts, shards, context, network) for ts in item.test_sets]
         results = [result for result, _ in merged]
         bounds, terms = entry_intervals(
             {r.unit: table for r, table in merged}, {ts.name: ts.band for ts in item.test_sets}
@@ -114,7 +126,11 @@ class Certification(Stage):
             write_table_atomic(terms, context.target_for(TERMS_UNIT)[1])
         return StageOutcome(
             results=results,
-            metrics={**leaderboard_metrics(item, results), **bounds},
+            metrics={
+                **leaderboard_metrics(item, results),
+                **cost_metrics(item, results, network["flops_per_sample"]),
+                **bounds,
+            },
             message=f"certified on {len(results)} test set(s)",
             entry={
                 "test_sets": len(results),
@@ -124,9 +140,15 @@ class Certification(Stage):
         )
 
     def _merge_test_set(
-        self, item: WorkItem, test_set: TestSetSpec, shards: Shards, context: MergeContext
+        self,
+        item: WorkItem,
+        test_set: TestSetSpec,
+        shards: Shards,
+        context: MergeContext,
+        network: Mapping[str, int],
     ) -> tuple[UnitResult, Any]:
-        """The test set's stored result and its merged records table."""
+        """The test set's stored result and its merged records table; its protocol holds the
+        network's parameters and FLOPs per sample and the shards' measured throughput."""
         import pyarrow as pa
 
         from certbench.smoothing import records_to_table, summarize, table_to_records, write_records
@@ -151,9 +173,21 @@ class Certification(Stage):
             summary=stored_summary(summary, item.protocol_version, table),
             records_path=relpath,
             count=summary.count,
-            protocol={"n0": item.n0, "n": item.n, "alpha": item.alpha, "sigma": item.sigma,
-                      **built_by(found.metadata, name)},
-        )  # fmt: skip
+            protocol={
+                "n0": item.n0,
+                "n": item.n,
+                "alpha": item.alpha,
+                "sigma": item.sigma,
+                **built_by(found.metadata, name),
+                "network": dict(network),
+                "throughput": throughput(
+                    count=summary.count,
+                    seconds=found.seconds,
+                    samples_per_image=item.n0 + item.n,
+                    devices=device_types(found.metadata),
+                ),
+            },
+        )
         return result, table
 
     def all_metric_specs(self) -> list[MetricSpec]:
@@ -205,6 +239,7 @@ class Certification(Stage):
             for band in BANDS
             if band in bands
         ]
+        specs += cost_metric_specs()
         specs += [
             MetricSpec("clean_accuracy", "clean", "accuracy of the smoothed model's PREDICT",
                        column=False),
