@@ -105,6 +105,13 @@ def get_leaderboard(
     flagged: bool | None = None,
     baseline: bool | None = None,
     protocol_version: Annotated[str | None, Query(max_length=32)] = None,
+    denoiser: Annotated[
+        Literal["none", "any", "diffusion", "dncnn"] | None,
+        Query(
+            description="denoised smoothing entries: none (plain classifiers), any, or one "
+            "denoiser kind; their architecture reads `<denoiser> · <classifier>`"
+        ),
+    ] = None,
 ) -> Response:
     """Finished, visible entries ranked by ``sort``; ``rank`` counts within the filtered list.
     Hidden and private entries appear only for their owner and admins. Every certification
@@ -127,6 +134,7 @@ def get_leaderboard(
         flagged=flagged,
         baseline=baseline,
         protocol_version=protocol_version,
+        denoiser=denoiser,
     )
     # Bytes spliced from rows serialised once per board snapshot (``leaderboard_page``):
     # returning the model would have FastAPI dump it, validate the dump and serialise it again;

@@ -26,6 +26,7 @@ from api.services.intake import (
     check_weights,
     parse_manifest,
 )
+from certbench.denoising import composition_label
 from models.catalog.reference_entries import (
     REFERENCE_LICENSE,
     ReferenceEntry,
@@ -88,7 +89,7 @@ def _submit_one(
         weights=reference.weights,
         manifest=manifest.model_dump(mode="json"),
         model_name=manifest.metadata.name,
-        architecture=manifest.architecture.name,
+        architecture=composition_label(manifest.denoiser, manifest.architecture.name),
         sigma=manifest.smoothing.sigma,
         is_baseline=True,
         weights_public=True,

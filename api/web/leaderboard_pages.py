@@ -115,6 +115,7 @@ def leaderboard_page(
     venue: Annotated[str, Query(max_length=64)] = "",
     baseline: Annotated[str, Query(pattern="^(|only|exclude)$")] = "",
     flagged: Annotated[str, Query(pattern="^(|only|exclude)$")] = "",
+    denoiser: Annotated[str, Query(pattern="^(|none|any|diffusion|dncnn)$")] = "",
 ) -> HTMLResponse:
     """Ranked entries, sorted and filtered server-side; one page of rows per request. A sort
     key the benchmark lacks is the 422 error page naming its keys (as in REST).
@@ -134,6 +135,7 @@ def leaderboard_page(
         venue=venue.strip(),
         baseline=baseline,
         flagged=flagged,
+        denoiser=denoiser,
     )
     planned = page_service.plan(
         session, benchmark, filters.query(), viewer=viewer, settings=settings,

@@ -93,6 +93,7 @@ class Filters:
     venue: str = ""
     baseline: str = ""  # "", "only", "exclude"
     flagged: str = ""  # "", "only", "exclude"
+    denoiser: str = ""  # "", "none", "any", "diffusion", "dncnn"
 
     def query(self) -> LeaderboardQuery:
         return LeaderboardQuery(
@@ -107,6 +108,7 @@ class Filters:
             search=self.search or None,
             baseline={"only": True, "exclude": False}.get(self.baseline),
             flagged={"only": True, "exclude": False}.get(self.flagged),
+            denoiser=self.denoiser or None,
         )
 
     def params(self, **changes: object) -> str:
@@ -151,7 +153,7 @@ class Filters:
     def active(self) -> bool:
         return any(
             (self.search, self.sigma, self.architecture, self.extra_data, self.venue,
-             self.baseline, self.flagged)
+             self.baseline, self.flagged, self.denoiser)
         )  # fmt: skip
 
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     )
     from certbench.denoising.config import (
         DDPM_CIFAR10_UNET,
+        DENOISER_FILTERS,
         DENOISER_PRESETS,
         DenoiserConfig,
         DenoiserConfigError,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
         UNetConfig,
         check_denoiser,
         composition_label,
+        denoiser_of,
         parse_denoiser_config,
     )
     from certbench.denoising.diffusion import DiffusionDenoiser, build_unet, noise_prediction

@@ -48,6 +48,7 @@ from certbench.errors import ManifestError
 
 __all__ = [
     "DDPM_CIFAR10_UNET",
+    "DENOISER_FILTERS",
     "DENOISER_PRESETS",
     "DOWN_BLOCK_TYPES",
     "LABEL_LENGTH",
@@ -63,6 +64,7 @@ __all__ = [
     "UNetConfig",
     "check_denoiser",
     "composition_label",
+    "denoiser_of",
     "describe_errors",
     "parse_denoiser_config",
 ]
@@ -314,6 +316,16 @@ def composition_label(
     """How the leaderboard names an entry's network: the architecture alone, or
     ``denoiser · classifier`` (``diffusion · wrn``, ``dncnn · timm/resnet18``)."""
     return architecture if denoiser is None else f"{denoiser.kind}{LABEL_SEPARATOR}{architecture}"
+
+
+DENOISER_FILTERS = ("none", "any", "diffusion", "dncnn")
+"""The leaderboard's denoiser filter: plain classifiers, any denoiser, or one kind."""
+
+
+def denoiser_of(label: str) -> str | None:
+    """The denoiser kind of a :func:`composition_label` (None for a plain architecture)."""
+    kind, separator, _ = label.partition(LABEL_SEPARATOR)
+    return kind if separator and kind in KINDS else None
 
 
 def check_denoiser(

@@ -101,6 +101,7 @@ class LeaderboardQuery:
     flagged: bool | None = None
     baseline: bool | None = None
     protocol_version: str | None = None
+    denoiser: str | None = None
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,7 @@ def leaderboard(
         search=query.search,
         flagged=query.flagged,
         baseline=query.baseline,
+        denoiser=query.denoiser,
     )
     found = board.page(
         filters, viewer, sort=query.sort, order=query.order, offset=query.offset,

@@ -30,6 +30,7 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from certbench.denoising import denoiser_of
 from models.boards import read_model as leaderboard_rows
 from models.catalog.benchmarks import get_benchmark
 from models.db import board_version
@@ -91,6 +92,9 @@ class Filters:
     search: str | None = None
     flagged: bool | None = None
     baseline: bool | None = None
+    denoiser: str | None = None
+    """Denoised smoothing entries: ``none`` (plain classifiers), ``any`` or a denoiser kind
+    (``certbench.denoising.DENOISER_FILTERS``), read from the architecture's label."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,13 @@ class Board:
             keep &= self.architecture == filters.architecture
         if filters.venue:
             keep &= self.venue == filters.venue
+        if filters.denoiser:
+            kinds = self.memo.get("denoisers")
+            if kinds is None:  # "diffusion · wrn" → diffusion, once per snapshot
+                kinds = self.memo["denoisers"] = np.array(
+                    [denoiser_of(str(label)) or "none" for label in self.architecture], dtype=object
+                )
+            keep &= (kinds != "none") if filters.denoiser == "any" else kinds == filters.denoiser
         for wanted, column in (
             (filters.extra_data, self.extra_data),
             (filters.flagged, self.flagged),

@@ -30,6 +30,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from certbench.data import UnknownLicenseError, canonical_license
+from certbench.denoising import composition_label
 from certbench.errors import InputSizeError, ModelLoadError
 from certbench.nets.cost import NetworkCost, manifest_cost, parameters_of
 from certbench.nets.manifest import Manifest
@@ -194,7 +195,8 @@ def check_cost(benchmark: Benchmark, manifest: Manifest) -> NetworkCost:
 def _within(value: int, limit: int, what: str, benchmark: Benchmark, manifest: Manifest) -> None:
     if value > limit:
         raise IntakeError(
-            f"{manifest.architecture.name} has {value:,} {what} (counted on the meta device), "
+            f"{composition_label(manifest.denoiser, manifest.architecture.name)} has {value:,} "
+            f"{what} (counted on the meta device), "
             f"above benchmark {benchmark.name!r}'s limit of {limit:,}; submit a smaller network "
             "(architecture.kwargs: widths, depths, img_size)",
             code=COST_LIMIT_CODE,
