@@ -23,7 +23,9 @@ from sqlalchemy.orm import Session
 from api.services.upload_stream import FILES_SWAPPED_CODE, ReceivedUpload
 from certbench.denoising import composition_label
 from certbench.errors import (
+    DuplicateTensorError,
     ManifestError,
+    PreprocessingError,
     StateDictMismatchError,
     TruncatedWeightsError,
     UnknownArchitectureError,
@@ -61,7 +63,8 @@ IMAGE_SHAPES: dict[str, tuple[int, int, int]] = {
 
 
 def parse_manifest(data: bytes) -> Manifest:
-    """Validated manifest. Raises IntakeError with code bad_manifest / unknown_architecture."""
+    """Validated manifest. Raises IntakeError with code bad_manifest / unknown_architecture /
+    bad_preprocessing (a mean or std float32 cannot normalise with)."""
     if not data.strip():
         raise IntakeError(
             "the manifest part is empty; send the JSON manifest (DESIGN.md §6)",
@@ -73,6 +76,8 @@ def parse_manifest(data: bytes) -> Manifest:
         return load_manifest(data)
     except UnknownArchitectureError as err:
         raise IntakeError(str(err), code=Reason.UNKNOWN_ARCHITECTURE.value) from err
+    except PreprocessingError as err:
+        raise IntakeError(str(err), code=Reason.BAD_PREPROCESSING.value) from err
     except ManifestError as err:
         raise IntakeError(str(err), code=Reason.BAD_MANIFEST.value) from err
 
@@ -126,7 +131,8 @@ def check_weights(src: Path | bytes, manifest: Manifest) -> None:
     """Check the safetensors header of the weights (file or bytes) without loading a tensor.
 
     Raises IntakeError: truncated_weights, weights_header_too_large (more tensors, or a larger
-    header, than the manifest's architecture can have), not_safetensors, or state_dict_mismatch
+    header, than the manifest's architecture can have), duplicate_tensor_name (a key given twice
+    in the header), not_safetensors, or state_dict_mismatch
     (no tensors at all, or tensor names/shapes that are not the architecture's: the worker would
     refuse them a moment later, with a far longer report).
     """
@@ -145,6 +151,8 @@ def check_weights(src: Path | bytes, manifest: Manifest) -> None:
         raise IntakeError(str(err), code=Reason.TRUNCATED.value) from err
     except WeightsHeaderTooLargeError as err:
         raise IntakeError(str(err), code=Reason.HEADER_TOO_LARGE.value) from err
+    except DuplicateTensorError as err:
+        raise IntakeError(str(err), code=Reason.DUPLICATE_TENSOR.value) from err
     except WeightsFormatError as err:
         raise IntakeError(str(err), code=Reason.NOT_SAFETENSORS.value) from err
     if not header.tensors:
