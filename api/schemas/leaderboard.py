@@ -190,7 +190,11 @@ class LeaderboardRowPublic(BaseModel):
 class LeaderboardPublic(BaseModel):
     benchmark: str
     protocol_version: str
-    sort: str
+    sort: str = Field(
+        description="the sort key used: a label asked for (ACR, r = 0.5, any case) is answered "
+        "with its key here"
+    )
+    sort_label: str = Field("", description="the label of the column sorted by (e.g. ACR)")
     order: Literal["asc", "desc"]
     total: int
     offset: int
@@ -241,6 +245,7 @@ class LeaderboardPublic(BaseModel):
             benchmark=page.benchmark.name,
             protocol_version=page.query.protocol_version or page.benchmark.protocol_version,
             sort=page.query.sort,
+            sort_label=page.sort_label,
             order=page.query.order,
             total=page.total,
             offset=page.query.offset,

@@ -124,6 +124,8 @@ def plan(
     as the JSON path serialises them once. ``version``: the board counter when the caller read
     it already in this transaction. Raises like :func:`leaderboard`."""
     bench, version = board_index.benchmark_named(session, name, version)
+    if query.sort not in lb.SORT_COLUMNS:  # a column's label (ACR, r = 0.5): its key
+        query = replace(query, sort=lb.resolve_sort(query.sort, lb.benchmark_sort_keys(bench)))
     ties = settings is not None and comparisons.terms_key(query.sort) is not None
     above: lb.LeaderboardRow | None = None
     if ties and query.offset > 0:  # with the entry just above the page's first row

@@ -36,7 +36,7 @@ from api.web.rendering import MAX_COMPARE, HTMLRoute, render, rendered, template
 from certbench.nets import ARCHITECTURE_NAMES
 from certbench.smoothing import RADII
 from models.boards import snapshots
-from models.boards.leaderboard import LeaderboardQuery
+from models.boards.leaderboard import LeaderboardQuery, resolve_sort
 from models.core.errors import IntakeError, NotFoundError
 from models.db import board_version
 from models.db.entities import User
@@ -186,24 +186,6 @@ def manifest_fields(manifest: dict[str, Any], prefix: str = "") -> list[tuple[st
 def metric_labels(bench: BenchmarkPublic) -> dict[str, str]:
     """Figure key → the label users see (the leaderboard's headers), for tables of tests."""
     return {**bench.sort_keys, **{c.key: c.header for c in metric_columns(bench)}}
-
-
-def resolve_sort(sort: str, sort_keys: dict[str, str]) -> str:
-    """A sort key from what a user may type: the key itself (``cert_acc_050``) or the label the
-    page shows (``ACR``, ``mACR``, ``r=0.5``), case and spaces ignored; ``acr`` names the ACR
-    column whatever its key. Unknown names go through unchanged (the service answers 422 with
-    the keys)."""
-    if sort in sort_keys:
-        return sort
-
-    def norm(text: str) -> str:
-        return "".join(text.split()).casefold()
-
-    wanted = norm(sort)
-    for key, label in sort_keys.items():
-        if norm(label) in (wanted, "m" + wanted) or norm(key) == wanted:
-            return key
-    return sort
 
 
 # ---- model page -------------------------------------------------------------------------------

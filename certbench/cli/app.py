@@ -61,14 +61,15 @@ class _LazyConsole:
 
     def __getattr__(self, name: str) -> Any:
         if self._console is None:
-            from rich.console import Console
+            from certbench.cli.output import make_console
 
-            self._console = Console(**self._options)
+            self._console = make_console(**self._options)
         return getattr(self._console, name)
 
 
 def lazy_console(**options: Any) -> Console:
-    """A ``rich.console.Console(**options)`` made on first use (for module-level consoles)."""
+    """A ``rich.console.Console(**options)`` made on first use (for module-level consoles);
+    plain when not a terminal (``certbench.cli.output``)."""
     return cast("Console", _LazyConsole(**options))
 
 

@@ -353,7 +353,13 @@ def show_results(
 @client_errors
 def leaderboard(
     benchmark: Annotated[str, typer.Argument(help="Benchmark name, e.g. cifar10.")],
-    sort: Annotated[str | None, typer.Option(help="Figure or column to sort by.")] = None,
+    sort: Annotated[
+        str | None,
+        typer.Option(
+            help="Figure or column to sort by: its key (cert_acc_050) or the label the page "
+            "shows (ACR, 'r = 0.5'), any case; the table's title says which was used."
+        ),
+    ] = None,
     order: Annotated[str | None, typer.Option(help="asc or desc.")] = None,
     limit: Annotated[int, typer.Option(help="Entries to show.", min=1, max=200)] = 20,
     offset: Annotated[int, typer.Option(help="Skip this many entries.", min=0)] = 0,

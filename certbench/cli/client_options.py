@@ -49,10 +49,11 @@ SubmissionId = Annotated[int, typer.Argument(help="Submission id.", min=1, show_
 
 
 def consoles() -> tuple[Console, Console]:
-    """(stdout for results, stderr for progress and messages)."""
-    from rich.console import Console
+    """(stdout for results, stderr for progress and messages); plain when not a terminal
+    (``certbench.cli.output``)."""
+    from certbench.cli.output import make_console
 
-    return Console(), Console(stderr=True, soft_wrap=True)
+    return make_console(), make_console(stderr=True, soft_wrap=True)
 
 
 def client_errors(command: Callable[P, R]) -> Callable[P, R]:

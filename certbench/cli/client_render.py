@@ -173,9 +173,13 @@ def leaderboard_table(board: Leaderboard) -> Table:
     """Ranked rows: the sort figure, mACR, and where published weights can be downloaded."""
     shown = [board.sort] if board.sort and board.sort != "macr" else []
     shown = [k for k in shown if any(k in row.metrics for row in board.rows)]
+    used = (
+        f"{board.sort_label} ({board.sort}, {board.order})"
+        if board.sort_label and board.sort_label != board.sort
+        else f"{board.sort} ({board.order})"
+    )
     table = Table(
-        title=f"{board.benchmark}: {len(board.rows)} of {board.total} entries, sorted by "
-        f"{board.sort} ({board.order})"
+        title=f"{board.benchmark}: {len(board.rows)} of {board.total} entries, sorted by {used}"
     )
     for header in ("#", "id", "model", "owner", "σ"):
         table.add_column(header, justify="right" if header in ("#", "id", "σ") else "left")

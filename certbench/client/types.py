@@ -365,6 +365,8 @@ class Leaderboard:
     limit: int
     rows: list[LeaderboardRow]
     raw: Json = field(repr=False)
+    sort_label: str = ""
+    """The label of the column sorted by (``sort`` is its key), when the server says it."""
 
     @classmethod
     def from_json(cls, data: Json) -> Leaderboard:
@@ -382,6 +384,7 @@ class Leaderboard:
                 if isinstance(r, Mapping)
             ],
             raw=data,
+            sort_label=_str(data, "sort_label"),
         )
 
 

@@ -6,7 +6,7 @@ current by the board counter (``models.db.board_version``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -73,14 +73,34 @@ def benchmark_sort_keys(benchmark: Benchmark) -> dict[str, str]:
     return keys
 
 
+def resolve_sort(sort: str, keys: dict[str, str]) -> str:
+    """The sort key ``sort`` names among ``keys`` (key → label): the key itself
+    (``cert_acc_050``) or the label the page shows (``ACR``, ``mACR``, ``r = 0.5``, ``σ``), case
+    and spaces ignored; ``acr`` names the ACR column whatever the benchmark calls it (issue 34
+    §7: the demo board's column reads "ACR" but ``?sort=acr`` answered 422). An unknown name
+    comes back unchanged (``check_sort`` refuses it, naming the keys)."""
+    if sort in keys:
+        return sort
+
+    def norm(text: str) -> str:
+        return "".join(text.split()).casefold()
+
+    wanted = norm(sort)
+    for key, label in keys.items():
+        if norm(key) == wanted or norm(label) in (wanted, "m" + wanted):
+            return key
+    return sort
+
+
 def check_sort(benchmark: Benchmark, sort: str, keys: dict[str, str] | None = None) -> None:
     """Refuse a sort key the benchmark does not have (an empty ordering would look like a
     ranking). Raises IntakeError (422) naming the benchmark's keys (``keys``: already known)."""
     keys = benchmark_sort_keys(benchmark) if keys is None else keys
     if sort not in keys:
+        labels = ", ".join(f"{label} = {key}" for key, label in keys.items() if label != key)
         raise IntakeError(
-            f"sort={sort!r} is not a sort key of benchmark {benchmark.name!r}; valid keys: "
-            f"{', '.join(keys)}",
+            f"sort={sort!r} is not a sort key of benchmark {benchmark.name!r} (a key, or the "
+            f"label of a column in any case: {labels}); valid keys: {', '.join(keys)}",
             code="invalid_sort",
         )
 
@@ -147,6 +167,8 @@ class LeaderboardPage:
     the board is unchanged."""
     version: tuple[int | None, int] | None = None
     """The board counter (epoch, version) the page was read at."""
+    sort_label: str = ""
+    """The label of the column ``query.sort`` (the key used) sorts by."""
 
 
 def leaderboard(
@@ -168,6 +190,7 @@ def leaderboard(
     keys = board.memo.get("sort_keys")
     if keys is None:  # a definition change moves the board counter: a new snapshot
         keys = board.memo["sort_keys"] = benchmark_sort_keys(benchmark)
+    query = replace(query, sort=resolve_sort(query.sort, keys))
     check_sort(benchmark, query.sort, keys)
     filters = board_index.Filters(
         protocol_version=query.protocol_version or benchmark.protocol_version,
@@ -187,7 +210,7 @@ def leaderboard(
     rows = [LeaderboardRow(rank=query.offset + i + 1, **row) for i, row in enumerate(found.rows)]
     return LeaderboardPage(
         benchmark=benchmark, query=query, total=found.total, rows=rows, memo=found.memo,
-        version=found.version,
+        version=found.version, sort_label=keys[query.sort],
     )  # fmt: skip
 
 

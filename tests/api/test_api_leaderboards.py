@@ -92,6 +92,17 @@ def test_leaderboard_sorting_filters_paging(
     assert "mine-only" in [r["model_name"] for r in owner["rows"]]
     bogus = client.get(url, params={"sort": "bogus"})
     assert bogus.status_code == 422 and bogus.json()["code"] == "invalid_sort"
+    assert "mACR = macr" in bogus.json()["message"]  # the keys with the labels they answer to
+    # issue 34 §7: the label a column shows sorts too, in any case, and the answer names the key
+    assert board["sort"] == "macr" and board["sort_label"] == "mACR"  # two test sets: mean ACR
+    for typed in ("mACR", "macr", "ACR", " acr"):
+        aliased = client.get(url, params={"sort": typed}).json()
+        assert (aliased["sort"], aliased["sort_label"]) == ("macr", "mACR"), typed
+        assert [r["submission_id"] for r in aliased["rows"]] == [
+            r["submission_id"] for r in board["rows"]
+        ]
+    radius = client.get(url, params={"sort": "R = 0.5", "order": "asc"}).json()
+    assert (radius["sort"], radius["sort_label"]) == ("cert_acc_050", "r = 0.5")
     for params, code in (
         ({"order": "sideways"}, 422),
         ({"limit": 0}, 422),

@@ -19,10 +19,14 @@ client_commands.register(app)
 
 
 class Refusing:
-    """A Client whose submit is refused with ``code``."""
+    """A Client that accepts the token (``submit`` checks it first, with ``me``) and whose
+    submit is refused with ``code``."""
 
     def __init__(self, code: str) -> None:
         self.code = code
+
+    def me(self) -> None:
+        return None
 
     def submit(self, *args: object, **kwargs: object) -> None:
         raise ClientError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -115,3 +116,19 @@ def test_registering_the_compare_command_imports_no_torch_or_scipy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_compare_piped_prints_every_row_label_in_full(tmp_path):
+    """Issue 34 §5: piped into another program on an 80-column terminal, every radius row was
+    "certified_acc…"; a pipe now gets each label whole (a real process, stdout a pipe)."""
+    a = write_records(synthetic(60, 1.0, seed=2), tmp_path / "a.parquet")
+    b = write_records(synthetic(60, 0.2, seed=3), tmp_path / "b.parquet")
+    code = "import sys; from certbench.cli.app import main; sys.argv[0] = 'certbench'; main()"
+    run = subprocess.run(
+        [sys.executable, "-c", code, "compare", str(a), str(b)],
+        capture_output=True, text=True, check=False, env={**os.environ, "COLUMNS": "80"},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    labels = [line.split()[0] for line in run.stdout.splitlines()[2:] if line.strip()]
+    assert labels == ["acr", *(f"certified_accuracy@{r:g}" for r in (0, 0.25, 0.5, 0.75, 1))]
+    assert "…" not in run.stdout

@@ -1,12 +1,19 @@
 """What ``certbench status`` shows of the progress fields newer servers add (ETA, throughput,
-estimated work) and what it shows without them."""
+estimated work) and what it shows without them; what the tables print to a pipe."""
 
 from __future__ import annotations
 
 from rich.console import Console
 
-from certbench.cli.client_render import duration, eta_text, run_bar, status_table
-from certbench.client import Submission, TestSetProgress
+from certbench.cli.client_render import (
+    duration,
+    eta_text,
+    leaderboard_table,
+    results_table,
+    run_bar,
+    status_table,
+)
+from certbench.client import Leaderboard, Results, Submission, TestSetProgress
 
 
 def _text(table: object) -> str:
@@ -97,3 +104,67 @@ def test_the_live_bar_shows_the_queue_position_then_drops_the_eta_at_the_end():
         update(_submission(state="finished", progress=1.0, eta_seconds=0.0))
     bar = _bar_line(console.export_text(), "#9 finished")
     assert "100%" in bar and "ETA" not in bar and "in queue" not in bar
+
+
+def _piped(*renderables: object) -> str:
+    """What a command prints to a pipe (not a terminal), whatever the terminal's width says."""
+    import io
+
+    from certbench.cli.output import make_console
+
+    out = io.StringIO()
+    console = make_console(file=out)
+    for renderable in renderables:
+        console.print(renderable)
+    return out.getvalue()
+
+
+def test_piped_tables_print_every_label_in_full(monkeypatch):
+    """Issue 34 §5: piped, rich assumed 80 columns and cut "r=0.…" and "abst…"; a pipe gets
+    every label whole, no ellipsis and no box lines."""
+    monkeypatch.setenv("COLUMNS", "80")
+    radii = ["0", "0.25", "0.5", "0.75", "1"]
+    results = Results.from_json(
+        {
+            "submission_id": 7,
+            "benchmark": "cifar10-c",
+            "model_name": "LeNet-5, Gaussian augmentation with consistency regularisation",
+            "state": "finished",
+            "results": [
+                {
+                    "test_set": f"gaussian_noise_severity_{s}",
+                    "acr": 0.41,
+                    "count": 500,
+                    "abstain_rate": 0.123,
+                    "certified_accuracy": dict.fromkeys(radii, 0.5),
+                }
+                for s in range(1, 4)
+            ],
+        }
+    )
+    text = _piped(results_table(results))
+    assert "…" not in text and "│" not in text and "━" not in text
+    header = next(line for line in text.splitlines() if "test set" in line)
+    radius_words = [word for r in radii for word in ("cert.", "acc.", f"r={r}")]
+    assert header.split() == ["test", "set", "images", "ACR", *radius_words, "abstain"]
+    assert "gaussian_noise_severity_3" in text
+    assert "LeNet-5, Gaussian augmentation with consistency regularisation (#7)" in text
+
+
+def test_the_leaderboard_table_says_which_column_it_sorted_by():
+    """Issue 34 §7: ``--sort acr`` is answered with the key used and the column's label."""
+    board = Leaderboard.from_json(
+        {
+            "benchmark": "demo-digits",
+            "sort": "macr",
+            "sort_label": "ACR",
+            "order": "desc",
+            "total": 0,
+            "offset": 0,
+            "limit": 50,
+            "rows": [],
+        }
+    )
+    assert "sorted by ACR (macr, desc)" in _piped(leaderboard_table(board))
+    older = Leaderboard.from_json({**board.raw, "sort_label": None})  # a server before it
+    assert "sorted by macr (desc)" in _piped(leaderboard_table(older))
