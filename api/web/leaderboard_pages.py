@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
+from api import exports
 from api.deps import QueryId, RowId, SessionDep, SettingsDep
 from api.schemas.benchmark import BenchmarkPublic
 from api.schemas.result import ResultsPublic
@@ -164,6 +165,7 @@ def leaderboard_page(
             "pager": Pager.of(total=planned.page.total, page=page, per_page=per_page),
             "page_sizes": PAGE_SIZES,
             "architectures": list(ARCHITECTURE_NAMES),
+            "export_columns": exports.picker(frame.public),
         },
     )
 

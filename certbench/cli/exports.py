@@ -27,7 +27,20 @@ def export(
         ),
     ] = None,
     table: Annotated[str | None, typer.Option(help="With --id and CSV: entries or paired.")] = None,
-    sort: Annotated[str | None, typer.Option(help="Figure to rank by (leaderboard page).")] = None,
+    columns: Annotated[
+        str | None,
+        typer.Option(
+            help="Columns, comma-separated, by key or the page's label (any case), e.g. "
+            "'model,sigma,r = 0.5,ACR,p_A median'. Default: the papers' layout in LaTeX "
+            "(model, σ, certified accuracy at each radius, ACR), every column in CSV."
+        ),
+    ] = None,
+    sort: Annotated[
+        str | None,
+        typer.Option(
+            help="Figure to rank by (leaderboard page): a key or the page's label, e.g. ACR."
+        ),
+    ] = None,
     order: Annotated[str | None, typer.Option(help="asc or desc.")] = None,
     limit: Annotated[int, typer.Option(help="Entries on the page.", min=1, max=200)] = 50,
     offset: Annotated[int, typer.Option(help="Skip this many entries.", min=0)] = 0,
@@ -48,7 +61,7 @@ def export(
     with connect(server, token, need_token=False) as client:
         text = client.export(
             benchmark, fmt=format, ids=ids or None, table=table, sort=sort, order=order,
-            limit=limit, offset=offset, sigma=sigma,
+            limit=limit, offset=offset, sigma=sigma, columns=[columns] if columns else None,
         )  # fmt: skip
     if format == "csv":
         from certbench.figures import safe_csv

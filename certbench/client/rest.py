@@ -349,13 +349,17 @@ class Client:
         fmt: str = "latex",
         ids: Sequence[int] | None = None,
         table: str | None = None,
+        columns: Sequence[str] | None = None,
         **params: str | float | int | None,
     ) -> str:
         """A paper-ready export (``fmt``: latex, csv or bibtex) of a leaderboard page
         (``params``: sort, order, limit, offset, sigma) or, with ``ids``, of a comparison
-        (``table``: entries or paired, for CSV)."""
+        (``table``: entries or paired, for CSV); ``columns``: keys or labels (default: the
+        papers' layout in LaTeX, every column in CSV)."""
         path = f"{API}/leaderboards/{_segment(benchmark)}"
         query: dict[str, Any] = {"format": fmt}
+        if columns:
+            query["columns"] = list(columns)
         if ids:
             path += "/compare/export"
             query["ids"] = [str(i) for i in ids]

@@ -13,8 +13,9 @@ Vega-Lite lays out titles, axes and legends itself; nothing here places text by 
 - :mod:`~certbench.figures.panels`: the paper figures the CLI writes (Fourier maps, weather
   example panels, the PD threat scatter);
 - :mod:`~certbench.figures.rendering`: SVG / PNG / PDF through ``vl-convert``;
-- :mod:`~certbench.figures.tables` and :mod:`~certbench.figures.references`: the rest of what
-  goes into a paper: LaTeX (booktabs) and CSV tables with intervals, BibTeX;
+- :mod:`~certbench.figures.tables`, :mod:`~certbench.figures.latex` and
+  :mod:`~certbench.figures.references`: the rest of what goes into a paper: CSV and LaTeX
+  (booktabs, the papers' layout) tables with intervals, BibTeX;
 - :mod:`~certbench.figures.spreadsheet`: CSV cells a spreadsheet never evaluates as formulas
   (every CSV certbench writes, the CLI's exports included).
 
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
         unpaired_cell_tests,
     )
     from certbench.figures.heatmaps import frequency_heatmap, grid_heatmap
+    from certbench.figures.latex import PACKAGES, latex_text, to_latex
     from certbench.figures.panels import (
         fourier_heatmap_figure,
         threat_figure,
@@ -66,6 +68,6 @@ if TYPE_CHECKING:
     from certbench.figures.rendering import FORMATS, MEDIA_TYPES, javascript_bundle, render, save
     from certbench.figures.spec import OKABE_ITO, Figure
     from certbench.figures.spreadsheet import safe_cell, safe_csv
-    from certbench.figures.tables import Cell, Column, Table, read_csv, to_csv, to_latex
+    from certbench.figures.tables import Cell, Column, Table, read_csv, to_csv
 
 __getattr__, __dir__, __all__ = public_face(__name__, __file__)
