@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
-from fastapi.staticfiles import StaticFiles
 
 from api.docs import install_docs
 from api.errors import install_error_handlers
@@ -83,17 +82,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router, prefix=API_PREFIX)
     app.include_router(api_router())
     install_docs(app)  # mounts /static/docs, so before mount_web's /static
-    mount_guide(app, settings)
-    mount_web(app)
+    mount_web(app)  # /guide among the pages (api.web.guide: the built site, read per request)
     return app
-
-
-def mount_guide(app: FastAPI, settings: Settings) -> None:
-    """Serve the built documentation site (``uv run mkdocs build``) at ``/guide`` when it exists.
-
-    Checked once, when the app is built: a site built later is served after a restart. Without
-    it ``/guide`` is a 404 like any unknown page (the site is optional, the service is not).
-    """
-    site = settings.guide_dir
-    if site is not None and (site / "index.html").is_file():
-        app.mount("/guide", StaticFiles(directory=site, html=True), name="guide")

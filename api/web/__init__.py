@@ -11,7 +11,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from api.web import dataset_pages, figure_files, leaderboard_pages, owner_pages
+from api.web import dataset_pages, figure_files, guide, leaderboard_pages, owner_pages
 from api.web.analysis import router as analysis_router
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -24,5 +24,6 @@ def mount_web(app: FastAPI) -> None:
     app.include_router(dataset_pages.router)
     app.include_router(analysis_router)
     app.include_router(figure_files.router)
+    app.include_router(guide.router)
     figure_files.warm_bundle()
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -97,7 +97,8 @@ class Settings(BaseSettings):
     guide_dir: Path | None = Field(
         default=None,
         description="The built documentation site `certbench serve` serves at `/guide`; "
-        "default the project's `site/` (`uv run mkdocs build`). Not served when absent.",
+        "default the project's `site/` (`uv run mkdocs build`). Read on every request: served "
+        "as soon as it is built; until then `/guide` is a page saying how to build it.",
     )
 
     # Intake limits: checked before anything is written.

@@ -120,7 +120,25 @@ def test_serve_mounts_the_built_site_at_guide(site: Path, tmp_path: Path):
         assert client.get("/guide/no-such-page.html").status_code == 404
 
 
-def test_without_a_built_site_guide_is_not_found(tmp_path: Path):
-    settings = Settings(data_dir=tmp_path, guide_dir=tmp_path / "not-built")
+def test_guide_says_how_to_build_it_then_serves_it_without_a_restart(tmp_path: Path):
+    """Issue 34 §3: without a built site ``/guide`` answered a JSON 404 until the service was
+    restarted after ``mkdocs build``, and no page linked to it."""
+    site = tmp_path / "not-built-yet"
+    settings = Settings(data_dir=tmp_path, guide_dir=site)
     with TestClient(create_app(settings)) as client:
-        assert client.get("/guide/").status_code == 404
+        for url in ("/guide", "/guide/", "/guide/researchers/certify/"):
+            missing = client.get(url)
+            assert missing.status_code == 404 and missing.headers["content-type"].startswith(
+                "text/html"
+            ), url
+            assert "uv run mkdocs build" in missing.text and "no restart" in missing.text
+            assert str(tmp_path) not in missing.text  # no server path in a page
+            assert '<a href="/guide/">Guide</a>' in missing.text  # the nav of every page
+        (site / "researchers").mkdir(parents=True)  # built while the service runs
+        (site / "index.html").write_text("<h1>the built guide</h1>", encoding="utf-8")
+        (site / "researchers" / "index.html").write_text("certify", encoding="utf-8")
+        assert client.get("/guide/").text == "<h1>the built guide</h1>"
+        moved = client.get("/guide", follow_redirects=False)
+        assert moved.status_code in (307, 308) and moved.headers["location"].endswith("/guide/")
+        assert client.get("/guide/researchers/").text == "certify"
+        assert client.get("/guide/../../etc/passwd").status_code == 404
