@@ -73,4 +73,6 @@ def test_celery_config_embedded_and_redis(tmp_path: Path):
         Settings(data_dir=tmp_path, broker_url="redis://x:6379/0", visibility_timeout_seconds=9999)
     )
     assert redis["broker_url"] == "redis://x:6379/0"
-    assert redis["broker_transport_options"] == {"visibility_timeout": 9999}
+    options = redis["broker_transport_options"]
+    assert options["visibility_timeout"] == 9999
+    assert options["socket_timeout"] == Settings.model_fields["broker_timeout_seconds"].default
