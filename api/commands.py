@@ -235,6 +235,7 @@ def serve(
             port=port or settings.port,
             workers=processes,
             timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
+            timeout_keep_alive=settings.keep_alive_seconds,
             log_level="info",
         )
     finally:

@@ -221,6 +221,14 @@ class Settings(BaseSettings):
         gt=0,
         description="API processes of `certbench serve`; unset: the CPUs available, at most 8.",
     )
+    keep_alive_seconds: int = Field(
+        default=75,
+        gt=0,
+        description="Seconds `certbench serve` keeps an idle HTTP connection open. Keep it longer "
+        "than the idle timeout of the load balancer or clients in front (60 s is common): the "
+        "side that closes an idle connection first must be theirs, or a request sent as the "
+        "server closes it gets no answer (uvicorn's 5 s made that happen on a slow, lossy link).",
+    )
 
     @field_validator(
         "broker_url",
