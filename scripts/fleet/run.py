@@ -4,11 +4,12 @@ broke are kept under ``<out>/logs``."""
 
 from __future__ import annotations
 
-import shutil
+import multiprocessing
+import os
 import signal
-import tempfile
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -78,10 +79,10 @@ def check(
         _shield_signals()  # a second Ctrl-C must not cut the teardown short
         if poller is not None:
             poller.stop()
-        services.stop_all()
+        services.stop_all(grace=3.0)  # nothing left to finish: no warm shutdown wait
         broken = not report or not all(i["ok"] for i in report["invariants"])
         keep = out / "logs" if broken or keep_logs else None
-        topology.destroy(fleet.run, fleet.workdir, keep=keep)
+        topology.destroy(fleet.run, fleet.workdir, grace=2.0, keep=keep)
         log(f"fleet {fleet.run} torn down" + (f"; logs kept in {keep}" if keep else ""))
     json_path, md_path = write_reports(report, out)
     log(f"wrote {json_path} and {md_path}")
@@ -155,6 +156,9 @@ def _finish(
 
 
 def _reproduce(ctx: Context, ids: list[int]) -> list[dict[str, Any]]:
+    """Each run computed again undisturbed, one process per CPU (spawned from this thread, so in
+    the client's namespace, reaching the fleet's database), in a folder of the fleet's work
+    folder (removed with it whatever happens)."""
     from models.core.settings import Settings
     from scripts.fleet.reproduce import reproduce
 
@@ -165,14 +169,16 @@ def _reproduce(ctx: Context, ids: list[int]) -> list[dict[str, Any]]:
         broker_url=env["CERTBENCH_BROKER_URL"],
         data_dir=Path(env["CERTBENCH_DATA_DIR"]),
     )
-    scratch = Path(tempfile.mkdtemp(prefix="cbfleet-reproduce-"))
-    try:
-        rows = []
-        for submission_id in ids:
-            mine = reproduce(settings, submission_id, scratch)
+    scratch = ctx.fleet.workdir / "reproduce"
+    scratch.mkdir(exist_ok=True)
+    processes = max(1, min(len(ids), os.cpu_count() or 1))
+    rows: list[dict[str, Any]] = []
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(processes, mp_context=spawn) as pool:
+        running = {pool.submit(reproduce, settings, i, scratch): i for i in ids}
+        for done in as_completed(running):
+            mine = done.result()
             rows += mine
             same = all(r["identical"] for r in mine)
-            ctx.log(f"reproduced run {submission_id}: {'identical' if same else 'DIFFERENT'}")
-        return rows
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+            ctx.log(f"reproduced run {running[done]}: {'identical' if same else 'DIFFERENT'}")
+    return sorted(rows, key=lambda r: (r["run"], r["stage"], r["unit"]))

@@ -101,7 +101,7 @@ def build(*, apis: int, workers: int, seed: int) -> Fleet:
     run = uuid.uuid4().hex[:6]
     workdir = ROOT / run
     workdir.mkdir()
-    (workdir / "owner.pid").write_text(str(os.getpid()))
+    (workdir / "owner.pid").write_text(owner_mark())
     fleet = Fleet(run=run, hosts=hosts(apis=apis, workers=workers), workdir=workdir)
     try:
         _wire(fleet, seed)
@@ -190,15 +190,28 @@ def _kill_if_ours(pid: int, marker: str) -> None:
             return
 
 
-def _alive(pid: int) -> bool:
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, /proc/PID/stat's 22nd field), or
+    None when there is no such process: with the pid it names one process, never a reused pid."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_mark() -> str:
+    """What ``owner.pid`` holds for this process: its pid and start time."""
+    return f"{os.getpid()} {_started(os.getpid())}"
+
+
+def _alive(mark: str) -> bool:
+    """Whether the process ``owner.pid`` names still runs (same pid, same start time)."""
+    words = mark.split()
+    if not words or not words[0].isdigit():
         return False
-    except PermissionError:
-        return True
-    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    return b"fleet" in cmdline
+    started = _started(int(words[0]))
+    return started is not None and (len(words) < 2 or started == words[1])
 
 
 def cleanup() -> list[str]:
@@ -210,7 +223,7 @@ def cleanup() -> list[str]:
     removed = []
     for run in sorted(runs):
         owner = ROOT / run / "owner.pid"
-        if owner.is_file() and _alive(int(owner.read_text() or 0)):
+        if owner.is_file() and _alive(owner.read_text()):
             continue
         destroy(run, ROOT / run, grace=2.0)
         removed.append(run)

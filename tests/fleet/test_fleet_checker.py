@@ -106,3 +106,16 @@ def test_netem_draws_lose_duplicate_delay_and_reorder_at_their_rates():
     assert abs(at_once - 0.25) < 0.02
     assert abs(delayed[len(delayed) // 2] - 0.2) < 0.01  # the median delay: 200 ms
     assert impair.counts["frames"] == 20000 and impair.counts["lost"] == round(lost * 20000)
+
+
+def test_a_fleets_owner_is_alive_only_as_the_process_that_built_it():
+    """``--cleanup`` (and every check's start) removes fleets whose owner is gone, and must
+    leave a running one alone whatever its command line (a pytest process builds fleets too)."""
+    from scripts.fleet import topology
+
+    mark = topology.owner_mark()
+    assert topology._alive(mark)
+    pid, started = mark.split()
+    assert not topology._alive(f"{pid} {int(started) + 1}")  # the pid reused by another process
+    assert not topology._alive("999999999 1")
+    assert not topology._alive("")
