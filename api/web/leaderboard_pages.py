@@ -34,6 +34,7 @@ from api.web.leaderboard_view import (
     metric_columns,
 )
 from api.web.rendering import MAX_COMPARE, HTMLRoute, render, rendered, templates
+from api.web.reproduce import reproduction
 from certbench.nets import ARCHITECTURE_NAMES
 from certbench.smoothing import RADII
 from models.boards import snapshots
@@ -248,6 +249,7 @@ def _model_context(
         "active": results.state in ACTIVE_STATES,
     }
     context["stage_sections"] = stage_web.sections(results, bench)
+    context["reproduce"] = reproduction(results, bench)
     context["data_pins_rows"] = stage_web.data_pins_rows(results)
     if results.results:
         curves = figures.set_curves(session, results, viewer=viewer, settings=settings)

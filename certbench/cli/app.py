@@ -121,6 +121,32 @@ def dataset_name(value: str | None) -> str | None:
     return value
 
 
+CLEAN = "clean"
+"""What the service calls a benchmark's uncorrupted test set, whatever its data set's config is
+called (the demo's digits: their folder's one config, ``default``)."""
+
+
+def clean_config(dataset: str, config: str | None) -> str | None:
+    """``--config clean`` on a local data set that has exactly one config, of another name:
+    that config, read as the service reads a test set without a config (issue 34 §8: the docs'
+    ``--config clean`` was refused on the demo's digits, "available: ['default']", although the
+    service names that test set ``clean``). The records are keyed ``default/<split>`` as the
+    service keys it, and a line on stderr says so. Any other ``config`` as given."""
+    if config != CLEAN or not Path(dataset).exists():
+        return config
+    from certbench.data import list_configs
+
+    configs = list_configs(dataset)
+    if CLEAN in configs or len(configs) != 1:
+        return config
+    errors.print(
+        f"--config clean: {dataset} has one config, {configs[0]!r}, which holds its clean "
+        "images; reading it as the service reads its test set 'clean'",
+        highlight=False,
+    )
+    return None
+
+
 Dataset = Annotated[
     str,
     typer.Option(
@@ -147,7 +173,12 @@ def certify(
     arch: Annotated[
         str | None, typer.Option(help="Must match the manifest's architecture.")
     ] = None,
-    config: Annotated[str | None, typer.Option(help="Dataset config (test set).")] = None,
+    config: Annotated[
+        str | None,
+        typer.Option(
+            help="Dataset config (test set); 'clean' also names a local data set's one config."
+        ),
+    ] = None,
     split: str = "test",
     revision: Annotated[str | None, typer.Option(help="Hub revision (commit/tag).")] = None,
     sigma: Sigma = None,
@@ -185,6 +216,7 @@ def certify(
     from certbench.smoothing import fallback_metadata, parse_seed, summarize, write_records
 
     run_seed = parse_seed(seed)
+    config = clean_config(dataset, config)
     spec = load_manifest(manifest)
     if arch is not None and arch != spec.architecture.name:
         raise ManifestError(
@@ -269,6 +301,7 @@ def predict(
     from certbench.smoothing import predict as run_predict
 
     run_seed = parse_seed(seed)
+    config = clean_config(dataset, config)
     spec = load_manifest(manifest)
     model = load_model(weights, spec, device=device)
     images = load_images(

@@ -551,6 +551,6 @@ def test_an_ended_run_that_was_rejected_offers_no_reproduction() -> None:
 
     macro = templates.env.get_template("_provenance.html").module.seed_fact
     seed = SimpleNamespace(kind="secret", revealed=True, value="0xab", commitment="cd")
-    assert "Reproduce with" in str(macro(seed, "finished"))
+    assert "Reproduce the records with" in str(macro(seed, "finished"))
     rejected = str(macro(seed, "rejected"))
     assert "Reproduce" not in rejected and "ended rejected" in rejected
