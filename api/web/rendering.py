@@ -58,13 +58,17 @@ def _metric(value: float | None, kind: str) -> str:
     return _fixed(value)
 
 
+#: Between a figure and its unit, so that a narrow cell never breaks "59.3 GFLOP" in two.
+NBSP = "\u00a0"
+
+
 def _seconds(value: float | None) -> str:
-    """A cost in seconds to three significant figures: "0.512 s", "12.3 ms", "1,250 s"."""
+    """A cost in seconds to three significant figures: "512 ms", "4.2 s", "1,250 s"."""
     if value is None:
         return "–"
     if 0 < value < 1:
-        return f"{value * 1000:.3g} ms"
-    return f"{value:,.0f} s" if value >= 1000 else f"{value:.3g} s"
+        return f"{value * 1000:.3g}{NBSP}ms"
+    return f"{value:,.0f}{NBSP}s" if value >= 1000 else f"{value:.3g}{NBSP}s"
 
 
 #: SI prefixes of FLOP counts, largest first.
@@ -77,8 +81,8 @@ def _flops(value: float | None) -> str:
         return "–"
     for prefix, scale in _FLOP_PREFIXES:
         if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}FLOP"
-    return f"{value:.3g} FLOP"
+            return f"{value / scale:.3g}{NBSP}{prefix}FLOP"
+    return f"{value:.3g}{NBSP}FLOP"
 
 
 def _count(value: float | None) -> str:

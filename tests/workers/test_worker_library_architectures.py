@@ -194,6 +194,9 @@ def test_a_timm_network_is_certified_end_to_end_and_reproduced(
         board = web.get(f"/api/v1/leaderboards/{BENCHMARK}?sort=flops_per_image&order=asc")
         flops = [row["metrics"]["flops_per_image"] for row in board.json()["rows"]]
         assert flops == sorted(flops) and summary["flops_per_image"] in flops
+        html = web.get(f"/leaderboards/{BENCHMARK}?sort=seconds_per_image&order=asc").text
+        shown = f'data-key="flops_per_image" data-value="{summary["flops_per_image"]}"'
+        assert shown in html and 'id="arch-head"' in html
         seed = web.get(f"/api/v1/submissions/{created.id}").json()["seed"]["value"]
         stored = web.get(f"/api/v1/results/{created.id}/records/clean").content
 
