@@ -23,6 +23,7 @@ from certbench.figures.spec import (
     OKABE_ITO,
     WIDTH,
     base,
+    legend,
     percent_format,
     tooltip_format,
 )
@@ -193,7 +194,7 @@ def line_chart(
             "encoding": {
                 "x": xs,
                 "y": ys,
-                "color": {**scales["color"], "legend": LEGEND},
+                "color": {**scales["color"], "legend": {**LEGEND, **legend(labels, width)}},
                 "strokeDash": scales["strokeDash"],
                 "strokeWidth": {"field": "w", "type": "quantitative", "scale": None},
             },
@@ -313,6 +314,7 @@ def bar_chart(
         "type": "nominal",
         "title": None,
         "scale": {"domain": labels, "range": list(OKABE_ITO[: len(labels)])},
+        "legend": legend(labels, WIDTH),
     }
     x = {
         "field": "group",

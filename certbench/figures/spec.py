@@ -8,7 +8,9 @@ the downloads and the CLI's files always show the same figure.
 
 from __future__ import annotations
 
+import json
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,11 @@ FONT = "DejaVu Sans, Verdana, sans-serif"
 #: Titles wrap at word boundaries after this many characters (never cut mid-word).
 TITLE_CHARACTERS = 64
 WIDTH, HEIGHT = 520, 280
+LEGEND_CHAR_PX = 7.0
+"""The advance of an average character of an 11 px DejaVu Sans legend label, rounded up."""
+LEGEND_SYMBOL_PX = 40.0
+"""A legend entry's symbol and the gap before its label."""
+LEGEND_COLUMN_GAP = 16
 
 
 @dataclass(frozen=True)
@@ -69,11 +76,30 @@ def config() -> dict[str, Any]:
             "columns": 2,
             "labelFontSize": 11,
             "titleFontSize": 11,
-            "labelLimit": 240,
+            "labelLimit": 0,  # never cut a label (legend() wraps long ones)
             "symbolStrokeWidth": 2.5,
-            "columnPadding": 16,
+            "columnPadding": LEGEND_COLUMN_GAP,
         },
     }
+
+
+def legend(labels: Sequence[str], width: int) -> dict[str, Any]:
+    """Legend properties for ``labels`` under a plot ``width`` px wide: every label in full
+    (Vega cuts a label at ``labelLimit`` with an ellipsis, and two long model names then read
+    alike: issue 34 §4), in two columns when every label fits half the width on one line, else
+    in one, a longer label wrapped at spaces into lines that fit (``labelExpr`` draws a list of
+    strings as lines)."""
+    half = int(((width - LEGEND_COLUMN_GAP) / 2 - LEGEND_SYMBOL_PX) // LEGEND_CHAR_PX)
+    longest = max((len(label) for label in labels), default=0)
+    columns = 2 if longest <= half else 1
+    per_line = half if columns == 2 else int((width - LEGEND_SYMBOL_PX) // LEGEND_CHAR_PX)
+    lines = {label: wrap_title(label, max(per_line, 12)) for label in labels}
+    wrapped = {label: text for label, text in lines.items() if isinstance(text, list)}
+    out: dict[str, Any] = {"columns": columns, "labelLimit": 0}
+    if wrapped:
+        table = json.dumps(wrapped, ensure_ascii=False)
+        out["labelExpr"] = f"({table})[datum.label] || datum.label"
+    return out
 
 
 def base(name_title: str, *, description: str, subtitle: str = "") -> dict[str, Any]:

@@ -100,6 +100,31 @@ def test_long_titles_wrap_at_words() -> None:
     assert isinstance(lines, list) and " ".join(lines) == title  # every word kept, none cut
 
 
+def test_legends_show_every_name_in_full() -> None:
+    """Issue 34 §4: legends cut long names at 240 px ("LeNet-5, Gaussian nois…"), so entries
+    whose names differ at the end read alike. Every label is drawn whole, wrapped at spaces
+    into lines that fit the plot's width, in a line chart and in a bar chart."""
+    import re
+    from html import unescape
+
+    stem = "LeNet-5, Gaussian augmentation with consistency regularisation and noise"
+    names = [f"{stem} σ = 0.25 (#12)", f"{stem} σ = 0.50 (#13)", "short (#2)"]
+    x = np.linspace(0, 1, 5)
+    curves = [Curve(name, x, 1 - x / (k + 1)) for k, name in enumerate(names)]
+    bars = [Bars(name, [0.5 + 0.1 * k]) for k, name in enumerate(names)]
+    for spec in (
+        valid(line_chart(curves, title="t", x=Axis("r", 0, 1), y=Axis("acc", 0, 1))),
+        valid(bar_chart(["clean"], bars, title="t", x_label="set", y=Axis("acc", 0, 1))),
+    ):
+        svg = render(spec, "svg").decode()
+        assert "…" not in svg
+        legend = svg[svg.index('class="mark-group role-legend"') :]
+        texts = re.findall(r"<text[^>]*>(.*?)</text>", legend, re.S)
+        drawn = [" ".join(unescape(t) for t in re.findall(r"<tspan[^>]*>(.*?)</tspan>", x))
+                 or unescape(x) for x in texts]  # fmt: skip
+        assert [d for d in drawn if d in names] == names, drawn
+
+
 def test_bar_chart_values_missing_bars_and_intervals() -> None:
     spec = valid(bar_chart(
         ["ε = 8/255", "ε = 16/255"],
