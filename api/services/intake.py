@@ -201,7 +201,7 @@ def build_upload(
         )
     manifest = parse_manifest(received.manifest)
     benchmark = check_against_benchmark(session, manifest)
-    check_cost(benchmark, manifest)  # builds the network on meta: its errors are named here
+    cost = check_cost(benchmark, manifest)  # builds the network on meta: errors named here
     check_data_available(benchmark, settings)
     check_weights(received.weights.path, manifest)
     return benchmark, Upload(
@@ -216,4 +216,5 @@ def build_upload(
         venue=received.venue or None,
         weights_public=received.weights_public,
         weights_license=received.weights_license,
+        flops_per_sample=cost.flops_per_sample,
     )

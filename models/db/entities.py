@@ -271,6 +271,10 @@ class Submission(Base):
     # The work the submission was estimated at when it was made (``models.runs.estimates``): what
     # the daily compute quota counts. None for submissions from before the estimate existed.
     estimated_forward_passes: Mapped[int | None] = mapped_column(BigInteger)
+    # The network's FLOPs per noise sample, counted at intake on the ``meta`` device
+    # (``certbench.nets.cost``): what scales the fleet's FLOP rate to this submission's ETA.
+    # None for submissions from before it was counted, and for those made outside the API.
+    flops_per_sample: Mapped[int | None] = mapped_column(BigInteger)
     worker: Mapped[str | None] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)

@@ -6,7 +6,10 @@ response, the daily compute quota in ``models.submissions.compute_quota``) and w
 (``models.runs.progress``). The time is that work divided by this fleet's measured throughput per
 stage: the samples/s of the stage's most recently recorded shards (their final counts on the
 dispatch rows, over their recorded seconds), never a figure assumed in advance; a stage that has
-never run here has no rate, and the estimate says so instead of guessing.
+never run here has no rate, and the estimate says so instead of guessing. Where the shards'
+networks had their FLOPs per sample counted at intake (``certbench.nets.cost``), the rate is
+also a FLOP rate, and a submission's own estimate divides it by its network's FLOPs per sample
+(:func:`for_network`): the figure its entry's cost per certified image is given in.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from models.core.settings import Settings
-from models.db.entities import Benchmark, ShardDispatch, StageShard
+from models.db.entities import Benchmark, ShardDispatch, StageShard, Submission
 from models.stages import registry
 from models.stages.base import StageEstimate
 from models.stages.work import WorkItem, planning_item
@@ -30,11 +33,14 @@ RECENT_SHARDS = 20
 
 @dataclass(frozen=True)
 class Rate:
-    """Measured throughput: forward passes (samples) and images per second, and on what."""
+    """Measured throughput: forward passes (samples) and images per second, and on what;
+    ``flops_per_second``: the FLOPs those samples took per second, over the shards whose
+    submission's FLOPs per sample were counted at intake (None when none were)."""
 
     samples_per_second: float
     images_per_second: float
     basis: str
+    flops_per_second: float | None = None
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,12 @@ def fleet_rates(session: Session, stages: Iterable[str]) -> dict[str, Rate]:
     rates = {}
     for stage in dict.fromkeys(stages):
         rows = session.execute(
-            select(ShardDispatch.samples_done, StageShard.count, StageShard.seconds)
+            select(
+                ShardDispatch.samples_done,
+                StageShard.count.label("images"),
+                StageShard.seconds,
+                Submission.flops_per_sample,
+            )
             .join(
                 StageShard,
                 (StageShard.submission_id == ShardDispatch.submission_id)
@@ -71,6 +82,7 @@ def fleet_rates(session: Session, stages: Iterable[str]) -> dict[str, Rate]:
                 & (StageShard.unit == ShardDispatch.unit)
                 & (StageShard.shard_index == ShardDispatch.shard_index),
             )
+            .join(Submission, Submission.id == ShardDispatch.submission_id)
             .where(
                 ShardDispatch.stage == stage,
                 ShardDispatch.samples_done > 0,
@@ -81,12 +93,39 @@ def fleet_rates(session: Session, stages: Iterable[str]) -> dict[str, Rate]:
         ).all()
         seconds = sum(row.seconds for row in rows)
         if rows and seconds > 0:
+            counted = [row for row in rows if row.flops_per_sample]
+            counted_seconds = sum(row.seconds for row in counted)
+            flops = sum(row.samples_done * row.flops_per_sample for row in counted)
             rates[stage] = Rate(
                 samples_per_second=sum(row.samples_done for row in rows) / seconds,
-                images_per_second=sum(count for _, count, _ in rows) / seconds,
+                images_per_second=sum(row.images for row in rows) / seconds,
                 basis=f"this fleet's last {len(rows)} recorded {stage} shard(s)",
+                flops_per_second=flops / counted_seconds if counted_seconds > 0 else None,
             )
     return rates
+
+
+def for_network(rates: Mapping[str, Rate], flops_per_sample: int | None) -> dict[str, Rate]:
+    """This fleet's rates for a network of ``flops_per_sample``: each stage's measured FLOP
+    rate over the network's FLOPs per sample (a network ten times heavier than those measured
+    runs ten times fewer samples per second), where both are known; the rates as measured
+    otherwise (a submission from before FLOPs were counted, a stage no counted shard ran)."""
+    if not flops_per_sample:
+        return dict(rates)
+    scaled = {}
+    for stage, rate in rates.items():
+        if rate.flops_per_second is None:
+            scaled[stage] = rate
+            continue
+        samples = rate.flops_per_second / flops_per_sample
+        scaled[stage] = Rate(
+            samples_per_second=samples,
+            images_per_second=rate.images_per_second * samples / rate.samples_per_second,
+            basis=f"{rate.basis} at {rate.flops_per_second / 1e9:,.3g} GFLOP/s, over this "
+            f"network's {flops_per_sample:,} FLOPs per sample",
+            flops_per_second=rate.flops_per_second,
+        )
+    return scaled
 
 
 def estimate_work(estimates: Sequence[StageEstimate], rates: Mapping[str, Rate]) -> WorkEstimate:

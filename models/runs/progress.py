@@ -11,7 +11,9 @@ the stored ``submissions.progress`` (written by ``refresh``) all come from ``rep
 Throughput is measured, never assumed: the running shards' counters over their elapsed time
 (summed over shards running at once), else this submission's recorded shards (forward passes
 over recorded seconds), else, for the ETA only, this fleet's recent shards of the stage
-(``models.runs.estimates.fleet_rates``). The ETA is the remaining forward passes of each stage over
+(``models.runs.estimates.fleet_rates``; scaled to the submission's own network by its FLOPs
+per sample where they were counted, ``models.runs.estimates.for_network``). The ETA is the
+remaining forward passes of each stage over
 its rate, plus the queue ahead (issue 34 §1: "the ETA said 7 min" while the run waited 9 min 40 s
 behind others): every active submission made before it still has work queued in front of its
 shards (each stage's queue is first in, first out), so their remaining work, at their rates, over
@@ -33,7 +35,14 @@ from models.db.base import utcnow
 from models.db.entities import ShardDispatch, StageShard, Submission
 from models.db.states import ACTIVE_STATES, WAITING_STATES, SubmissionState
 from models.runs import backlog
-from models.runs.estimates import Rate, WorkEstimate, estimate_work, fleet_rates, stage_estimates
+from models.runs.estimates import (
+    Rate,
+    WorkEstimate,
+    estimate_work,
+    fleet_rates,
+    for_network,
+    stage_estimates,
+)
 from models.stages import registry
 from models.stages.base import StageEstimate, UnitCost
 from models.stages.work import WorkItem, planning_item
@@ -172,7 +181,15 @@ def _plain_reports(
     if rates is None:
         rates = fleet_rates(session, {e.stage for es in estimates.values() for e in es})
     return {
-        s.id: _report(s, estimates[s.id], recorded[s.id], running[s.id], rates, settings, now)
+        s.id: _report(
+            s,
+            estimates[s.id],
+            recorded[s.id],
+            running[s.id],
+            for_network(rates, s.flops_per_sample),
+            settings,
+            now,
+        )
         for s in submissions
     }
 

@@ -81,6 +81,8 @@ class Upload:
     weights_license: str | None = None
     is_baseline: bool = False
     """A reference entry the service submits itself (``api.services.reference_entries``)."""
+    flops_per_sample: int | None = None
+    """The network's FLOPs per noise sample as intake counted them (``check_cost``)."""
 
     @property
     def weights_sha256(self) -> str:
@@ -316,6 +318,7 @@ def _create_once(
             dedup_key=key,
             is_baseline=upload.is_baseline,
             estimated_forward_passes=forward_passes,
+            flops_per_sample=upload.flops_per_sample,
         )
         session.add(submission)
         session.flush()
