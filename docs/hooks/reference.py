@@ -193,7 +193,8 @@ def cli_reference() -> str:
         params = [p for p in command.params if not getattr(p, "hidden", False)]
         if hasattr(command, "commands"):
             subs = [n for n in sorted(command.commands) if not command.commands[n].hidden]
-            lines += ["Commands: " + ", ".join(f"`{n}`" for n in subs) + ".", ""]
+            names = ", ".join(f"<code>{n}</code>" for n in subs)  # .cli-names: never split
+            lines += [f'<p class="cli-names">Commands: {names}.</p>', ""]
         if params:
             lines += ["| option | type | default | description |", "|---|---|---|---|"]
             lines += [_option_row(p, ctx) for p in params]

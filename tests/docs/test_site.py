@@ -142,3 +142,56 @@ def test_guide_says_how_to_build_it_then_serves_it_without_a_restart(tmp_path: P
         assert moved.status_code in (307, 308) and moved.headers["location"].endswith("/guide/")
         assert client.get("/guide/researchers/").text == "certify"
         assert client.get("/guide/../../etc/passwd").status_code == 404
+
+
+#: What does not fit on a guide page (JavaScript): a command block that hides its end behind a
+#: scroll bar, an option or command name broken over two lines, sidebar entries drawn over each
+#: other (issue 34 §4: at 1,280 px the nav title covered "Researchers", the reproduce block was
+#: clipped and "--install-" / "completion" broke at its hyphen).
+GUIDE_PROBLEMS = """() => {
+  const out = [];
+  document.querySelectorAll(".md-typeset pre > code").forEach((c) => {
+    if (c.scrollWidth > c.clientWidth + 1) out.push(`clipped: ${c.textContent.slice(0, 50)}`);
+  });
+  document.querySelectorAll(".md-typeset td code, .md-typeset .cli-names code").forEach((c) => {
+    if (c.getClientRects().length > 1) out.push(`${c.textContent} breaks over two lines`);
+  });
+  const shown = Array.from(document.querySelectorAll(
+      ".md-nav--primary .md-nav__title, .md-nav--primary .md-nav__link"))
+    .filter((e) => e.getBoundingClientRect().width > 0 && e.textContent.trim());
+  shown.forEach((a, i) => shown.slice(i + 1).forEach((b) => {
+    if (a.contains(b) || b.contains(a)) return;
+    const p = a.getBoundingClientRect(), q = b.getBoundingClientRect();
+    const x = Math.min(p.right, q.right) - Math.max(p.left, q.left);
+    const y = Math.min(p.bottom, q.bottom) - Math.max(p.top, q.top);
+    if (x > 1 && y > 1) out.push(`${a.textContent.trim()} is drawn over ${b.textContent.trim()}`);
+  }));
+  return out;
+}"""
+
+
+def test_the_guide_fits_at_1280_px(site: Path):
+    """The guide's pages in Chromium at 1,280 CSS px: every command block whole, no option name
+    broken at a hyphen, no sidebar entry over another."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.support.web import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.is_file():
+        pytest.fail(f"Chromium is required for the guide's layout test: {CHROMIUM} is missing "
+                    "(`apt-get install -y chromium`)", pytrace=False)  # fmt: skip
+    pages = ("reference/cli.html", "researchers/reproducing.html", "researchers/certify.html",
+             "getting-started.html")  # fmt: skip
+    problems: dict[str, list[str]] = {}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            for name in pages:
+                page.goto((site / name).as_uri())
+                found = page.evaluate(GUIDE_PROBLEMS)
+                if found:
+                    problems[name] = found[:8]
+        finally:
+            browser.close()
+    assert not problems, problems
