@@ -16,15 +16,28 @@ from typing import Any
 
 import typer
 
-__all__ = ["DENOISER_HELP", "DENOISER_RECIPE_NAMES", "denoiser_block", "run_denoiser_recipe"]
+__all__ = [
+    "CLASSIFIER_HELP",
+    "DENOISER_HELP",
+    "DENOISER_RECIPE_NAMES",
+    "denoiser_block",
+    "run_denoiser_recipe",
+]
 
 DENOISER_RECIPE_NAMES = ("ddpm", "denoiser-mse")
 """``certbench.training.denoiser_recipes.DENOISER_RECIPES``' names (a test keeps them equal)."""
 
 DENOISER_HELP = (
     "Denoiser of --recipe ddpm / denoiser-mse: a preset (ddpm-cifar10-32, dncnn, dncnn-wide, "
-    "unet-demo, dncnn-demo), a JSON object or a JSON file (default: the recipe's, DDPM's "
-    "CIFAR-10 U-Net or Salman et al.'s DnCNN)."
+    "unet-demo, unet-tiny, dncnn-demo), a JSON object or a JSON file (default: the recipe's, "
+    "DDPM's CIFAR-10 U-Net or Salman et al.'s DnCNN)."
+)
+
+
+CLASSIFIER_HELP = (
+    "With --recipe ddpm / denoiser-mse: the --out folder of a classifier trained by certbench "
+    "train; the denoiser is put in front of it and --out gets model.safetensors + manifest.json "
+    "of the composition (a denoised submission for certify and submit)."
 )
 
 
@@ -55,13 +68,21 @@ def run_denoiser_recipe(
     settings: Mapping[str, Any],
     options: Mapping[str, Any],
     refused: Mapping[str, bool],
+    classifier: Path | None = None,
 ) -> None:
     """Train into ``out`` the denoiser ``settings`` describe (DenoiserTrainConfig's fields,
     ``denoiser`` as given on the command line) with the run ``options`` (RunOptions' fields);
     ``refused`` names the classifier options that were given, which a denoiser recipe does not
-    take."""
+    take. With ``classifier`` (a classifier's ``certbench train`` folder, checked before
+    training), ``out`` also gets the denoised submission of the two."""
     from certbench.errors import TrainingError
-    from certbench.training import DenoiserTrainConfig, RunOptions, train_denoiser
+    from certbench.training import (
+        DenoiserTrainConfig,
+        RunOptions,
+        check_classifier_folder,
+        compose_submission,
+        train_denoiser,
+    )
 
     given = [name for name, present in refused.items() if present]
     if given:
@@ -69,6 +90,8 @@ def run_denoiser_recipe(
             f"{', '.join(given)} apply to the classifier recipes; --recipe "
             f"{settings['recipe']} trains a denoiser (drop them)"
         )
+    if classifier is not None:
+        check_classifier_folder(classifier)
     config = DenoiserTrainConfig(
         **{**settings, "denoiser": denoiser_block(settings.get("denoiser"))}
     )
@@ -82,3 +105,6 @@ def run_denoiser_recipe(
     done = f"epochs done: {result.epochs_done}/{config.epochs}"
     typer.echo(done + (f"; {summary}" if summary else ""))
     typer.echo(f"wrote {result.weights}, {result.card}, {result.log}")
+    if classifier is not None:
+        weights, manifest = compose_submission(classifier, out)
+        typer.echo(f"denoised submission (denoiser · classifier): {weights}, {manifest}")

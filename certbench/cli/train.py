@@ -23,6 +23,7 @@ from certbench.cli.checks import (
     output_folder,
 )
 from certbench.cli.denoiser_training import (
+    CLASSIFIER_HELP,
     DENOISER_HELP,
     DENOISER_RECIPE_NAMES,
     run_denoiser_recipe,
@@ -190,6 +191,7 @@ def train_command(
         typer.Option(help="CPU threads for torch (1 is fastest on a busy small machine).", min=1),
     ] = None,
     denoiser: Annotated[str | None, typer.Option(help=DENOISER_HELP)] = None,
+    classifier: Annotated[Path | None, typer.Option(help=CLASSIFIER_HELP)] = None,
 ) -> None:
     """Train a base classifier for randomized smoothing (paper schedule by default).
 
@@ -247,7 +249,10 @@ def train_command(
                     "revision": revision, "limit": limit, "benchmark": benchmark}  # fmt: skip
         refused = {"--arch-kwarg": bool(arch_kwarg), "--train-sigma": train_sigma is not None,
                    "--lbd": lbd is not None, "--eta": eta is not None}  # fmt: skip
-        return run_denoiser_recipe(out, settings=settings, options=vars(options), refused=refused)
+        return run_denoiser_recipe(out, settings=settings, options=vars(options), refused=refused,
+                                   classifier=classifier)  # fmt: skip
+    if classifier is not None:
+        raise TrainingError(f"--classifier applies to --recipe ddpm or denoiser-mse, not {recipe}")
     if denoiser is not None:
         raise TrainingError(f"--denoiser applies to --recipe ddpm or denoiser-mse, not {recipe}")
     result = train(cfg, out, options)

@@ -12,6 +12,9 @@ Output folder (``out``):
   images/s; ``end``) and ``checkpoint/`` (safetensors + JSON, resumable at an epoch boundary),
   as :mod:`certbench.training.trainer` writes them for classifiers.
 
+:func:`certbench.training.denoiser_submission.compose_submission` then puts the denoiser in
+front of a classifier trained by ``certbench train`` (``--classifier FOLDER``).
+
 Reproducibility as for classifiers: initialisation from ``derive_seed(seed, "init")``, the
 epoch's order, crops and flips from (seed, epoch, image), the noise of step s of epoch e from
 ``derive_seed(seed, "noise", e, s)``, the U-Net's dropout from ``derive_seed(seed, "torch", e)``.

@@ -2,12 +2,15 @@
 
 Carlini et al. (ICLR 2023, arXiv:2206.10550): an off-the-shelf classifier, never trained under
 noise, certifies robustness once a diffusion model's one-shot denoising runs in front of it. On
-the demo digits a tiny DDPM (Ho et al. 2020's L_simple; a two-level ``UNet2DModel`` of 16 and
-32 channels, one epoch in batches of 8) and a WRN-10-1 trained three epochs on clean images are
-written as one denoised submission (one safetensors file, ``denoiser.*`` and ``classifier.*``),
-loaded back, and certified with randomized smoothing at σ = 0.5 beside the classifier alone
-(Cohen et al.'s CERTIFY, n = 64, 37 test images). The learning rate is 2·10⁻³ instead of Ho et
-al.'s 2·10⁻⁴: 179 steps, not 800,000. About 40 s of one CPU core.
+the demo digits a tiny DDPM (Ho et al. 2020's L_simple; ``unet-tiny``, a two-level
+``UNet2DModel`` of 16 and 32 channels, one epoch in batches of 8) and a WRN-10-1 trained three
+epochs on clean images are written as one denoised submission by
+``certbench.training.compose_submission`` (one safetensors file of ``denoiser.*`` and
+``classifier.*`` tensors, the manifest with its ``denoiser`` block), loaded back through
+``certbench.nets.load_model``, and certified with randomized smoothing at σ = 0.5 beside the
+classifier alone (Cohen et al.'s CERTIFY, n0 = 8, n = 64, α = 0.001, 37 test images). The
+learning rate is 2·10⁻³ instead of Ho et al.'s 2·10⁻⁴: 179 steps, not 800,000. About 40 s of
+one CPU core.
 """
 
 from __future__ import annotations
@@ -16,18 +19,14 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from certbench.data.demo import write_demo_dataset
 from certbench.data.image_set import Subset
 from certbench.data.sources import load_images
-from certbench.denoising import (
-    DenoisedClassifier,
-    load_denoiser,
-    parse_denoiser_config,
-)
-from certbench.nets import load_manifest, load_model, save_weights
+from certbench.denoising import DenoisedClassifier
+from certbench.nets import load_manifest, load_model
 from certbench.smoothing import certify, summarize
+from certbench.training import compose_submission
 from certbench.training.config import RunOptions
 from certbench.training.denoiser_recipes import DenoiserTrainConfig
 from certbench.training.denoiser_trainer import train_denoiser
@@ -35,17 +34,6 @@ from certbench.training.trainer import TrainConfig, train
 
 SIGMA = 0.5
 RADIUS = 0.25
-TINY_UNET = {
-    "kind": "diffusion",
-    "unet": {
-        "sample_size": 32,
-        "block_out_channels": [16, 32],
-        "layers_per_block": 1,
-        "down_block_types": ["DownBlock2D", "DownBlock2D"],
-        "up_block_types": ["UpBlock2D", "UpBlock2D"],
-        "norm_num_groups": 8,
-    },
-}
 
 
 @pytest.mark.slow
@@ -61,24 +49,16 @@ def test_a_ddpm_in_front_of_a_clean_classifier_certifies_more(tmp_path):
         )  # fmt: skip
         classifier_run = train(clean, tmp_path / "classifier", options)
         ddpm = DenoiserTrainConfig(
-            recipe="ddpm", dataset=str(demo), denoiser=TINY_UNET, sigma=SIGMA, epochs=1,
+            recipe="ddpm", dataset=str(demo), denoiser="unet-tiny", sigma=SIGMA, epochs=1,
             batch_size=8, lr=2e-3,
         )  # fmt: skip
         denoiser_run = train_denoiser(ddpm, tmp_path / "ddpm", options)
 
-        manifest = load_manifest(classifier_run.manifest)
-        classifier = load_model(classifier_run.weights, manifest)
+        classifier = load_model(classifier_run.weights, load_manifest(classifier_run.manifest))
+        weights, manifest_path = compose_submission(classifier_run.out, denoiser_run.out)
+        denoised = load_model(weights, load_manifest(manifest_path))
+        assert isinstance(denoised, DenoisedClassifier)
         card = json.loads(denoiser_run.card.read_text())
-        config = parse_denoiser_config(card["denoiser"])
-        tensors = load_file(str(denoiser_run.weights))
-        denoiser = load_denoiser(
-            {k.removeprefix("denoiser."): v for k, v in tensors.items()}, config,
-            sigma=SIGMA, input_size=manifest.input_size,
-        )  # fmt: skip
-        submission = tmp_path / "denoised.safetensors"
-        save_weights(DenoisedClassifier(denoiser, classifier), submission)
-        denoised_manifest = load_manifest({**manifest.model_dump(), "denoiser": card["denoiser"]})
-        denoised = load_model(submission, denoised_manifest)
         assert denoised.denoiser.timestep == card["timestep"] == 259  # type: ignore[union-attr]
 
         test = load_images(demo, split="test", subset=Subset(skip=10))

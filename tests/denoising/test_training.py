@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 import typer
 from safetensors.torch import load_file
 from torch import nn
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from certbench.augment.seeds import RandomStream
 from certbench.cli.denoiser_training import DENOISER_RECIPE_NAMES
 from certbench.cli.train import register
 from certbench.data.demo import write_demo_dataset
-from certbench.denoising import DiffusionDenoiser, DnCNN, NoiseSchedule, load_denoiser
+from certbench.denoising import (
+    DenoisedClassifier,
+    DiffusionDenoiser,
+    DnCNN,
+    NoiseSchedule,
+    load_denoiser,
+)
 from certbench.denoising.config import DnCNNConfig
 from certbench.errors import TrainingError
+from certbench.nets import load_manifest, load_model
 from certbench.training.config import RunOptions
 from certbench.training.denoiser_recipes import (
     DENOISER_RECIPES,
@@ -163,3 +171,44 @@ def test_the_cli_trains_a_denoiser_into_a_loadable_folder(demo, tmp_path):
                   str(tmp_path / "c"), "--denoiser", "dncnn"]  # fmt: skip
     wrong = CliRunner().invoke(app, classifier)
     assert wrong.exit_code == 2 and "--denoiser applies to --recipe ddpm" in wrong.output
+
+
+def test_the_cli_composes_a_denoised_submission_with_a_trained_classifier(demo, tmp_path):
+    """``--classifier FOLDER``: the denoiser goes in front of a ``certbench train`` classifier,
+    and ``--out`` gets model.safetensors + manifest.json that load as denoiser · classifier."""
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    register(app)
+    common = ["--dataset", str(demo), "--epochs", "1", "--batch-size", "16", "--limit", "64",
+              "--eval-split", "none", "--threads", "1", "--sigma", "0.5"]  # fmt: skip
+
+    def run(recipe: str, out: Path, *extra: str) -> Result:
+        return CliRunner().invoke(app, ["train", "--recipe", recipe, "--out", str(out), *common,
+                                        *extra])  # fmt: skip
+
+    classifier = tmp_path / "lenet"
+    result = run("gaussian", classifier, "--arch", "lenet5")
+    assert result.exit_code == 0, result.output
+    missing = run("denoiser-mse", tmp_path / "x", "--classifier", str(tmp_path))
+    assert missing.exit_code == 2
+    assert "holds no model.safetensors or manifest.json" in missing.output
+    assert not (tmp_path / "x" / "train_log.jsonl").exists()  # refused before training
+    wrong = run("gaussian", tmp_path / "y", "--classifier", str(classifier))
+    assert wrong.exit_code == 2 and "--classifier applies to --recipe ddpm" in wrong.output
+
+    out = tmp_path / "denoised"
+    result = run("denoiser-mse", out, "--denoiser", "dncnn-demo", "--classifier", str(classifier))
+    assert result.exit_code == 0, result.output
+    assert "denoised submission (denoiser · classifier)" in result.output
+    manifest = load_manifest(out / "manifest.json")
+    assert manifest.denoiser == DnCNNConfig(depth=6, features=32)
+    assert manifest.smoothing.sigma == 0.5 and manifest.architecture.name == "lenet5"
+    assert str(manifest.metadata.paper_url) == "https://arxiv.org/abs/2003.01908"
+    model = load_model(out / "model.safetensors", manifest)
+    assert isinstance(model, DenoisedClassifier)
+    plain = load_model(
+        classifier / "model.safetensors", load_manifest(classifier / "manifest.json")
+    )
+    x = torch.rand((2, 3, 32, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(model.classifier(x), plain(x))
