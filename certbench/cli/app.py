@@ -210,8 +210,7 @@ def certify(
     limits = Limits.of(max_hours, max_memory_gb)
     check_floor("certify", (n0, n), limits)
     from certbench.data import Subset, load_images
-    from certbench.nets import load_manifest, load_model
-    from certbench.nets.libraries import architecture_provenance
+    from certbench.nets import architecture_provenance, load_manifest, load_model
     from certbench.smoothing import certify as run_certify
     from certbench.smoothing import fallback_metadata, parse_seed, summarize, write_records
 

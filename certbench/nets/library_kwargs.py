@@ -103,7 +103,7 @@ class KwargRule:
             raise ManifestError(
                 f"architecture kwarg {key!r} must be {self.kind.__name__}, got {value!r}"
             )
-        number = self.kind(value)
+        number: int | float = float(value) if self.kind is float else int(value)
         if not self.low <= number <= self.high:
             raise ManifestError(
                 f"architecture kwarg {key!r}={value!r} is outside [{self.low:g}, {self.high:g}]"

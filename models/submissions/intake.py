@@ -32,8 +32,7 @@ from sqlalchemy.orm import Session
 from certbench.data import UnknownLicenseError, canonical_license
 from certbench.denoising import composition_label
 from certbench.errors import InputSizeError, ModelLoadError
-from certbench.nets.cost import NetworkCost, manifest_cost, parameters_of
-from certbench.nets.manifest import Manifest
+from certbench.nets import Manifest, NetworkCost, manifest_cost, parameters_of
 from models.benchmarks.definitions import CostLimits
 from models.core.errors import IntakeError
 from models.core.settings import Settings

@@ -42,8 +42,7 @@ def network_figures(manifest: Mapping[str, Any]) -> dict[str, int]:
 
     Raises the ``certbench.errors.ModelLoadError`` of a manifest whose network cannot be built
     (intake refused those already)."""
-    from certbench.nets import load_manifest
-    from certbench.nets.cost import manifest_cost
+    from certbench.nets import load_manifest, manifest_cost
 
     return manifest_cost(load_manifest(dict(manifest))).to_dict()
 
