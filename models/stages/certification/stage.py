@@ -314,7 +314,7 @@ def records_metadata(item: WorkItem, test_set: TestSetSpec, shard: ShardSpec) ->
     """The certification fields of a shard file's metadata (``shard_metadata`` adds the
     submission, the seed's commitment and the data hashes), so it can be traced without the
     database; ``architecture`` says which library (and version) built the network that ran."""
-    from certbench.nets.libraries import architecture_provenance
+    from certbench.nets import architecture_provenance
 
     return {
         "architecture": architecture_provenance(item.manifest["architecture"]["name"]),
