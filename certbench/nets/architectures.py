@@ -29,7 +29,7 @@ from torch import nn
 
 from certbench.errors import ManifestError, PreprocessingError, UnknownArchitectureError
 from certbench.nets.library_kwargs import check_library_kwargs, split_library_name
-from certbench.nets.manifest import preprocessing_problem
+from certbench.nets.preprocessing import preprocessing_problem
 
 __all__ = [
     "ArchitectureSpec",
