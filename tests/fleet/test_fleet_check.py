@@ -22,8 +22,8 @@ from tests.support import timing
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from scripts.fleet import netns, topology  # noqa: E402
-from scripts.fleet.main import missing_requirements  # noqa: E402
+from scripts.fleet_check import netns, topology  # noqa: E402
+from scripts.fleet_check.main import missing_requirements  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 SCRIPT = [sys.executable, str(ROOT / "scripts" / "fleet-check")]

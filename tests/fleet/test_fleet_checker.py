@@ -10,9 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from scripts.fleet import checker  # noqa: E402
-from scripts.fleet.observe import RunFacts  # noqa: E402
-from scripts.fleet.switch import Block, Impair  # noqa: E402
+from scripts.fleet_check import checker  # noqa: E402
+from scripts.fleet_check.observe import RunFacts  # noqa: E402
+from scripts.fleet_check.switch import Block, Impair  # noqa: E402
 
 KEY = ["certification", "clean", 1]
 LAPSE = "2026-01-01T12:00:10+00:00"
@@ -111,7 +111,7 @@ def test_netem_draws_lose_duplicate_delay_and_reorder_at_their_rates():
 def test_a_fleets_owner_is_alive_only_as_the_process_that_built_it():
     """``--cleanup`` (and every check's start) removes fleets whose owner is gone, and must
     leave a running one alone whatever its command line (a pytest process builds fleets too)."""
-    from scripts.fleet import topology
+    from scripts.fleet_check import topology
 
     mark = topology.owner_mark()
     assert topology._alive(mark)

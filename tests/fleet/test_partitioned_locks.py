@@ -22,10 +22,10 @@ from tests.support import timing
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from scripts.fleet import netns, topology  # noqa: E402
-from scripts.fleet.bringup import postgres_ready, wait_until  # noqa: E402
-from scripts.fleet.main import missing_requirements  # noqa: E402
-from scripts.fleet.services import DB_NAME, DB_PORT, DB_USER, Services, Timings, service_env  # noqa: E402
+from scripts.fleet_check import netns, topology  # noqa: E402
+from scripts.fleet_check.bringup import postgres_ready, wait_until  # noqa: E402
+from scripts.fleet_check.main import missing_requirements  # noqa: E402
+from scripts.fleet_check.services import DB_NAME, DB_PORT, DB_USER, Services, Timings, service_env  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

@@ -8,7 +8,7 @@ Invariants:
    (a late result: the reconciler gave the shard away, so the claim must fence the old holder
    off); each run has one leaderboard entry and one result per stage and unit;
 3. each run's records are bit-identical to an undisturbed run of the same submission (same
-   revealed seed), computed here (``scripts.fleet.reproduce``);
+   revealed seed), computed here (``scripts.fleet_check.reproduce``);
 4. every request got an answer, and every answer was 2xx, 4xx or 503, each 503 with a
    ``Retry-After``.
 
@@ -24,8 +24,8 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from scripts.fleet.faults import FaultRecord
-from scripts.fleet.observe import RunFacts
+from scripts.fleet_check.faults import FaultRecord
+from scripts.fleet_check.observe import RunFacts
 
 
 def late_results(run: RunFacts) -> list[dict[str, Any]]:

@@ -14,13 +14,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from scripts.fleet import checker, netns, topology
-from scripts.fleet.bringup import database_url, start_certbench, start_database_host
-from scripts.fleet.client import DEMO, SMOKE, Client, Poller, demo_definition, tiny_upload
-from scripts.fleet.faults import Context, FaultRecord, catalogue, run_phase, wait_runs
-from scripts.fleet.observe import Observer
-from scripts.fleet.report import write_reports
-from scripts.fleet.services import API_PORT, Services, Timings, service_env
+from scripts.fleet_check import checker, netns, topology
+from scripts.fleet_check.bringup import database_url, start_certbench, start_database_host
+from scripts.fleet_check.client import DEMO, SMOKE, Client, Poller, demo_definition, tiny_upload
+from scripts.fleet_check.faults import Context, FaultRecord, catalogue, run_phase, wait_runs
+from scripts.fleet_check.observe import Observer
+from scripts.fleet_check.report import write_reports
+from scripts.fleet_check.services import API_PORT, Services, Timings, service_env
 
 
 def log(message: str) -> None:
@@ -160,7 +160,7 @@ def _reproduce(ctx: Context, ids: list[int]) -> list[dict[str, Any]]:
     the client's namespace, reaching the fleet's database), in a folder of the fleet's work
     folder (removed with it whatever happens)."""
     from models.core.settings import Settings
-    from scripts.fleet.reproduce import reproduce
+    from scripts.fleet_check.reproduce import reproduce
 
     env = ctx.services.env
     settings = Settings(

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import httpx
 import psycopg
 
-from scripts.fleet.services import API_PORT, DB_NAME, DB_PORT, DB_USER, Proc, Services
-from scripts.fleet.topology import Fleet
+from scripts.fleet_check.services import API_PORT, DB_NAME, DB_PORT, DB_USER, Proc, Services
+from scripts.fleet_check.topology import Fleet
 
 
 def wait_until(

@@ -24,8 +24,9 @@ Rules (sent as JSON lines on stdin; each gets a JSON reply on stdout):
 - ``{"op": "heal", "id": "f1"}`` removes a rule; ``{"op": "stats"}`` counts frames per rule;
   ``{"op": "quit"}`` ends the switch (the TAP devices vanish with it).
 
-Usage (as root; the namespaces exist): ``python -m scripts.fleet.switch NS=HOST ... --seed 1``;
-it prints ``{"ready": true}`` once every TAP device is open.
+Usage (as root; the namespaces exist):
+``python -m scripts.fleet_check.switch NS=HOST ... --seed 1``; it prints ``{"ready": true}``
+once every TAP device is open.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from scripts.fleet import netns
+from scripts.fleet_check import netns
 
 TUNSETIFF = 0x400454CA
 IFF_TAP = 0x0002

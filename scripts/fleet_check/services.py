@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scripts.fleet import netns
-from scripts.fleet.topology import Fleet
+from scripts.fleet_check import netns
+from scripts.fleet_check.topology import Fleet
 
 BIN = Path(sys.executable).parent
 POSTGRES_BIN = sorted(Path("/usr/lib/postgresql").glob("*/bin"))

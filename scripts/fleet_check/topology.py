@@ -1,5 +1,5 @@
 """The fleet's hosts and their wire: one network namespace per host on a private /24, joined by
-the user-space switch (``scripts.fleet.switch``), and their removal even after a crash.
+the user-space switch (``scripts.fleet_check.switch``), and their removal even after a crash.
 
 Every name is unique to a run: namespaces ``cbfleet-<run>-<host>`` and a work folder
 ``<tmp>/cbfleet/<run>`` holding the PostgreSQL and Redis data, the shared data directory, logs and
@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scripts.fleet import netns
+from scripts.fleet_check import netns
 
 PREFIX = "cbfleet-"
 SUBNET = "10.231.0"
@@ -118,7 +118,7 @@ def _wire(fleet: Fleet, seed: int) -> None:
     pairs = [f"{fleet.namespace(h.name)}={h.name}" for h in fleet.hosts]
     log = (workdir / "switch.log").open("ab")
     fleet.switch = subprocess.Popen(
-        [sys.executable, "-m", "scripts.fleet.switch", *pairs, "--seed", str(seed)],
+        [sys.executable, "-m", "scripts.fleet_check.switch", *pairs, "--seed", str(seed)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=log,
@@ -167,7 +167,7 @@ def destroy(run: str, workdir: Path, *, grace: float = 5.0, keep: Path | None = 
         _kill_namespace_processes(namespace, grace)
     switch_pid = workdir / "switch.pid"
     if switch_pid.is_file():
-        _kill_if_ours(int(switch_pid.read_text()), "scripts.fleet.switch")
+        _kill_if_ours(int(switch_pid.read_text()), "scripts.fleet_check.switch")
     for namespace in netns.existing(prefix):
         netns.ip("netns", "del", namespace, check=False)
     if keep is not None and workdir.is_dir():

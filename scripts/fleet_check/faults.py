@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts.fleet.client import Client, Run
-from scripts.fleet.observe import Observer
-from scripts.fleet.services import DB_PORT, REDIS_PORT, Services, Timings
-from scripts.fleet.topology import Fleet
+from scripts.fleet_check.client import Client, Run
+from scripts.fleet_check.observe import Observer
+from scripts.fleet_check.services import DB_PORT, REDIS_PORT, Services, Timings
+from scripts.fleet_check.topology import Fleet
 
 NETEM_WORKER = {"delay_ms": 200, "jitter_ms": 50, "loss": 0.10, "duplicate": 0.05, "reorder": 0.25}
 NETEM_API = {"delay_ms": 200, "jitter_ms": 50, "loss": 0.15, "duplicate": 0.05, "reorder": 0.25}
@@ -229,7 +229,7 @@ def _upload_files(index: int, benchmark: str) -> dict[str, Any]:
     import io
     import json
 
-    from scripts.fleet.client import tiny_upload
+    from scripts.fleet_check.client import tiny_upload
 
     weights, manifest = tiny_upload(index, benchmark)
     return {
@@ -276,7 +276,7 @@ def _api_heal(ctx: Context, target: dict[str, Any], record: FaultRecord) -> None
 
 
 def _restart_postgres(ctx: Context, _target: dict[str, Any], record: FaultRecord) -> None:
-    from scripts.fleet.bringup import postgres_ready, wait_until
+    from scripts.fleet_check.bringup import postgres_ready, wait_until
 
     pg = ctx.services.postgres().start(ctx.fleet)
     wait_until(lambda: postgres_ready(ctx.fleet), timeout=120, what="PostgreSQL", procs=(pg,))

@@ -1,10 +1,10 @@
 """``scripts/fleet-check [--smoke] [--out DIR] [--cleanup] [--faults NAME,...]``.
 
-Builds the fleet (``scripts.fleet.topology``), starts its services (``scripts.fleet.bringup``),
-runs an undisturbed run (the baseline of each fault's delay; not in ``--smoke``), then one phase
-per fault (``scripts.fleet.faults``), reproduces every run here (``scripts.fleet.reproduce``),
-checks the invariants (``scripts.fleet.checker``) and writes ``fleet-check.json`` and
-``fleet-check.md`` under ``--out`` (default ``benchmarks/fleet/``). Everything is torn down
+Builds the fleet (``.topology``), starts its services (``.bringup``), runs an undisturbed run
+(the baseline of each fault's delay; not in ``--smoke``), then one phase per fault
+(``.faults``), reproduces every run here (``.reproduce``), checks the invariants
+(``.checker``) and writes ``fleet-check.json`` and ``fleet-check.md`` under ``--out`` (default
+``benchmarks/fleet/``). Everything is torn down
 whatever happens (SIGINT, SIGTERM and SIGHUP included); ``--cleanup`` removes what an
 interrupted run left (its owner process gone). Exit status: 0 every invariant held, 1 one broke,
 2 the machine cannot host the fleet (the message says what is missing).
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from scripts.fleet import netns, topology
+from scripts.fleet_check import netns, topology
 
 ROOT = Path(__file__).resolve().parents[2]
 FULL_FAULTS = [
@@ -40,7 +40,7 @@ SMOKE_FAULTS = ["partition-and-lossy"]
 
 def missing_requirements() -> list[str]:
     """What this machine lacks to build a fleet (empty: nothing)."""
-    from scripts.fleet.services import POSTGRES_BIN
+    from scripts.fleet_check.services import POSTGRES_BIN
 
     missing = []
     if os.geteuid() != 0:
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
     names = args.faults.split(",") if args.faults else (SMOKE_FAULTS if args.smoke else FULL_FAULTS)
-    from scripts.fleet.run import check
+    from scripts.fleet_check.run import check
 
     report = check(
         smoke=args.smoke,
