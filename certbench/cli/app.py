@@ -210,7 +210,12 @@ def certify(
     limits = Limits.of(max_hours, max_memory_gb)
     check_floor("certify", (n0, n), limits)
     from certbench.data import Subset, load_images
-    from certbench.nets import architecture_provenance, load_manifest, load_model
+    from certbench.nets import (
+        architecture_provenance,
+        denoiser_provenance,
+        load_manifest,
+        load_model,
+    )
     from certbench.smoothing import certify as run_certify
     from certbench.smoothing import fallback_metadata, parse_seed, summarize, write_records
 
@@ -258,6 +263,7 @@ def certify(
         "device_type": _device_type(model),
         "certbench_version": __version__,
         "architecture": architecture_provenance(spec.architecture.name),
+        **({"denoiser": built} if (built := denoiser_provenance(spec.model_dump())) else {}),
         "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
         "manifest": spec.model_dump(mode="json"),
         **fallback_metadata(model),

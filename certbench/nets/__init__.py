@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         stable_argmax,
     )
     from certbench.nets.cost import NetworkCost, manifest_cost, network_cost, parameters_of
+    from certbench.nets.denoised import denoiser_provenance
     from certbench.nets.fit import check_fit, max_tensors
     from certbench.nets.folding import batchnorm_count, fold_batchnorm
     from certbench.nets.header import (

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from certbench.errors import StateDictMismatchError
 
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "check_denoiser_fit",
+    "denoiser_provenance",
     "denoiser_tensor_count",
     "meta_denoiser",
     "split_denoised",
@@ -87,6 +88,20 @@ def _expected(manifest: Manifest) -> dict[str, tuple[int, ...]]:
     return denoiser_shapes(
         manifest.denoiser, sigma=manifest.smoothing.sigma, input_size=manifest.input_size
     )
+
+
+def denoiser_provenance(manifest: Mapping[str, Any]) -> dict[str, str] | None:
+    """What built a manifest's denoiser (a manifest as stored, a JSON object), recorded with the
+    results beside the classifier's ``architecture``: ``{"kind", "library", "version"}``
+    (``diffusers`` for a U-Net, certbench for its DnCNN); None without a denoiser."""
+    block = manifest.get("denoiser")
+    if not isinstance(block, Mapping):
+        return None
+    from certbench.nets.libraries import library_version
+
+    kind = str(block.get("kind"))
+    library = "diffusers" if kind == "diffusion" else "certbench"
+    return {"kind": kind, "library": library, "version": library_version(library)}
 
 
 def denoiser_tensor_count(manifest: Manifest) -> int:

@@ -283,18 +283,23 @@ def leaderboard_metrics(item: WorkItem, results: Sequence[UnitResult]) -> dict[s
 
 def built_by(metadata: Sequence[Mapping[str, Any]], test_set: str) -> dict[str, Any]:
     """``{"architecture": {name, library, version}}`` as the test set's shards recorded it (the
-    code that built the network is part of what was certified); empty for shards written before
-    it was recorded. Raises StorageError when shards ran under different library versions."""
+    code that built the network is part of what was certified), with ``denoiser`` ({kind,
+    library, version}) for a denoised smoothing entry; empty for shards written before it was
+    recorded. Raises StorageError when shards ran under different library versions."""
     from models.core.errors import StorageError
 
-    found = {json.dumps(m["architecture"], sort_keys=True) for m in metadata if "architecture" in m}
-    if len(found) > 1:
-        raise StorageError(
-            f"the shards of test set {test_set!r} were computed by networks built with different "
-            f"library versions ({', '.join(sorted(found))}); install one version on every worker "
-            "and re-run the submission fresh"
-        )
-    return {"architecture": json.loads(found.pop())} if found else {}
+    built: dict[str, Any] = {}
+    for key in ("architecture", "denoiser"):
+        found = {json.dumps(m[key], sort_keys=True) for m in metadata if key in m}
+        if len(found) > 1:
+            raise StorageError(
+                f"the shards of test set {test_set!r} were computed by networks built with "
+                f"different library versions ({', '.join(sorted(found))}); install one version "
+                "on every worker and re-run the submission fresh"
+            )
+        if found:
+            built[key] = json.loads(found.pop())
+    return built
 
 
 def stream_key(item: WorkItem, test_set: TestSetSpec) -> str:
@@ -313,11 +318,14 @@ def stream_key(item: WorkItem, test_set: TestSetSpec) -> str:
 def records_metadata(item: WorkItem, test_set: TestSetSpec, shard: ShardSpec) -> dict[str, object]:
     """The certification fields of a shard file's metadata (``shard_metadata`` adds the
     submission, the seed's commitment and the data hashes), so it can be traced without the
-    database; ``architecture`` says which library (and version) built the network that ran."""
-    from certbench.nets import architecture_provenance
+    database; ``architecture`` says which library (and version) built the network that ran, and
+    ``denoiser`` (denoised smoothing entries only) what built the denoiser in front of it."""
+    from certbench.nets import architecture_provenance, denoiser_provenance
 
+    denoiser = denoiser_provenance(item.manifest)
     return {
         "architecture": architecture_provenance(item.manifest["architecture"]["name"]),
+        **({"denoiser": denoiser} if denoiser is not None else {}),
         "test_set": test_set.name,
         "shard_index": shard.shard_index,
         "start": shard.start,
