@@ -109,6 +109,14 @@ def fault_rows(
             + p["duplicate_results"]
             for p in (shard_problems(facts[i]) for i in affected if i in facts)
         )
+        fenced = sum(
+            1
+            for i in affected
+            if i in facts
+            for d in facts[i].dispatches
+            for h in d["history"]
+            if h.get("outcome") == "fenced"
+        )
         end = record.ended_at or healed
         during = [c for c in calls if start <= c["at"] <= end]
         after = [t for t in progress if t > healed]
@@ -125,6 +133,7 @@ def fault_rows(
             "runs_affected": len(affected),
             "records_lost": lost,
             "duplicates": duplicates,
+            "fenced": fenced,
             "recovery_s": round(after[0] - healed, 1) if after else None,
             "api_recovery_s": _round(record.details.get("api_recovered_after")),
             "5xx": sum(

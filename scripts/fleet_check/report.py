@@ -12,6 +12,7 @@ COLUMNS = [
     ("runs_affected", "runs affected"),
     ("records_lost", "records lost"),
     ("duplicates", "duplicates"),
+    ("fenced", "late results refused"),
     ("recovery_s", "recovery after heal (s)"),
     ("api_recovery_s", "API answering again (s)"),
     ("5xx", "5xx (not 503)"),
@@ -53,7 +54,9 @@ def markdown(report: dict[str, Any]) -> str:
         "Runs affected: runs in flight while the fault was on. Records lost: planned shards never "
         "stored, runs not finished and units whose records differ from the undisturbed run. "
         "Duplicates: shards stored twice or by a worker whose claim had lapsed, extra entries "
-        "or results. Recovery: from the heal to the next shard recorded or run state change. "
+        "or results. Late results refused: shards a worker finished after its claim lapsed, not "
+        "stored (its claim fenced it off). Recovery: from the heal to the next shard recorded or "
+        "run state change. "
         "Delay: the fault's runs' time beyond the undisturbed run's "
         f"({_cell(report['baseline_s'])} s).",
         "",

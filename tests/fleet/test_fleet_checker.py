@@ -119,3 +119,21 @@ def test_a_fleets_owner_is_alive_only_as_the_process_that_built_it():
     assert not topology._alive(f"{pid} {int(started) + 1}")  # the pid reused by another process
     assert not topology._alive("999999999 1")
     assert not topology._alive("")
+
+
+def test_a_faults_row_counts_its_runs_losses_duplicates_refusals_and_answers():
+    from scripts.fleet_check.faults import FaultRecord
+
+    run = _run(began=LAPSE_AT + 40)
+    run.dispatches[0]["history"].append({"worker": "w1@h/1", "outcome": "fenced"})
+    record = FaultRecord("worker-partition", "t", runs=[7], injected_at=100.0, healed_at=150.0,
+                         ended_at=170.0)  # fmt: skip
+    runs = {7: {"accepted_at": 90.0, "ended_at": 170.0}, 8: {"accepted_at": 10.0,
+                                                               "ended_at": 60.0}}  # fmt: skip
+    calls = [{**_call(503, "30"), "at": 120.0}, {**_call(500), "at": 130.0},
+             {**_call(500), "at": 400.0}]  # fmt: skip
+    (row,) = checker.fault_rows([record], runs, {7: run}, calls, [149.0, 152.5], 60.0, {7: True})
+    assert row["runs_affected"] == 1  # run 8 ended before the fault
+    assert (row["records_lost"], row["duplicates"], row["fenced"]) == (0, 0, 1)
+    assert (row["5xx"], row["503"]) == (1, 1)  # the 500 after the phase is not its
+    assert row["recovery_s"] == 2.5 and row["delay_s"] == 20.0
