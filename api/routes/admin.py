@@ -18,7 +18,8 @@ from api.schemas.submission import ModerationUpdate, RerunRequest, SubmissionPub
 from api.schemas.user import TokenCreate, TokenIssued, UserCreate, UserPublic
 from api.services import leaderboards as catalog_service
 from api.services import submissions as submission_service
-from models.benchmarks.folders import definition_folders, network_folder_problems
+from models.benchmarks.definitions import definition_folders
+from models.benchmarks.folders import network_folder_problems
 from models.catalog.benchmarks import parse_definition, upsert_benchmark
 from models.core.errors import BenchmarkDefinitionError
 from models.db import accounts

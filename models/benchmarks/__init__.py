@@ -5,6 +5,9 @@ set's images are read from on this deployment.
   test sets, stage blocks) and its bounds;
 - :mod:`~models.benchmarks.sources`: where a test set's images are read from (a folder, the local
   copy of a Hub data set, the Hub), its pins applied;
+- :mod:`~models.benchmarks.folders`: a definition's local data folders checked: plain path
+  segments that never leave ``CERTBENCH_DATASETS_DIR`` (absolute ones only from the service
+  machine);
 - :mod:`~models.benchmarks.data_pins`: the exact bytes a definition pins (revision, SHA-256);
 - :mod:`~models.benchmarks.content_hashes`: content hashes of local copies, computed once;
 - :mod:`~models.benchmarks.availability`: is a benchmark's data on this machine, decided in

@@ -206,3 +206,18 @@ class BenchmarkSchema(BaseModel):
         if duplicates:
             raise ValueError(f"test set names must be unique; repeated: {duplicates}")
         return self
+
+
+def definition_folders(definition: BenchmarkSchema) -> list[tuple[str, str]]:
+    """Every ``folder`` a definition names, as ``(field, folder)``: the test sets' and the stage
+    blocks' (``models.benchmarks.folders.network_folder_problems`` checks them)."""
+    found = [
+        (f"test_sets[{i}].folder", test_set.folder)
+        for i, test_set in enumerate(definition.test_sets)
+        if test_set.folder is not None
+    ]
+    for name, block in definition.stages.items():
+        folder = block.get("folder") if isinstance(block, dict) else None
+        if folder is not None:
+            found.append((f"stages.{name}.folder", str(folder)))
+    return found

@@ -26,10 +26,6 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from models.benchmarks.definitions import BenchmarkSchema
 
 MAX_FOLDER_LENGTH = 1024
 SEGMENT = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,254}")
@@ -104,21 +100,6 @@ def _inside(path: Path, root: Path) -> bool:
     real_root = os.path.realpath(root)
     real = os.path.realpath(path)
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
-
-
-def definition_folders(definition: BenchmarkSchema) -> list[tuple[str, str]]:
-    """Every ``folder`` a definition names, as ``(field, folder)``: the test sets' and the stage
-    blocks' (:func:`network_folder_problems` checks them)."""
-    found = [
-        (f"test_sets[{i}].folder", test_set.folder)
-        for i, test_set in enumerate(definition.test_sets)
-        if test_set.folder is not None
-    ]
-    for name, block in definition.stages.items():
-        folder = block.get("folder") if isinstance(block, dict) else None
-        if folder is not None:
-            found.append((f"stages.{name}.folder", str(folder)))
-    return found
 
 
 def network_folder_problems(folders: Iterable[tuple[str, str]], datasets_dir: Path) -> list[str]:
