@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,7 +26,9 @@ from api.web.leaderboard_view import metric_columns
 from certbench.figures import Cell, Column, Table, read_csv, to_csv, to_latex
 from tests.support import timing
 from tests.support.latex import compile_latex, figure_sizes, packages
-from tests.support.web import Site
+from tests.support.web import REPO, Site
+
+SCREENSHOTS = REPO / "test-artifacts" / "screenshots"
 
 
 @pytest.fixture
@@ -204,7 +207,11 @@ def test_the_paper_layout_is_readable_in_a_two_column_paper(tmp_path: Path) -> N
     table = _paper_table(6)
     latex = to_latex(table)
     assert r"\begin{table*}" in latex and "resizebox" not in latex
-    assert_readable(compile_latex(latex, tmp_path / "both"))
+    pdf = compile_latex(latex, tmp_path / "both")
+    assert_readable(pdf)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)  # the rendered pages, to look at
+    for png in sorted(pdf.parent.glob("table-*.png")):
+        shutil.copyfile(png, SCREENSHOTS / f"latex-paper-{png.name}")
     narrow = to_latex(table, intervals=False)
     assert r"\begin{table}" in narrow and "cbci" not in narrow
     assert_readable(compile_latex(narrow, tmp_path / "one"))
