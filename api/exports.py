@@ -23,6 +23,7 @@ from api.schemas.leaderboard import LeaderboardPublic, Metrics
 from api.schemas.result import ResultsPublic
 from api.web.leaderboard_view import Column as PageColumn
 from api.web.leaderboard_view import metric_columns
+from certbench.denoising import LABEL_SEPARATOR
 from certbench.figures import (
     Cell,
     Column,
@@ -179,7 +180,7 @@ class Entry:
             submission_id=results.submission_id,
             model=results.model_name,
             sigma=float((manifest.get("smoothing") or {}).get("sigma", float("nan"))),
-            architecture=str((manifest.get("architecture") or {}).get("name", "")),
+            architecture=architecture_label(manifest),
             metrics=results.summary,
             tied_with=None,
             authors=list(meta.get("authors") or []),
@@ -187,6 +188,16 @@ class Entry:
             venue=meta.get("venue"),
             submitted=submitted,
         )
+
+
+def architecture_label(manifest: dict[str, Any]) -> str:
+    """The entry's architecture as the leaderboard shows it: the manifest's name, or
+    ``<denoiser> · <classifier>`` for a denoised smoothing entry
+    (``certbench.denoising.composition_label``)."""
+    name = str((manifest.get("architecture") or {}).get("name", ""))
+    denoiser = manifest.get("denoiser")
+    kind = denoiser.get("kind") if isinstance(denoiser, dict) else None
+    return f"{kind}{LABEL_SEPARATOR}{name}" if kind else name
 
 
 def _cell(metrics: Metrics | None, key: str) -> Cell:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         DDPM_CIFAR10_UNET,
         DENOISER_FILTERS,
         DENOISER_PRESETS,
+        LABEL_SEPARATOR,
         DenoiserConfig,
         DenoiserConfigError,
         DiffusionDenoiserConfig,

@@ -14,6 +14,7 @@ from safetensors.torch import save
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from api.exports import architecture_label
 from certbench.denoising import DenoisedClassifier, DnCNNConfig, build_denoiser
 from certbench.nets import build_classifier
 from models.catalog.benchmarks import get_benchmark
@@ -128,3 +129,12 @@ def test_the_leaderboard_shows_the_composition_and_filters_on_the_denoiser(
     assert "diffusion · cifar_resnet20" in page.text and "dncnn · cifar_resnet20" in page.text
     assert "net-1" not in page.text
     assert '<option value="any" selected>' in page.text
+
+
+def test_exports_name_the_composition_as_the_leaderboard_does():
+    """An export built from an entry's results (``api.exports.Entry.of_results``) labels its
+    architecture as the leaderboard row does."""
+    plain = denoised_manifest()
+    assert architecture_label(plain) == "dncnn · lenet5"
+    del plain["denoiser"]
+    assert architecture_label(plain) == "lenet5"
