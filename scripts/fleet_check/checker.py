@@ -120,11 +120,11 @@ def fault_rows(
         end = record.ended_at or healed
         during = [c for c in calls if start <= c["at"] <= end]
         after = [t for t in progress if t > healed]
-        durations = [
-            (runs[i]["ended_at"] or 0) - runs[i]["accepted_at"]
-            for i in record.runs
-            if i in runs and runs[i]["ended_at"]
-        ]
+        mine = [runs[i] for i in record.runs if i in runs]
+        ended = [r["ended_at"] for r in mine if r["ended_at"]]
+        # the phase's time beyond its runs' undisturbed time (runs submitted together share the
+        # fleet: two take about twice one)
+        span = max(ended) - min(r["accepted_at"] for r in mine) if ended else None
         row: dict[str, Any] = {
             "fault": record.name,
             "injected_at": start,
@@ -143,8 +143,8 @@ def fault_rows(
             ),
             "503": sum(1 for c in during if c["status"] == 503),
             "no_answer": sum(1 for c in during if c["status"] is None),
-            "delay_s": round(sum(d - baseline for d in durations), 1)
-            if baseline is not None and durations
+            "delay_s": round(span - len(mine) * baseline, 1)
+            if baseline is not None and span is not None and len(ended) == len(mine)
             else None,
             "error": record.error,
         }

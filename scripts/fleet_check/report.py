@@ -57,8 +57,8 @@ def markdown(report: dict[str, Any]) -> str:
         "or results. Late results refused: shards a worker finished after its claim lapsed, not "
         "stored (its claim fenced it off). Recovery: from the heal to the next shard recorded or "
         "run state change. "
-        "Delay: the fault's runs' time beyond the undisturbed run's "
-        f"({_cell(report['baseline_s'])} s).",
+        "Delay: from the phase's first submission to its last run's end, beyond as many "
+        f"undisturbed runs' time ({_cell(report['baseline_s'])} s each).",
         "",
         "## Invariants",
         "",

@@ -137,3 +137,14 @@ def test_a_faults_row_counts_its_runs_losses_duplicates_refusals_and_answers():
     assert (row["records_lost"], row["duplicates"], row["fenced"]) == (0, 0, 1)
     assert (row["5xx"], row["503"]) == (1, 1)  # the 500 after the phase is not its
     assert row["recovery_s"] == 2.5 and row["delay_s"] == 20.0
+
+
+def test_runs_submitted_together_are_measured_against_as_many_undisturbed_runs():
+    from scripts.fleet_check.faults import FaultRecord
+
+    record = FaultRecord("worker-kill-aggregate", "t", runs=[1, 2], injected_at=20.0,
+                         healed_at=25.0, ended_at=150.0)  # fmt: skip
+    runs = {1: {"accepted_at": 0.0, "ended_at": 130.0}, 2: {"accepted_at": 1.0,
+                                                              "ended_at": 150.0}}  # fmt: skip
+    (row,) = checker.fault_rows([record], runs, {}, [], [], 60.0, {})
+    assert row["delay_s"] == 30.0  # 150 s for two runs of 60 s each
