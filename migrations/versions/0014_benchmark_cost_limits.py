@@ -21,10 +21,13 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("benchmarks") as batch:
-        batch.add_column(sa.Column("limits", sa.JSON(), nullable=True))
+    op.add_column("benchmarks", sa.Column("limits", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("benchmarks") as batch:
-        batch.drop_column("limits")
+    # SQLite drops a column in place (3.35+): a batch copy of the table would drop "benchmarks",
+    # which other tables reference (refused with foreign keys on).
+    if op.get_bind().dialect.name == "sqlite":
+        op.execute(sa.text('ALTER TABLE "benchmarks" DROP COLUMN "limits"'))
+    else:
+        op.drop_column("benchmarks", "limits")

@@ -23,10 +23,13 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("submissions") as batch:
-        batch.add_column(sa.Column("flops_per_sample", sa.BigInteger(), nullable=True))
+    op.add_column("submissions", sa.Column("flops_per_sample", sa.BigInteger(), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("submissions") as batch:
-        batch.drop_column("flops_per_sample")
+    # SQLite drops a column in place (3.35+): a batch copy of the table would drop "submissions",
+    # which other tables reference (refused with foreign keys on).
+    if op.get_bind().dialect.name == "sqlite":
+        op.execute(sa.text('ALTER TABLE "submissions" DROP COLUMN "flops_per_sample"'))
+    else:
+        op.drop_column("submissions", "flops_per_sample")
