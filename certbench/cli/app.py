@@ -59,12 +59,22 @@ class _LazyConsole:
         self._options = options
         self._console: Console | None = None
 
-    def __getattr__(self, name: str) -> Any:
+    def _made(self) -> Console:
         if self._console is None:
             from certbench.cli.output import make_console
 
             self._console = make_console(**self._options)
-        return getattr(self._console, name)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._made(), name)
+
+    # Special methods skip __getattr__: rich's Live (a Progress bar) enters its console.
+    def __enter__(self) -> Console:
+        return self._made().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._made().__exit__(*exc)
 
 
 def lazy_console(**options: Any) -> Console:
