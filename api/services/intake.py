@@ -3,7 +3,7 @@
 Size caps (while the body streams, ``api.services.upload_stream``), manifest schema + registry
 architecture (``certbench.nets.loading.load_manifest``), the benchmark, its class count, allowed σ
 and image shape, its caps on the network's parameters and FLOPs per sample
-(``models.submissions.intake.check_cost``, on the ``meta`` device), whether its data is on this
+(``models.benchmarks.limits.check_cost``, on the ``meta`` device), whether its data is on this
 machine (``models.benchmarks.availability``: a run that could only fail for want of data is
 refused here, with the command that fixes it), and the safetensors header of the staged weights file
 (``certbench.nets.header.read_header``: bounded by the architecture's tensor count before
@@ -44,12 +44,13 @@ from certbench.nets import (
     read_header,
 )
 from models.benchmarks.availability import benchmark_availability
+from models.benchmarks.limits import check_cost
 from models.catalog.benchmarks import get_benchmark
 from models.core.errors import IntakeError, NotFoundError
 from models.core.settings import Settings
 from models.db.entities import Benchmark
 from models.db.states import Reason
-from models.submissions.intake import Upload, check_cost
+from models.submissions.intake import Upload
 
 SIGMA_TOLERANCE = 1e-9
 #: Image shape (C, H, W) of each base dataset the benchmarks certify on: a model is fed exactly

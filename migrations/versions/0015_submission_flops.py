@@ -1,7 +1,7 @@
 """submissions: the network's FLOPs per noise sample, counted at intake
 
 Intake counts the declared network's FLOPs per sample on the ``meta`` device
-(``certbench.nets.cost``; ``models.submissions.intake.check_cost``); the submission keeps the
+(``certbench.nets.cost``; ``models.benchmarks.limits.check_cost``); the submission keeps the
 figure so that its ETA scales this fleet's measured FLOP rate to its own network
 (``models.runs.estimates.for_network``). NULL for submissions made before: their ETA uses the
 fleet's samples per second, as before.

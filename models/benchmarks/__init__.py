@@ -8,6 +8,8 @@ set's images are read from on this deployment.
 - :mod:`~models.benchmarks.folders`: a definition's local data folders checked: plain path
   segments that never leave ``CERTBENCH_DATASETS_DIR`` (absolute ones only from the service
   machine);
+- :mod:`~models.benchmarks.limits`: a benchmark's caps on a submitted network's parameters and
+  FLOPs per sample, checked at intake on the ``meta`` device;
 - :mod:`~models.benchmarks.data_pins`: the exact bytes a definition pins (revision, SHA-256);
 - :mod:`~models.benchmarks.content_hashes`: content hashes of local copies, computed once;
 - :mod:`~models.benchmarks.availability`: is a benchmark's data on this machine, decided in

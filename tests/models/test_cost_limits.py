@@ -1,5 +1,5 @@
 """A benchmark's caps on a submitted network (issue 33 §1): parameters and FLOPs per sample,
-counted on the ``meta`` device at intake (``models.submissions.intake.check_cost``), stored with
+counted on the ``meta`` device at intake (``models.benchmarks.limits.check_cost``), stored with
 the benchmark, and a definition written before caps existed keeps its hash."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from certbench.nets import load_manifest
+from models.benchmarks.limits import COST_LIMIT_CODE, check_cost, cost_limits
 from models.catalog.benchmarks import (
     definition_sha256,
     packaged_definitions,
@@ -20,7 +21,6 @@ from models.catalog.benchmarks import (
 )
 from models.core.errors import BenchmarkDefinitionError, IntakeError
 from models.db.entities import Benchmark
-from models.submissions.intake import COST_LIMIT_CODE, check_cost, cost_limits
 from tests.nets.test_library_architectures import RESNET, VIT, manifest
 from tests.support.service_factories import tiny_definition
 
