@@ -10,8 +10,10 @@ body chunk by chunk, and the CLI's weights file reports every read.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -23,6 +25,8 @@ from certbench.cli import client as client_commands
 from certbench.client import rest
 from tests.support.client import Live, model_files
 from tests.support.service_factories import manifest, weights_bytes
+
+T = TypeVar("T")
 
 CHUNK = 64 * 1024
 BOUNDARY = "certbench-token-test"
@@ -66,6 +70,13 @@ async def _post_streaming(live: Live, headers: dict[str, str], chunks: list[byte
     return response.status_code, pulled
 
 
+def _run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` in a thread of its own: a session fixture of another file in this test
+    process (Playwright's synchronous API) may keep an event loop running in this thread."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 @pytest.mark.parametrize("token", [None, "cb_wrong"], ids=["missing", "bad"])
 def test_the_api_refuses_the_token_before_reading_the_upload(live: Live, token: str | None):
     import json
@@ -73,12 +84,10 @@ def test_the_api_refuses_the_token_before_reading_the_upload(live: Live, token: 
     chunks = _multipart_chunks(weights_bytes(0), json.dumps(manifest()).encode())
     assert len(chunks) > 10  # a real upload: many pieces to read
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-    status, pulled = asyncio.run(_post_streaming(live, headers, chunks))
+    status, pulled = _run(_post_streaming(live, headers, chunks))
     assert status == 401
     assert pulled == 0, f"the app read {pulled} of {len(chunks)} chunks before refusing"
-    status, pulled = asyncio.run(
-        _post_streaming(live, {"Authorization": f"Bearer {live.alice}"}, chunks)
-    )
+    status, pulled = _run(_post_streaming(live, {"Authorization": f"Bearer {live.alice}"}, chunks))
     assert status == 202 and pulled == len(chunks)  # a good token: the body is read
 
 
