@@ -11,6 +11,7 @@ and closes its connections before the pool forks.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from typing import Any
 
@@ -32,6 +33,24 @@ _watchdog: list[WatchdogThread] = []
 @app.on_configure.connect
 def _configure(sender: Celery, **_: Any) -> None:
     sender.conf.update(celery_config(get_settings()))
+
+
+#: What the first aggregation of a fresh worker would otherwise import while an entry waits.
+#: Profiled (cProfile of ``aggregate`` in tests/workers/test_worker_control_first, busy 2-core
+#: machine): counting the network's FLOPs (``certbench.nets.cost``, torch.utils.flop_counter)
+#: imports torch._dynamo, 2.9-4.2 s of the first aggregate; scipy.stats (the intervals) about 1 s
+#: of a quiet core. Later aggregates took 0.05-0.5 s. The first finished entry of a fresh worker
+#: reached the board 1.3-2.2 shards after its last shard; issue 34 asks for less than one.
+WARM_MODULES = ("torch._dynamo", "torch.utils.flop_counter", "scipy.stats", "pyarrow.parquet",
+                "certbench.stats.intervals", "models.runs.results")  # fmt: skip
+
+
+@celeryd_init.connect
+def _warm_up(**_: Any) -> None:
+    """Import what aggregation needs in the parent, before the pool forks (every pool process
+    then has it), rather than in the first task that needs it."""
+    for module in WARM_MODULES:
+        importlib.import_module(module)
 
 
 @celeryd_init.connect
