@@ -12,19 +12,16 @@ asserted here (``tests/denoising/test_denoised_certification.py`` measures the g
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import diffusers
 import httpx
-import pyarrow.parquet as pq
 import pytest
 import torch
 import typer
 from typer.testing import CliRunner
 
 from certbench import __version__
-from certbench.cli.app import app as cli
 from certbench.cli.train import register as register_train
 from certbench.client import Client
 from certbench.client.zoo import load_model as zoo_model
@@ -36,13 +33,12 @@ from models.db.engine import session_scope
 from tests.support import timing
 from tests.support.service_factories import make_user
 from tests.workers.test_worker_library_architectures import (  # the same stack and benchmark
-    ALPHA,
     BENCHMARK,
     N0,
     SIGMA,
-    SKIP,
     N,
     Stack,
+    assert_cli_reproduces,
     stack,
 )
 
@@ -109,17 +105,7 @@ def test_a_denoised_entry_is_certified_end_to_end_and_reproduced(
         seed = web.get(f"/api/v1/submissions/{created.id}").json()["seed"]["value"]
         stored = web.get(f"/api/v1/results/{created.id}/records/clean").content
 
-    out = tmp_path / "cli.parquet"
-    result = CliRunner().invoke(cli, [
-        "certify", "--weights", str(weights), "--manifest", str(manifest), "--dataset",
-        str(stack.data), "--skip", str(SKIP), "--n0", str(N0), "--n", str(N), "--alpha",
-        str(ALPHA), "--device", "cpu", "--seed", seed, "--out", str(out),
-    ])  # fmt: skip
-    assert result.exit_code == 0, result.output
-    mine, theirs = pq.read_table(out), pq.read_table(io.BytesIO(stored))
-    columns = [c for c in theirs.column_names if c != "seconds"]
-    assert theirs.num_rows == 12
-    assert mine.select(columns).equals(theirs.select(columns))
+    assert_cli_reproduces(stack, weights, manifest, seed, stored, tmp_path)
 
     local = load_local(weights, spec)
     assert isinstance(zoo, DenoisedClassifier) and isinstance(local, DenoisedClassifier)
