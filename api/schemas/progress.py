@@ -59,6 +59,12 @@ class EstimatePublic(BaseModel):
     exact: bool = Field(description="false when a stage's figure is an upper or lower bound")
     basis: str = Field(description="each stage's count and the rates the time assumes")
     stages: list[StageEstimatePublic]
+    flops: int | None = Field(
+        default=None,
+        description="forward_passes × the network's FLOPs per sample (counted on the meta "
+        "device at intake): what the daily compute quota charges; null where the network is "
+        "not known (a benchmark's estimate)",
+    )
 
     @classmethod
     def of(cls, estimate: WorkEstimate) -> EstimatePublic:
@@ -67,6 +73,7 @@ class EstimatePublic(BaseModel):
             seconds=estimate.seconds,
             exact=estimate.exact,
             basis=estimate.basis,
+            flops=estimate.flops,
             stages=[
                 StageEstimatePublic(
                     stage=s.stage,

@@ -49,8 +49,13 @@ class QuotaPublic(BaseModel):
         "(cancelled or failed runs: the part they computed; rejected uploads and duplicates: "
         "nothing)"
     )
-    forward_passes_per_day: int = Field(
-        description="the daily compute quota (CERTBENCH_QUOTA_FORWARD_PASSES_PER_DAY); admins "
+    flops_today: int = Field(
+        description="the same charges in FLOPs: each submission's forward passes × its "
+        "network's FLOPs per sample (counted on the meta device at intake); what the daily "
+        "compute quota counts"
+    )
+    flops_per_day: int = Field(
+        description="the daily compute quota in FLOPs (CERTBENCH_QUOTA_FLOPS_PER_DAY); admins "
         "are exempt"
     )
 

@@ -202,6 +202,7 @@ def quota(session: Session, user: User, *, settings: Settings) -> QuotaPublic:
         unsuccessful_per_day=settings.quota_failed_per_day,
         active=usage.active,
         concurrent=settings.quota_concurrent,
-        forward_passes_today=compute.used,
-        forward_passes_per_day=compute.limit,
+        forward_passes_today=compute.forward_passes,
+        flops_today=compute.used,
+        flops_per_day=compute.limit,
     )

@@ -230,6 +230,8 @@ def _report_created(errors: Console, created: Submission) -> None:
     estimate = created.estimate
     if estimate is not None and (estimate.forward_passes or estimate.seconds is not None):
         passes = f"{estimate.forward_passes:,} forward passes" if estimate.forward_passes else ""
+        if passes and estimate.flops:
+            passes += f" ({estimate.flops:.3g} FLOPs)"
         seconds = f"≈ {duration(estimate.seconds)}" if estimate.seconds is not None else ""
         errors.print(
             "estimated work: " + ", ".join(p for p in (passes, seconds) if p), highlight=False

@@ -114,6 +114,8 @@ def status_table(submission: Submission, progress: Sequence[TestSetProgress]) ->
     estimate = submission.estimate
     if estimate is not None:
         passes = f"{estimate.forward_passes:,} forward passes" if estimate.forward_passes else ""
+        if passes and estimate.flops:
+            passes += f" ({estimate.flops:.3g} FLOPs)"
         time = f"≈ {duration(estimate.seconds)}" if estimate.seconds is not None else ""
         basis = f" ({estimate.basis})" if estimate.basis else ""
         table.add_row("estimated work", ", ".join(p for p in (passes, time) if p) + basis)

@@ -125,11 +125,13 @@ class Throughput:
 
 @dataclass(frozen=True)
 class Estimate:
-    """The work of a run estimated at intake: forward passes, and time on this fleet."""
+    """The work of a run estimated at intake: forward passes, FLOPs (what the compute quota
+    charges), and time on this fleet."""
 
     forward_passes: int | None
     seconds: float | None
     basis: str | None
+    flops: int | None = None
 
     @classmethod
     def from_json(cls, data: Any) -> Estimate | None:
@@ -139,6 +141,7 @@ class Estimate:
             forward_passes=_int(data, "forward_passes"),
             seconds=_float(data, "seconds"),
             basis=_opt_str(data, "basis"),
+            flops=_int(data, "flops"),
         )
 
 

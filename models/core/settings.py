@@ -8,6 +8,7 @@ embedded one, so ``certbench serve`` works on a fresh machine.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -18,6 +19,22 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 MiB = 1024 * 1024
 #: Where ``uv run mkdocs build`` writes the documentation site in a clone (``mkdocs.yml``).
 PROJECT_SITE = Path(__file__).resolve().parents[2] / "site"
+
+
+#: Environment variables a release retired, with what replaced them: set, they would be ignored
+#: silently (unknown ``CERTBENCH_*`` variables are), so the settings refuse them by name.
+RETIRED_VARIABLES = {
+    "CERTBENCH_QUOTA_FORWARD_PASSES_PER_DAY": "CERTBENCH_QUOTA_FLOPS_PER_DAY (the compute quota "
+    "counts FLOPs: forward passes × the network's FLOPs per sample; the old default of 5e10 "
+    "passes is 2.5e19 FLOPs with a CIFAR ResNet-110)",
+}
+
+
+def _refuse_retired_variables() -> None:
+    """Raise naming each retired variable set in the environment and its replacement."""
+    found = [f"{name}: use {new}" for name, new in RETIRED_VARIABLES.items() if name in os.environ]
+    if found:
+        raise ValueError("retired setting(s) in the environment: " + "; ".join(found))
 
 
 class Settings(BaseSettings):
@@ -120,14 +137,14 @@ class Settings(BaseSettings):
     quota_concurrent: int = Field(
         default=2, ge=0, description="Submissions of one user queued or running at once."
     )
-    # The default, 5e10, is generous but finite: five runs of the largest packaged benchmark
-    # (CIFAR-10-F, 9.6e9 at n = 100,000) or about 250 of packaged CIFAR-10 (1.9e8), more than one
-    # GPU computes in a day.
-    quota_forward_passes_per_day: int = Field(
-        default=50_000_000_000,
+    # The default, 2.5e19 FLOPs, is generous but finite: five runs of the largest packaged
+    # benchmark (CIFAR-10-F, 9.6e9 forward passes at n = 100,000) with a CIFAR ResNet-110
+    # (5.06e8 FLOPs per sample, counted by certbench.nets.cost), about 250 of packaged CIFAR-10.
+    quota_flops_per_day: int = Field(
+        default=25_000_000_000_000_000_000,
         ge=0,
-        description="Estimated forward passes a user may ask for per 24 hours "
-        "(`models.submissions.compute_quota`; admins are exempt).",
+        description="Estimated FLOPs (forward passes × the network's FLOPs per sample) a user "
+        "may ask for per 24 hours (`models.submissions.compute_quota`; admins are exempt).",
     )
     refused_uploads_per_window: int = Field(
         default=30,
@@ -270,6 +287,7 @@ class Settings(BaseSettings):
         self.guide_dir = (self.guide_dir or PROJECT_SITE).resolve()
         if self.environment == "production":
             self._refuse_embedded_defaults()
+        _refuse_retired_variables()
         if not (
             self.shard_soft_time_limit_seconds
             < self.shard_time_limit_seconds

@@ -55,6 +55,9 @@ class WorkEstimate:
     basis: str
     stages: tuple[StageEstimate, ...]
     rates: Mapping[str, Rate]
+    flops: int | None = None
+    """``forward_passes`` × the network's FLOPs per sample where those were counted: what the
+    daily compute quota charges (``models.submissions.compute_quota``)."""
 
 
 def stage_estimates(item: WorkItem, settings: Settings) -> tuple[StageEstimate, ...]:
@@ -128,9 +131,13 @@ def for_network(rates: Mapping[str, Rate], flops_per_sample: int | None) -> dict
     return scaled
 
 
-def estimate_work(estimates: Sequence[StageEstimate], rates: Mapping[str, Rate]) -> WorkEstimate:
+def estimate_work(
+    estimates: Sequence[StageEstimate],
+    rates: Mapping[str, Rate],
+    flops_per_sample: int | None = None,
+) -> WorkEstimate:
     """Sum the stages' forward passes and, when every stage with work was measured, their time
-    at the measured rates."""
+    at the measured rates; with the network's ``flops_per_sample``, the work in FLOPs."""
     total = sum(e.forward_passes for e in estimates)
     unmeasured = [e.stage for e in estimates if e.forward_passes and e.stage not in rates]
     seconds = None
@@ -160,6 +167,7 @@ def estimate_work(estimates: Sequence[StageEstimate], rates: Mapping[str, Rate])
         basis="; ".join(parts + bounds + [timing]),
         stages=tuple(estimates),
         rates=dict(rates),
+        flops=total * flops_per_sample if flops_per_sample else None,
     )
 
 

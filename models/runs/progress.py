@@ -353,7 +353,7 @@ def _report(
         throughput=_throughput(list(tallies.values())),
         eta_seconds=eta,
         eta_basis=eta_basis,
-        estimate=estimate_work(estimates, rates),
+        estimate=estimate_work(estimates, rates, submission.flops_per_sample),
     )
 
 

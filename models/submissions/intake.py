@@ -35,7 +35,7 @@ from models.core.settings import Settings
 from models.db.base import utcnow
 from models.db.entities import Artifact, Benchmark, Submission, SubmissionEvent, User
 from models.db.states import DEDUP_STATES, Reason, SubmissionState
-from models.submissions import artifacts, lifecycle, quotas, refusals, run_seeds
+from models.submissions import artifacts, compute_quota, lifecycle, quotas, refusals, run_seeds
 
 S = SubmissionState
 
@@ -222,8 +222,10 @@ def create_submission(
     """Store an upload and create its submission (state ``submitted``), or a ``duplicate`` row
     pointing at the existing identical submission (no file written, no quota used).
 
-    ``forward_passes``: its estimated work (``models.runs.estimates``), checked against the daily
-    compute quota and stored; None skips that quota (tests that do not estimate).
+    ``forward_passes``: its estimated work (``models.runs.estimates``), stored, and charged to the
+    daily compute quota in FLOPs (times the network's FLOPs per sample: as intake counted them,
+    else counted here; ``models.submissions.compute_quota``); None skips that quota (tests that
+    do not estimate).
     Safe under concurrency (see the module docstring). Raises QuotaExceededError (or
     IntakeError for an estimate beyond the compute quota) before anything is stored.
     """
@@ -257,7 +259,10 @@ def _create_once(
         original = find_original(session, key)
         if original is not None:
             return _create_duplicate(session, user=user, original=original, upload=upload, key=key)
-        quotas.decide(session, user, settings=settings, forward_passes=forward_passes)
+        per_sample = upload.flops_per_sample or compute_quota.network_flops(upload.manifest)
+        flops = None if forward_passes is None else compute_quota.work_flops(
+            forward_passes, per_sample)  # fmt: skip
+        quotas.decide(session, user, settings=settings, flops=flops)
         artifact, written = _store_artifact(session, upload, settings=settings)
         submission = Submission(
             user_id=user.id,
@@ -270,7 +275,7 @@ def _create_once(
             dedup_key=key,
             is_baseline=upload.is_baseline,
             estimated_forward_passes=forward_passes,
-            flops_per_sample=upload.flops_per_sample,
+            flops_per_sample=per_sample,
         )
         session.add(submission)
         session.flush()

@@ -1,7 +1,7 @@
 """The submission quotas of a user over the last 24 hours and right now: submissions made,
 submissions rejected or failed, and submissions waiting or running at once (the
 ``CERTBENCH_QUOTA_*`` settings). Duplicates cost no compute and are free; admins are exempt.
-The forward-pass quota's rules are ``models.submissions.compute_quota``.
+The compute (FLOP) quota's rules are ``models.submissions.compute_quota``.
 
 :func:`decide` is the one quota decision on a new submission, every quota in one place: the
 intake transaction takes it, authoritatively, once the user's row is locked
@@ -76,16 +76,17 @@ def decide(
     user: User,
     *,
     settings: Settings,
-    forward_passes: int | None = None,
+    flops: int | None = None,
     before_upload: bool = False,
     now: datetime | None = None,
 ) -> None:
     """Refuse a new submission of ``user`` that a quota does not allow; admins are exempt.
 
     The counts first (at once, per day, unsuccessful per day: QuotaExceededError, 429), then the
-    compute quota (``models.submissions.compute_quota``): a submission estimated at
-    ``forward_passes`` is refused with 422 when the estimate alone exceeds the daily limit, with
-    429 when it does not fit what is left (None: not estimated, the compute quota is skipped).
+    compute quota (``models.submissions.compute_quota``): a submission estimated at ``flops``
+    (its forward passes × its network's FLOPs per sample) is refused with 422 when the estimate
+    alone exceeds the daily limit, with 429 when it does not fit what is left (None: not
+    estimated, the compute quota is skipped).
     ``before_upload``: the early refusal, before an upload's body (and so its estimate) is known:
     the counts, and whether any compute is left at all.
     """
@@ -94,8 +95,8 @@ def decide(
     _check_counts(quota_usage(session, user, now=now), settings)
     if before_upload:
         compute_quota.check_room(session, user, settings=settings, now=now)
-    elif forward_passes is not None:
-        compute_quota.check(session, user, forward_passes, settings=settings, now=now)
+    elif flops is not None:
+        compute_quota.check(session, user, flops, settings=settings, now=now)
 
 
 def _check_counts(usage: QuotaUsage, settings: Settings) -> None:

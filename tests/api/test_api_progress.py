@@ -19,6 +19,7 @@ from models.db.entities import ShardDispatch, Submission
 from models.db.states import SubmissionState as S
 from models.runs import progress, shards
 from models.stages.base import ShardSpec
+from models.submissions import compute_quota
 from models.submissions import lifecycle as pipeline
 from tests.support.api import Actors
 from tests.support.service_factories import (
@@ -31,6 +32,8 @@ from tests.support.service_factories import (
 )
 
 URL = "/api/v1/submissions"
+#: FLOPs per sample of the factories' CIFAR ResNet-20, counted on the meta device.
+F = compute_quota.network_flops(manifest())
 #: ``tiny``: 2 test sets × 3 images × (n0 4 + n 16) = 120 forward passes, all certification.
 TINY_PASSES = 120
 #: ``weighted`` adds the PD robustness stage on 3 images: 3 × (1 + 2 ε × 4 plans × 13) = 315.
@@ -168,6 +171,7 @@ def test_the_estimate_is_in_the_202_and_the_benchmark_and_timed_once_measured(
     first = client.post(URL, headers=actors.alice, **multipart(weights_bytes(0), manifest()))
     estimate = first.json()["estimate"]
     assert first.status_code == 202 and estimate["forward_passes"] == TINY_PASSES
+    assert estimate["flops"] == TINY_PASSES * F  # what the compute quota charges
     assert estimate["exact"] and estimate["seconds"] is None
     assert "no certification shard has been measured" in estimate["basis"]
     assert estimate["stages"][0] | {"basis": ""} == {
@@ -189,23 +193,24 @@ def test_the_estimate_is_in_the_202_and_the_benchmark_and_timed_once_measured(
 
 
 def test_the_compute_quota_refuses_with_422_and_429(actors: Actors, settings: Settings):
-    tight = settings.model_copy(update={"quota_forward_passes_per_day": 200})
+    tight = settings.model_copy(update={"quota_flops_per_day": 200 * F})
     with TestClient(create_app(tight), raise_server_exceptions=False) as client:
         first = client.post(URL, headers=actors.alice, **multipart(weights_bytes(0), manifest()))
         assert first.status_code == 202
         me = client.get("/api/v1/me", headers=actors.alice).json()["quota"]
-        assert (me["forward_passes_today"], me["forward_passes_per_day"]) == (TINY_PASSES, 200)
+        assert (me["forward_passes_today"], me["flops_today"], me["flops_per_day"]) == (
+            TINY_PASSES, TINY_PASSES * F, 200 * F)  # fmt: skip
         second = client.post(URL, headers=actors.alice, **multipart(weights_bytes(1), manifest()))
         body = second.json()
         assert second.status_code == 429 and body["code"] == "quota_compute"
         assert body["details"][0] | {"retry_after_seconds": 0} == {
-            "forward_passes": TINY_PASSES, "used": TINY_PASSES, "limit": 200, "left": 80,
+            "flops": TINY_PASSES * F, "used": TINY_PASSES * F, "limit": 200 * F, "left": 80 * F,
             "retry_after_seconds": 0,
         }  # fmt: skip
         retry = int(second.headers["retry-after"])
         assert 86_000 < retry <= 86_400  # when the first submission leaves the 24-hour window
         assert body["details"][0]["retry_after_seconds"] == retry
-        assert "80 of your daily compute quota of 200" in body["message"]
+        assert f"{80 * F:.4g} of your daily compute quota of {200 * F:.4g} FLOPs" in body["message"]
         admin = client.post(URL, headers=actors.admin, **multipart(weights_bytes(1), manifest()))
         assert admin.status_code == 202  # admins are exempt
         # a cancelled run is charged what it computed (nothing here): the quota frees up
@@ -213,9 +218,9 @@ def test_the_compute_quota_refuses_with_422_and_429(actors: Actors, settings: Se
         assert client.post(f"{URL}/{sid}/cancel", headers=actors.alice).status_code == 200
         again = client.post(URL, headers=actors.alice, **multipart(weights_bytes(2), manifest()))
         assert again.status_code == 202
-    tiny = settings.model_copy(update={"quota_forward_passes_per_day": 100})
+    tiny = settings.model_copy(update={"quota_flops_per_day": 100 * F})
     with TestClient(create_app(tiny), raise_server_exceptions=False) as client:
         refused = client.post(URL, headers=actors.bob, **multipart(weights_bytes(3), manifest()))
         assert refused.status_code == 422 and refused.json()["code"] == "estimate_exceeds_quota"
-        assert "120 forward passes" in refused.json()["message"]
+        assert f"estimated at {TINY_PASSES * F:.4g} FLOPs" in refused.json()["message"]
         assert client.get(URL, headers=actors.bob).json()["total"] == 0  # nothing stored

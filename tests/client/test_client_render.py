@@ -37,14 +37,19 @@ def test_status_shows_eta_throughput_and_estimate_when_the_server_sends_them():
             "shards_total": 10,
             "eta_seconds": 200.0,
             "throughput": {"samples_per_second": 8120.5, "images_per_second": 0.081},
-            "estimate": {"forward_passes": 1_500_150_000, "seconds": 7384.0, "basis": "measured"},
+            "estimate": {
+                "forward_passes": 1_500_150_000,
+                "seconds": 7384.0,
+                "basis": "measured",
+                "flops": 759_535_437_000_000_000,
+            },
         }
     )
     text = _text(status_table(running, [TestSetProgress("clean", 4, 10)]))
     assert "40.0% (shards 4/10)" in text
     assert "3 min 20 s" in text and eta_text(running) == "ETA 3 min 20 s"
     assert "8,120 samples/s, 0.081 images/s" in text
-    assert "1,500,150,000 forward passes, ≈ 2 h 03 min (measured)" in text
+    assert "1,500,150,000 forward passes (7.6e+17 FLOPs), ≈ 2 h 03 min (measured)" in text
     assert "4/10 images" in text
 
 

@@ -265,6 +265,9 @@ def _status_page_shows_the_rest_apis_progress(client: TestClient, sid: int, html
     assert '<p id="eta"><strong>about 2 min left</strong> at 252 samples/s</p>' in html
     assert "252 samples/s, 0.2 images/s (1 shard(s) running now)" in html
     assert '<dd id="estimate">48,480 forward passes' in html
+    flops = report["estimate"]["flops"]  # the passes × the network's FLOPs per sample
+    assert flops > 0 and flops % report["samples_total"] == 0
+    assert f"({flops:.3g} FLOPs, what the daily compute quota charges)" in html
 
 
 def test_owner_cancels_from_the_status_page(client: TestClient, site: Site) -> None:
