@@ -37,12 +37,13 @@ def _configure(sender: Celery, **_: Any) -> None:
 
 #: What the first aggregation of a fresh worker would otherwise import while an entry waits.
 #: Profiled (cProfile of ``aggregate`` in tests/workers/test_worker_control_first, busy 2-core
-#: machine): counting the network's FLOPs (``certbench.nets.cost``, torch.utils.flop_counter)
-#: imports torch._dynamo, 2.9-4.2 s of the first aggregate; scipy.stats (the intervals) about 1 s
-#: of a quiet core. Later aggregates took 0.05-0.5 s. The first finished entry of a fresh worker
-#: reached the board 1.3-2.2 shards after its last shard; issue 34 asks for less than one.
-WARM_MODULES = ("torch._dynamo", "torch.utils.flop_counter", "scipy.stats", "pyarrow.parquet",
-                "certbench.stats.intervals", "models.runs.results")  # fmt: skip
+#: machine): scipy.stats (the intervals) about 1 s of a quiet core; later aggregates took
+#: 0.05-0.5 s. Counting the network's FLOPs (torch.utils.flop_counter, which imports
+#: torch._dynamo: 2.9-4.2 s of the first aggregate) is no longer done here: the aggregation reuses
+#: the figure intake stored (``models.stages.certification.cost.network_figures``), which also
+#: spares every worker start the 1.4 s of CPU its import took.
+WARM_MODULES = ("scipy.stats", "pyarrow.parquet", "certbench.stats.intervals",
+                "models.runs.results")  # fmt: skip
 
 
 @celeryd_init.connect

@@ -48,6 +48,9 @@ class WorkItem:
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
     seed_commitment: str = ""
     seed_kind: str = "public"
+    flops_per_sample: int | None = None
+    """The network's FLOPs per noise sample as intake counted them (None: a submission made
+    before intake counted them, or a planning item)."""
 
     @property
     def seed_text(self) -> str:
@@ -92,6 +95,7 @@ def get_work_item(session: Session, submission_id: int, *, settings: Settings) -
         stages={name: dict(row) for name, row in (benchmark.stages or {}).items()},
         seed_commitment=seed_row.commitment if seed_row is not None else "",
         seed_kind=seed_row.kind if seed_row is not None else "public",
+        flops_per_sample=submission.flops_per_sample,
     )
 
 

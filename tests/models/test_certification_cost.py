@@ -50,3 +50,17 @@ def test_flops_print_with_an_si_prefix(value, text):
 )
 def test_seconds_print_with_a_unit(value, text):
     assert _seconds(value) == text.replace(" ", NBSP) == _metric(value, "seconds")
+
+
+def test_the_aggregation_reuses_the_figure_intake_stored():
+    """The FLOPs counted at intake are the entry's; only a submission made before intake counted
+    them (NULL) is counted again, to the same figures."""
+    from models.stages.certification.cost import network_figures
+    from tests.support.service_factories import manifest
+
+    counted = network_figures(manifest())
+    assert counted["parameters"] > 0 and counted["flops_per_sample"] > 0
+    assert network_figures(manifest(), counted["flops_per_sample"]) == counted
+    assert network_figures(manifest(), 12_345) == {
+        "parameters": counted["parameters"], "flops_per_sample": 12_345,
+    }  # fmt: skip

@@ -37,14 +37,22 @@ __all__ = [
 COST_GROUP = "cost"
 
 
-def network_figures(manifest: Mapping[str, Any]) -> dict[str, int]:
+def network_figures(
+    manifest: Mapping[str, Any], flops_per_sample: int | None = None
+) -> dict[str, int]:
     """``{"parameters", "flops_per_sample"}`` of the manifest's network, built on ``meta``.
 
-    Raises the ``certbench.errors.ModelLoadError`` of a manifest whose network cannot be built
-    (intake refused those already)."""
-    from certbench.nets import load_manifest, manifest_cost
+    ``flops_per_sample``: the figure intake counted and stored (``WorkItem.flops_per_sample``),
+    reused rather than counted again; counted here (``torch.utils.flop_counter``, whose import
+    of ``torch._dynamo`` costs a fresh worker 1.4-4 s) only for a submission made before intake
+    counted it. Raises the ``certbench.errors.ModelLoadError`` of a manifest whose network
+    cannot be built (intake refused those already)."""
+    from certbench.nets import load_manifest, manifest_cost, parameters_of
 
-    return manifest_cost(load_manifest(dict(manifest))).to_dict()
+    loaded = load_manifest(dict(manifest))
+    if flops_per_sample is None:
+        return manifest_cost(loaded).to_dict()
+    return {"parameters": parameters_of(loaded), "flops_per_sample": flops_per_sample}
 
 
 def device_types(metadata: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -116,7 +116,7 @@ class Certification(Stage):
         from certbench.smoothing import write_table_atomic
         from models.stages.certification.intervals import TERMS_UNIT, entry_intervals
 
-        network = network_figures(item.manifest)
+        network = network_figures(item.manifest, item.flops_per_sample)
         merged = [self._merge_test_set(item, ts, shards, context, network) for ts in item.test_sets]
         results = [result for result, _ in merged]
         bounds, terms = entry_intervals(
