@@ -207,6 +207,12 @@ def read_params(rng: random.Random, entries: int) -> dict[str, object]:
     return params
 
 
+def per_core(cpu_ms: float) -> str:
+    """Requests per second per core for ``cpu_ms`` of server CPU per request; a smoke run's few
+    requests can fall within one clock tick of /proc's CPU accounting (0 ms)."""
+    return f"{1000 / cpu_ms:.0f}" if cpu_ms > 0 else "(under one clock tick)"
+
+
 def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
@@ -525,13 +531,13 @@ def report(
             )
     cpu = row[f"1|leaderboard|{clients[0]}|cpu"]
     print(
-        f"[{backend}] leaderboard page: {1000 / cpu:.0f} req/s per core of server CPU "
+        f"[{backend}] leaderboard page: {per_core(cpu)} req/s per core of server CPU "
         f"({cpu:.1f} ms/req), p50 {row[f'1|leaderboard|{clients[0]}|p50']:.1f} ms, p95 "
         f"{row[f'1|leaderboard|{clients[0]}|p95']:.1f} ms at {clients[0]} client(s), 1 process"
     )
     print(
         f"[{backend}] leaderboard page, first pass on a fresh process (cold memos): "
-        f"{1000 / row['1|cold|cpu']:.0f} req/s per core ({row['1|cold|cpu']:.1f} ms/req), "
+        f"{per_core(row['1|cold|cpu'])} req/s per core ({row['1|cold|cpu']:.1f} ms/req), "
         f"p95 {row['1|cold|p95']:.1f} ms at 1 client"
     )
     if "1|wrk|rate" in row:

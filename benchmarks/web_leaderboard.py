@@ -205,12 +205,17 @@ def report(backend: str, args: argparse.Namespace, out: dict[str, dict[str, floa
         if row is None:
             print(f"[{backend}] {label:48s} not measured (--compares 0)")
             continue
+        if row["cpu"] <= 0:  # a smoke run's few requests can fall within one clock tick
+            print(f"[{backend}] {label:48s} server CPU under one clock tick, p50 "
+                  f"{row['p50']:6.1f} ms, p95 {row['p95']:6.1f} ms")  # fmt: skip
+            continue
         print(f"[{backend}] {label:48s} {1000 / row['cpu']:7.0f} pages/s per core "
               f"(server CPU {row['cpu']:6.2f} ms/request), p50 {row['p50']:6.1f} ms, "
               f"p95 {row['p95']:6.1f} ms")  # fmt: skip
-    print(f"[{backend}] web page / REST page, server CPU per request: "
-          f"{out['web']['cpu'] / out['REST']['cpu']:.2f}x; p95: "
-          f"{out['web']['p95'] / out['REST']['p95']:.2f}x")  # fmt: skip
+    if out["REST"]["cpu"] > 0:
+        print(f"[{backend}] web page / REST page, server CPU per request: "
+              f"{out['web']['cpu'] / out['REST']['cpu']:.2f}x; p95: "
+              f"{out['web']['p95'] / out['REST']['p95']:.2f}x")  # fmt: skip
     kinds = sorted({k.split("|")[1] for k in out if k.startswith("kind|")})
     print(f"[{backend}] p95 by kind: " + "; ".join(
         f"{kind} (n={out[f'kind|{kind}|web']['n']:.0f}) web {out[f'kind|{kind}|web']['p95']:.1f}"

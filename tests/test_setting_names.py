@@ -8,7 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from models.core.settings import Settings
+from models.core.settings import RETIRED_VARIABLES, Settings
 from models.stages import registry
 from workers.config import WorkerSettings
 
@@ -42,7 +42,8 @@ def known_names() -> set[str]:
     fields = {*Settings.model_fields, *WorkerSettings.model_fields}
     names = {f"CERTBENCH_{field.upper()}" for field in fields}
     names |= {stage.batch_size_variable() for stage in registry.all_stages()}
-    return names | set(OTHER_VARIABLES)
+    # retired names the settings refuse by name (models.core.settings.RETIRED_VARIABLES)
+    return names | set(OTHER_VARIABLES) | set(RETIRED_VARIABLES)
 
 
 def mentioned() -> dict[str, list[str]]:

@@ -260,8 +260,7 @@ def _create_once(
         if original is not None:
             return _create_duplicate(session, user=user, original=original, upload=upload, key=key)
         per_sample = upload.flops_per_sample or compute_quota.network_flops(upload.manifest)
-        flops = None if forward_passes is None else compute_quota.work_flops(
-            forward_passes, per_sample)  # fmt: skip
+        flops = None if forward_passes is None else forward_passes * per_sample
         quotas.decide(session, user, settings=settings, flops=flops)
         artifact, written = _store_artifact(session, upload, settings=settings)
         submission = Submission(

@@ -89,7 +89,7 @@ def _record(trace: Trace, frame: FrameType) -> None:
     if module in QUOTA_MODULES and caller_module not in QUOTA_MODULES:
         arguments = frame.f_locals
         trace.timeline.append(
-            (f"{module}.{name}", arguments.get("forward_passes"), arguments.get("before_upload"))
+            (f"{module}.{name}", arguments.get("flops"), arguments.get("before_upload"))
         )
     if (module, name) == ("models.submissions.intake", "lock_user"):
         trace.timeline.append(("lock_user",))
@@ -131,16 +131,18 @@ def test_an_upload_enters_models_submissions_once(settings: Settings, actors: Ac
     assert upload == ["models.submissions.intake.submit"]
     entered = Counter(module for module, _, _ in trace.entries)
     assert all(count == 1 for count in entered.values()), entered
-    estimate = session.scalar(
-        select(Submission.estimated_forward_passes).where(Submission.id == response.json()["id"])
-    )
-    assert estimate is not None and estimate > 0
+    estimate, per_sample = session.execute(
+        select(Submission.estimated_forward_passes, Submission.flops_per_sample).where(
+            Submission.id == response.json()["id"]
+        )
+    ).one()
+    assert estimate is not None and estimate > 0 and per_sample > 0
     decide = "models.submissions.quotas.decide"
     assert trace.timeline == [
         (decide, None, True),  # the early refusal: before the body is read
         ("receive_upload",),
         ("lock_user",),  # the intake transaction holds the user's row from here
-        (decide, estimate, False),  # the decision, once, inside that transaction
+        (decide, estimate * per_sample, False),  # the decision, once, inside that transaction
     ]
 
 

@@ -49,6 +49,17 @@ def lossy(tmp_path_factory) -> Iterator[Stack]:
             yield stack
 
 
+def _aggregations(stack: Stack, submission_id: int) -> list[str]:
+    """The worker log lines about aggregating ``submission_id``: who ran it, if one did."""
+    pattern = re.compile(rf"aggregate.*\[{submission_id}\]|submission {submission_id}\b")
+    return [
+        f"{log.name}: {line.strip()}"
+        for log in sorted(stack.root.glob("worker-*.log"))
+        for line in log.read_text(errors="replace").splitlines()
+        if "aggregate" in line and pattern.search(line)
+    ]
+
+
 def _wipe(stack: Stack) -> None:
     redis.Redis.from_url(stack.env["CERTBENCH_BROKER_URL"]).flushdb()
 
@@ -142,7 +153,8 @@ def test_wiping_the_broker_at_three_moments_loses_no_run(lossy: Stack, tmp_path:
     wait_for(lambda: len(_shards(stack, third)) == 2 * len(TEST_SETS), timeout=400,
              what="every shard", services=(stack.api, runner))  # fmt: skip
     runner.stop()
-    assert erin.get(f"/api/v1/submissions/{third}").json()["state"] == "running"
+    state = erin.get(f"/api/v1/submissions/{third}").json()["state"]
+    assert state == "running", (state, _aggregations(stack, third))
     _wipe(stack)  # the aggregate message the last shard sent is gone
     _worker(stack)
     wait_state(erin, third, {"finished"}, services=(stack.api, stack.worker), timeout=400)
