@@ -49,15 +49,14 @@ def lossy(tmp_path_factory) -> Iterator[Stack]:
             yield stack
 
 
-def _aggregations(stack: Stack, submission_id: int) -> list[str]:
-    """The worker log lines about aggregating ``submission_id``: who ran it, if one did."""
-    pattern = re.compile(rf"aggregate.*\[{submission_id}\]|submission {submission_id}\b")
+def _aggregations(stack: Stack) -> list[str]:
+    """The workers' log lines about aggregate tasks (the last 20): which worker ran one."""
     return [
         f"{log.name}: {line.strip()}"
         for log in sorted(stack.root.glob("worker-*.log"))
         for line in log.read_text(errors="replace").splitlines()
-        if "aggregate" in line and pattern.search(line)
-    ]
+        if "aggregate" in line
+    ][-20:]
 
 
 def _wipe(stack: Stack) -> None:
@@ -154,7 +153,7 @@ def test_wiping_the_broker_at_three_moments_loses_no_run(lossy: Stack, tmp_path:
              what="every shard", services=(stack.api, runner))  # fmt: skip
     runner.stop()
     state = erin.get(f"/api/v1/submissions/{third}").json()["state"]
-    assert state == "running", (state, _aggregations(stack, third))
+    assert state == "running", (state, _aggregations(stack))
     _wipe(stack)  # the aggregate message the last shard sent is gone
     _worker(stack)
     wait_state(erin, third, {"finished"}, services=(stack.api, stack.worker), timeout=400)
