@@ -176,9 +176,12 @@ def running_stack(root: Path, postgres_url: str, redis_url: str, **overrides: st
         admin = accounts.create_user(session, name="root", role=Role.ADMIN)
         secret = accounts.create_token(session, user=admin, label="e2e").secret
     port = free_port()
+    # One API process: serve's default (one per CPU, spawned by uvicorn) cost each stack two
+    # more interpreters with the whole app (~10 s of CPU each on the 2-core CI machine); the
+    # multi-process API is tests/api/test_api_serve_processes.py's subject.
     api = Service(
         [str(BIN / "certbench"), "serve", "--host", "127.0.0.1", "--port", str(port),
-         "--no-worker", "--no-load-benchmarks"],
+         "--workers", "1", "--no-worker", "--no-load-benchmarks"],
         env,
         root / "api.log",
     )  # fmt: skip
