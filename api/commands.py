@@ -247,7 +247,9 @@ def _start_embedded_worker() -> subprocess.Popen[bytes]:
     """``certbench worker --embedded`` in a child process with the same environment."""
     command = [sys.executable, "-c", "from certbench.cli.app import main; main()", "worker"]
     typer.echo("starting the embedded worker (no CERTBENCH_BROKER_URL set)", err=True)
-    return subprocess.Popen([*command, "--embedded"], env=dict(os.environ))
+    return subprocess.Popen(
+        [*command, "--embedded", "--parent-pid", str(os.getpid())], env=dict(os.environ)
+    )
 
 
 def _stop(child: subprocess.Popen[bytes]) -> None:

@@ -89,6 +89,14 @@ def worker(
     exit_with_parent: Annotated[
         bool, typer.Option("--exit-with-parent", hidden=True, help="Stop when the parent exits.")
     ] = False,
+    parent_pid: Annotated[
+        int | None,
+        typer.Option(
+            "--parent-pid",
+            hidden=True,
+            help="The process whose exit stops this worker (default: the parent at start).",
+        ),
+    ] = None,
 ) -> None:
     """Run a certification worker (validate, certify shards, aggregate) until stopped."""
     from celery.utils.nodenames import host_format
@@ -123,7 +131,7 @@ def worker(
         ensure_embedded_queue(settings)
         quiet_root_warning()
     if embedded or exit_with_parent:
-        _exit_with_parent(os.getppid())
+        _exit_with_parent(parent_pid or os.getppid())
     from workers.app import app as celery_app
 
     node = host_format(
@@ -174,7 +182,8 @@ class ControlConsumer:
         self.command = [
             sys.executable, "-c", "from certbench.cli.app import main; main()", "worker",
             "--queues", CONTROL_QUEUE, "--no-control-consumer", "--exit-with-parent",
-            "--hostname", node, "--loglevel", loglevel, *(["--embedded"] if embedded else []),
+            "--parent-pid", str(os.getpid()), "--hostname", node, "--loglevel", loglevel,
+            *(["--embedded"] if embedded else []),
         ]  # fmt: skip
         self.node = node
         self.process: subprocess.Popen[bytes] | None = None
@@ -300,12 +309,16 @@ def _redacted(url: str) -> str:
 
 
 def _exit_with_parent(parent: int) -> None:
-    """Warm-shut the worker down (SIGTERM to itself) once the launching process is gone."""
+    """Warm-shut the worker down (SIGTERM to itself) once the launching process ``parent`` is
+    gone. The launcher names itself (``--parent-pid``): a child whose parent died while it was
+    still starting (a worker stopped at once, before its signal handlers were in place) has
+    been re-parented by then, and comparing with its parent at start would wait forever (such
+    an orphaned control consumer went on taking the control queue of its stack)."""
 
     def watch() -> None:
         while os.getppid() == parent:
             threading.Event().wait(PARENT_POLL_SECONDS)
-        log.warning("parent process %s exited; stopping the embedded worker", parent)
+        log.warning("parent process %s exited; stopping this worker", parent)
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
