@@ -93,6 +93,7 @@ def worker(
         int | None,
         typer.Option(
             "--parent-pid",
+            min=1,
             hidden=True,
             help="The process whose exit stops this worker (default: the parent at start).",
         ),

@@ -140,9 +140,6 @@ def test_serve_migrates_and_runs_the_embedded_worker(tmp_path: Path):
         "CERTBENCH_DATA_DIR": str(tmp_path / "data"),
         "CERTBENCH_PORT": str(port),
         "CERTBENCH_DEMO_REFERENCES": "false",
-        # one API process (uvicorn in serve's own process): what is checked here is the
-        # migrations and the embedded worker, not the multi-process API (test_api_serve_processes)
-        "CERTBENCH_API_WORKERS": "1",
     }
     serve = [sys.executable, "-c", "from certbench.cli.app import main; main()", "serve"]
     process = subprocess.Popen(serve, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
