@@ -140,10 +140,6 @@ def test_serve_migrates_and_runs_the_embedded_worker(tmp_path: Path):
         "CERTBENCH_DATA_DIR": str(tmp_path / "data"),
         "CERTBENCH_PORT": str(port),
         "CERTBENCH_DEMO_REFERENCES": "false",
-        # one API process: uvicorn then runs in serve's own process and re-raises SIGTERM once
-        # it has shut down, which killed serve before it stopped its embedded worker (the
-        # multi-process API has its own test, tests/api/test_api_serve_processes.py)
-        "CERTBENCH_API_WORKERS": "1",
     }
     serve = [sys.executable, "-c", "from certbench.cli.app import main; main()", "serve"]
     process = subprocess.Popen(serve, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
