@@ -79,11 +79,6 @@ def flops_per_sample(submission: Submission) -> int:
     return network_flops(submission.artifact.manifest)
 
 
-def work_flops(forward_passes: int, per_sample: int) -> int:
-    """The FLOPs the quota charges for ``forward_passes`` of a network of ``per_sample``."""
-    return forward_passes * per_sample
-
-
 def _charged_fraction(submission: Submission) -> float:
     """The part of its estimate a submission is charged (module docstring)."""
     if submission.state in FREE_STATES:
@@ -104,7 +99,7 @@ def charged_passes(submission: Submission) -> int:
 def charge(submission: Submission) -> int:
     """The FLOPs one submission counts against the quota (see the module docstring)."""
     passes = charged_passes(submission)
-    return work_flops(passes, flops_per_sample(submission)) if passes else 0
+    return passes * flops_per_sample(submission) if passes else 0
 
 
 def usage(
