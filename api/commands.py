@@ -20,7 +20,7 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -261,20 +261,30 @@ def _start_embedded_worker() -> subprocess.Popen[bytes]:
     """``certbench worker --embedded`` in a child process with the same environment."""
     command = [sys.executable, "-c", "from certbench.cli.app import main; main()", "worker"]
     typer.echo("starting the embedded worker (no CERTBENCH_BROKER_URL set)", err=True)
-    return subprocess.Popen(
-        [*command, "--embedded", "--parent-pid", str(os.getpid())], env=dict(os.environ)
-    )
+    return _start_group([*command, "--embedded", "--parent-pid", str(os.getpid())])
+
+
+def _start_group(argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
+    """``argv`` in a session (process group) of its own, which ``_stop`` can kill whole."""
+    return subprocess.Popen(argv, env=dict(os.environ), start_new_session=True, **options)
 
 
 def _stop(child: subprocess.Popen[bytes]) -> None:
-    """Warm shutdown (SIGTERM), then kill if it does not exit in time."""
+    """Warm shutdown (SIGTERM), then kill the worker's whole process group if it does not exit
+    in time.
+
+    The worker runs in a session of its own so that the kill reaches its pool process and its
+    control consumer too: killing its main process alone left them to finish their running
+    tasks (minutes of a shard) after ``serve`` had exited, holding ``serve``'s output open. A
+    Ctrl-C in the terminal reaches ``serve`` only, whose ``finally`` stops the worker here.
+    """
     if child.poll() is not None:
         return
     child.send_signal(signal.SIGTERM)
     try:
         child.wait(timeout=WORKER_STOP_SECONDS)
     except subprocess.TimeoutExpired:
-        child.kill()
+        os.killpg(child.pid, signal.SIGKILL)
         child.wait()
 
 

@@ -16,6 +16,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from api import commands
+from api.commands import WORKER_STOP_SECONDS
 from certbench.cli.app import app, register_plugins
 from models.catalog.benchmarks import get_benchmark, packaged_definitions, upsert_benchmark
 from models.core.settings import Settings, get_settings
@@ -115,6 +117,26 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid``: the embedded worker, its pool process, its control consumer
+    and that one's pool process."""
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for parent in frontier for child in _children(parent)]
+        found += children
+        frontier = children
+    return found
+
+
+def _running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (a killed grandchild waits to be reaped by init)."""
+    try:
+        state = (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def _wait_ready(base: str, process: subprocess.Popen, deadline: float) -> dict:
     while time.monotonic() < deadline:
         assert process.poll() is None, "certbench serve exited early"
@@ -131,7 +153,14 @@ def _wait_ready(base: str, process: subprocess.Popen, deadline: float) -> dict:
 @pytest.mark.slow
 def test_serve_migrates_and_runs_the_embedded_worker(tmp_path: Path):
     """A fresh data dir: serve migrates, loads the packaged benchmarks, starts the embedded worker
-    (which takes the validation job the API queued) and stops it on shutdown."""
+    (which takes the validation job the API queued) and, on SIGTERM, stops it with every process
+    below it before exiting itself.
+
+    One API process: uvicorn then runs in serve's own process and re-raises SIGTERM once it has
+    shut down, which killed serve before it stopped its worker (``api.commands._exit_on_sigterm``).
+    Output goes to a file, not a pipe: a process left behind holding the pipe would make the
+    wait on serve's exit wait on it too, and the check below is what should catch it.
+    """
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CERTBENCH_")}
     # no reference entries: the worker takes this test's job at once (the first-run e2e test
@@ -142,15 +171,19 @@ def test_serve_migrates_and_runs_the_embedded_worker(tmp_path: Path):
         "CERTBENCH_DEMO_REFERENCES": "false",
     }
     serve = [sys.executable, "-c", "from certbench.cli.app import main; main()", "serve"]
-    process = subprocess.Popen(serve, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log = tmp_path / "serve.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [*serve, "--workers", "1"], env=env, stdout=output, stderr=subprocess.STDOUT
+        )
     base = f"http://127.0.0.1:{port}"
+    below: list[int] = []
     try:
         ready = _wait_ready(base, process, time.monotonic() + timing.seconds(240))
         assert ready["embedded_broker"] is True and ready["migrations"] == "ok"
         names = [b["name"] for b in httpx.get(f"{base}/api/v1/benchmarks").json()]
         assert {"cifar10", "cifar10-c", "cifar100-f"} <= set(names)
-        workers = _children(process.pid)
-        assert workers, "no embedded worker process was started"
+        assert _children(process.pid), "no embedded worker process was started"
         admin = subprocess.run(
             [*serve[:-1], "admin", "create-user", "alice"],
             env=env, capture_output=True, text=True, check=True,
@@ -177,13 +210,54 @@ def test_serve_migrates_and_runs_the_embedded_worker(tmp_path: Path):
             time.sleep(2)
             state = httpx.get(url, headers=headers, timeout=timing.seconds(10)).json()["state"]
         assert state != "submitted", "the embedded worker never picked up the validation job"
+        below = _descendants(process.pid)
     finally:
         process.send_signal(signal.SIGTERM)
-        output = process.communicate(timeout=timing.seconds(60))[0].decode(errors="replace")
-    assert "starting the embedded worker" in output
-    time.sleep(timing.seconds(2))
-    for pid in workers:
-        assert (
-            not Path(f"/proc/{pid}").exists()
-            or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
-        ), f"embedded worker {pid} outlived certbench serve"
+        try:
+            # the worker's warm shutdown, then its group killed (WORKER_STOP_SECONDS), and
+            # uvicorn's own shutdown
+            code = process.wait(timeout=timing.seconds(WORKER_STOP_SECONDS + 40))
+        except subprocess.TimeoutExpired as err:
+            process.kill()
+            tail = log.read_text(errors="replace")[-3000:]
+            raise AssertionError(f"serve outlived SIGTERM; log:\n{tail}") from err
+    text = log.read_text(errors="replace")
+    assert code == 0, text[-3000:]
+    assert "serving the API with 1 process(es)" in text
+    assert "starting the embedded worker" in text
+    # the worker's pool process and control consumer: found, and gone with serve
+    assert len(below) >= 2, below
+    # a SIGKILL to the worker's group returns before its members have died: a few seconds
+    deadline = time.monotonic() + timing.seconds(10)
+    while (left := [pid for pid in below if _running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"processes of the embedded worker outlived certbench serve: {left}"
+
+
+#: A stand-in for a worker whose warm shutdown outlasts serve's wait: it and its child (as a
+#: pool process or control consumer would) ignore SIGTERM; the child's PID goes to stdout.
+STUBBORN = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_worker_past_its_stop_deadline_is_killed_with_every_process_below_it(monkeypatch):
+    """``serve``'s embedded worker runs in a process group of its own, so that a worker still
+    running past WORKER_STOP_SECONDS is killed whole: killing its main process alone left its
+    pool process and control consumer to finish their tasks after serve had exited."""
+    monkeypatch.setattr(commands, "WORKER_STOP_SECONDS", 1)
+    worker = commands._start_group([sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE)
+    assert worker.stdout is not None
+    grandchild = int(worker.stdout.readline())
+    assert _running(grandchild)
+    commands._stop(worker)
+    assert worker.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + timing.seconds(10)
+    while _running(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(grandchild), "the worker's child outlived the kill"
