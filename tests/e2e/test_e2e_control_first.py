@@ -36,7 +36,9 @@ def distributed(tmp_path: Path) -> Iterator[tuple[Settings, Service]]:
         settings = settings_from_env(env)
         migrations.upgrade(settings)
         control_first.load_slow_benchmark(settings, tmp_path)
-        worker = start_worker(env, tmp_path / "worker.log", "--hostname", "cf@%h")
+        worker = start_worker(
+            env, tmp_path / "worker.log", "--hostname", "cf@%h", control_consumer=True
+        )
         try:
             yield settings, worker
         finally:

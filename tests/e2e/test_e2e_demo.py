@@ -57,10 +57,11 @@ def test_first_start_certifies_the_demo_reference_entries(tmp_path: Path):
     with (
         postgres_database() as postgres_url,
         redis_database() as redis_url,
-        running_stack(tmp_path, postgres_url, redis_url, **DEPLOYMENT_SHARDS) as stack,
+        # no worker yet: it starts below, on a machine without the demo data
+        running_stack(
+            tmp_path, postgres_url, redis_url, worker=False, **DEPLOYMENT_SHARDS
+        ) as stack,
     ):
-        assert stack.worker is not None
-        stack.worker.stop()  # the worker comes back below, on a machine without the demo data
         settings = stack.settings
         prepare_service(settings, load_benchmarks=True)
         folder = settings.datasets_dir / DEMO

@@ -160,10 +160,11 @@ class Stack:
 
 
 @contextmanager
-def running_stack(root: Path, postgres_url: str, redis_url: str, **overrides: str
-                  ) -> Iterator[Stack]:  # fmt: skip
-    """Migrated PostgreSQL, Redis, ``certbench serve`` (API only) and one ``certbench worker``,
-    with SERVICE_ENV (and ``overrides``) as their environment."""
+def running_stack(root: Path, postgres_url: str, redis_url: str, *, worker: bool = True,
+                  **overrides: str) -> Iterator[Stack]:  # fmt: skip
+    """Migrated PostgreSQL, Redis, ``certbench serve`` (API only) and one ``certbench worker``
+    (none with ``worker=False``: the test starts its own with ``Stack.start_worker``), with
+    SERVICE_ENV (and ``overrides``) as their environment."""
     env = service_env(
         CERTBENCH_DATA_DIR=str(root / "data"),
         CERTBENCH_DATABASE_URL=postgres_url,
@@ -192,7 +193,8 @@ def running_stack(root: Path, postgres_url: str, redis_url: str, **overrides: st
     running = Stack(env=env, settings=settings, api=api, base=base, admin=admin_client, root=root)
     try:
         wait_for(lambda: _healthy(base), timeout=300, what="the API to answer", services=(api,))
-        running.start_worker()
+        if worker:
+            running.start_worker()
         yield running
     finally:
         for client in [*running.clients, admin_client]:

@@ -114,9 +114,22 @@ class Service:
         self._handle.close()
 
 
-def start_worker(env: Mapping[str, str], log: Path, *extra: str) -> Service:
-    """``certbench worker`` (the installed console script) with ``extra`` arguments."""
-    return Service([str(BIN / "certbench"), "worker", "--loglevel", "info", *extra], env, log)
+def start_worker(
+    env: Mapping[str, str], log: Path, *extra: str, control_consumer: bool = False
+) -> Service:
+    """``certbench worker`` (the installed console script) with ``extra`` arguments.
+
+    Without its control consumer unless ``control_consumer``: that second node is a whole
+    ``certbench worker`` process of its own (2.9 s of CPU to start, measured beside the worker's
+    3.7 s on the 2-core reference machine), and only the tests of control-first work need it
+    (``tests/workers/test_worker_control_first.py``, ``tests/e2e/test_e2e_control_first.py``);
+    every other test's control messages are taken by the worker itself, as they are when the
+    consumer has died. ``certbench serve``'s embedded worker keeps the default (it has one).
+    """
+    option = "--control-consumer" if control_consumer else "--no-control-consumer"
+    return Service(
+        [str(BIN / "certbench"), "worker", "--loglevel", "info", option, *extra], env, log
+    )
 
 
 def wait_for(

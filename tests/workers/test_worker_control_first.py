@@ -31,7 +31,7 @@ def embedded(tmp_path: Path) -> Iterator[tuple[Settings, Service]]:
     settings = Settings(data_dir=tmp_path / "data", shard_size=1, worker_device="cpu")
     migrations.upgrade(settings)
     control_first.load_slow_benchmark(settings, tmp_path)
-    worker = start_worker(env, tmp_path / "worker.log", "--embedded")
+    worker = start_worker(env, tmp_path / "worker.log", "--embedded", control_consumer=True)
     yield settings, worker
     worker.stop()
     dispose_engines()
