@@ -1,12 +1,12 @@
 """timm networks under the certification engine's optimisations (issue 33 §1), as for the
 built-in ones: BatchNorm folded into the convolutions of a timm ResNet (logits within round-off),
-a ViT (no BatchNorm) left as it is, and certification counts
-identical for batch sizes 250, 7 and 1 in fp32, and in bf16 for the ViT
-(``certbench.nets.batch_invariance``).
+a ViT (no BatchNorm) left as it is, and certification counts identical for batch sizes 250, 7
+and 1 in fp32, and in bf16 for the ViT (``certbench.nets.batch_invariance``).
 
 ``torch.compile`` is not run here: it takes minutes of CPU per network (measured on a busy
-2-core machine: the timm ResNet below 112 s, the ViT 28 s, with records equal to the eager ones); the engine
-falls back to eager where it fails (``certbench.smoothing.compiled``), as for any network."""
+2-core machine: the timm ResNet below 112 s, the ViT 28 s, with records equal to the eager
+ones); the engine falls back to eager where it fails (``certbench.smoothing.compiled``), as for
+any network."""
 
 from __future__ import annotations
 
