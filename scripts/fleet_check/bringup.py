@@ -9,6 +9,7 @@ from collections.abc import Callable
 import httpx
 import psycopg
 
+from scripts.fleet_check import pace
 from scripts.fleet_check.services import API_PORT, DB_NAME, DB_PORT, DB_USER, Proc, Services
 from scripts.fleet_check.topology import Fleet
 
@@ -16,7 +17,9 @@ from scripts.fleet_check.topology import Fleet
 def wait_until(
     probe: Callable[[], object], *, timeout: float, what: str, procs: tuple[Proc, ...] = ()
 ) -> object:
-    """Poll ``probe`` (every 0.5 s) until it returns something truthy; fail naming ``what``."""
+    """Poll ``probe`` (every 0.5 s) until it returns something truthy; fail naming ``what``.
+    ``timeout`` is stretched by ``--time-scale`` (``pace``)."""
+    timeout = pace.seconds(timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = probe()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scripts.fleet_check import pace
 from scripts.fleet_check.client import Client, Run
 from scripts.fleet_check.observe import Observer
 from scripts.fleet_check.services import DB_PORT, REDIS_PORT, Services, Timings
@@ -85,6 +86,7 @@ class Fault:
 
 
 def _poll(what: str, probe: Callable[[], Any], timeout: float, interval: float = 0.2) -> Any:
+    timeout = pace.seconds(timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = probe()
@@ -458,7 +460,8 @@ def run_phase(ctx: Context, fault: Fault) -> FaultRecord:
 
 
 def wait_runs(ctx: Context, record: FaultRecord) -> None:
-    deadline = time.monotonic() + RUN_TIMEOUT
+    limit = pace.seconds(RUN_TIMEOUT)
+    deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         runs = [ctx.client.runs[i] for i in record.runs if i in ctx.client.runs]
         if all(r.ended_at is not None for r in runs) and len(runs) == len(record.runs):
@@ -466,4 +469,4 @@ def wait_runs(ctx: Context, record: FaultRecord) -> None:
             ctx.log(f"{record.name}: runs ended: {[(r.id, r.state) for r in runs]}")
             return
         time.sleep(1.0)
-    record.error = (record.error or "") + f" runs not ended within {RUN_TIMEOUT:.0f} s"
+    record.error = (record.error or "") + f" runs not ended within {limit:.0f} s"

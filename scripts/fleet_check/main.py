@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from scripts.fleet_check import netns, topology
+from scripts.fleet_check import netns, pace, topology
 
 ROOT = Path(__file__).resolve().parents[2]
 FULL_FAULTS = [
@@ -90,7 +90,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep-logs", action="store_true", help="keep the services' logs under OUT/logs"
     )
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="stretch the shard time limits and the check's waits by this factor (at least 1) "
+        "on a loaded or slow machine; the lease and the faults' timing are kept",
+    )
     args = parser.parse_args(argv)
+    try:
+        pace.set_factor(args.time_scale)
+    except ValueError as err:
+        parser.error(str(err))
     missing = missing_requirements()
     if missing:
         print(

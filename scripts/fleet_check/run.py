@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from scripts.fleet_check import checker, netns, topology
+from scripts.fleet_check import checker, netns, pace, topology
 from scripts.fleet_check.bringup import database_url, start_certbench, start_database_host
 from scripts.fleet_check.client import DEMO, SMOKE, Client, Poller, demo_definition, tiny_upload
 from scripts.fleet_check.faults import Context, FaultRecord, catalogue, run_phase, wait_runs
@@ -35,7 +35,7 @@ def check(
     started = time.time()
     apis = ["api1"] if smoke else ["api1", "api2"]
     workers = ["w1", "w2"] if smoke else ["w1", "w2", "w3"]
-    timings = Timings(shard_size=4) if small else Timings()
+    timings = (Timings(shard_size=4) if small else Timings()).scaled(pace.factor())
     fleet = topology.build(apis=len(apis), workers=len(workers), seed=seed)
     log(f"fleet {fleet.run}: {[h.name for h in fleet.hosts]} on {topology.SUBNET}.0/24")
     services = Services(fleet, service_env(fleet, timings))

@@ -10,6 +10,7 @@ storage: the API writes uploads there, the workers records, the aggregate reads 
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -18,7 +19,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from scripts.fleet_check import netns
@@ -44,6 +45,17 @@ class Timings:
     soft_limit: int = 120
     hard_limit: int = 150
     visibility: int = 180
+
+    def scaled(self, factor: float) -> Timings:
+        """The shard limits and the visibility timeout stretched by ``factor`` (``pace``), in
+        the order the workers require; the lease and heartbeat, against which the faults are
+        staged, unchanged."""
+        return replace(
+            self,
+            soft_limit=math.ceil(self.soft_limit * factor),
+            hard_limit=math.ceil(self.hard_limit * factor),
+            visibility=math.ceil(self.visibility * factor),
+        )
 
     def env(self) -> dict[str, str]:
         return {

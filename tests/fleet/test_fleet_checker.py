@@ -7,6 +7,8 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -148,3 +150,26 @@ def test_runs_submitted_together_are_measured_against_as_many_undisturbed_runs()
                                                               "ended_at": 150.0}}  # fmt: skip
     (row,) = checker.fault_rows([record], runs, {}, [], [], 60.0, {})
     assert row["delay_s"] == 30.0  # 150 s for two runs of 60 s each
+
+
+def test_the_time_scale_stretches_the_ceilings_but_not_the_lease():
+    """``--time-scale``: on a loaded machine the shard limits, the visibility timeout and the
+    check's waits grow, in the order the workers require; the lease and heartbeat, against
+    which the faults are staged, stay; a factor below 1 is refused."""
+    from scripts.fleet_check import pace
+    from scripts.fleet_check.services import Timings
+
+    quiet = Timings(shard_size=4)
+    loaded = quiet.scaled(2.5)
+    assert (loaded.soft_limit, loaded.hard_limit, loaded.visibility) == (300, 375, 450)
+    assert (loaded.lease, loaded.heartbeat, loaded.shard_size) == (10, 2, 4)
+    assert loaded.soft_limit < loaded.hard_limit < loaded.visibility
+    try:
+        pace.set_factor(3.0)
+        assert pace.seconds(120) == 360
+        for bad in (0.5, 0.0, float("nan")):
+            with pytest.raises(ValueError, match="at least 1"):
+                pace.set_factor(bad)
+        assert pace.factor() == 3.0
+    finally:
+        pace.set_factor(1.0)
