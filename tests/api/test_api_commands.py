@@ -24,7 +24,8 @@ from models.core.settings import Settings, get_settings
 from models.db.accounts import authenticate
 from models.db.engine import dispose_engines, session_scope
 from tests.support import timing
-from tests.support.service_factories import manifest, tiny_definition, weights_bytes
+from tests.support.service_factories import manifest, tiny_definition
+from tests.support.workers import non_finite_model, weights_bytes
 
 register_plugins(app)
 runner = CliRunner()
@@ -153,8 +154,8 @@ def _wait_ready(base: str, process: subprocess.Popen, deadline: float) -> dict:
 @pytest.mark.slow
 def test_serve_migrates_and_runs_the_embedded_worker(tmp_path: Path):
     """A fresh data dir: serve migrates, loads the packaged benchmarks, starts the embedded worker
-    (which takes the validation job the API queued) and, on SIGTERM, stops it with every process
-    below it before exiting itself.
+    (which runs the validation job the API queued, rejecting NaN weights) and, on SIGTERM, stops
+    it with every process below it before exiting itself.
 
     One API process: uvicorn then runs in serve's own process and re-raises SIGTERM once it has
     shut down, which killed serve before it stopped its worker (``api.commands._exit_on_sigterm``).
@@ -190,8 +191,12 @@ def test_serve_migrates_and_runs_the_embedded_worker(tmp_path: Path):
         )  # fmt: skip
         token = admin.stdout.strip().splitlines()[-1]
         headers = {"Authorization": f"Bearer {token}"}
+        # weights that validation rejects (NaN, as a diverged run leaves them): the worker runs
+        # the validation job and nothing after it (a certification would go on until the
+        # SIGTERM, and its warm shutdown wait for the running shard)
+        weights = weights_bytes(non_finite_model(float("nan")), tmp_path / "nan")
         files = {
-            "weights": ("w.safetensors", weights_bytes(), "application/octet-stream"),
+            "weights": ("w.safetensors", weights, "application/octet-stream"),
             # the demo benchmark: its data is generated locally, CIFAR-10's is not here
             "manifest": (
                 "m.json",
@@ -205,11 +210,12 @@ def test_serve_migrates_and_runs_the_embedded_worker(tmp_path: Path):
         assert created.status_code == 202, created.text
         url = f"{base}/api/v1/submissions/{created.json()['id']}"
         deadline = time.monotonic() + timing.seconds(240)
-        state = "submitted"
-        while state == "submitted" and time.monotonic() < deadline:
-            time.sleep(2)
-            state = httpx.get(url, headers=headers, timeout=timing.seconds(10)).json()["state"]
-        assert state != "submitted", "the embedded worker never picked up the validation job"
+        body = {"state": "submitted"}
+        while body["state"] in ("submitted", "validating") and time.monotonic() < deadline:
+            time.sleep(1)
+            body = httpx.get(url, headers=headers, timeout=timing.seconds(10)).json()
+        assert body["state"] == "rejected", body
+        assert body["reason"] == "non_finite_weights", body
         below = _descendants(process.pid)
     finally:
         process.send_signal(signal.SIGTERM)
