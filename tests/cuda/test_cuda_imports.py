@@ -88,7 +88,6 @@ def test_the_cuda_tests_and_gpu_check_import_without_the_service_packages():
 def test_the_probe_would_notice_a_service_import():
     run = subprocess.run(
         [sys.executable, "-c", PROBE, ",".join(ABSENT_ON_THE_GPU_IMAGE), "certbench.nets:Manifest"],
-        cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, timeout=timing.seconds(300),
+        cwd=ROOT, env=probe_env(), capture_output=True, text=True, timeout=timing.seconds(300),
     )  # fmt: skip
     assert run.returncode != 0 and "not on the GPU image" in run.stderr
