@@ -13,11 +13,17 @@ in the controlling process, and handed to pytest-xdist's processes so that all o
 and it stretches pytest-timeout's per-test limit (``timeout`` in pyproject.toml) by the same
 factor, so that a test that is only slow on a loaded machine is not killed before its own
 deadlines, which say what it was waiting for, run out.
+
+And it holds the one headless Chromium of each test process (``browser``): Playwright's sync API
+runs an event loop in the thread for as long as it is open, so a second ``sync_playwright()`` in
+the same process failed ("using Playwright Sync API inside the asyncio loop") whenever a file of
+``tests/web`` had run before ``tests/docs/test_site.py`` there.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -87,3 +93,26 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     if limit and item.get_closest_marker("timeout") is None:
         item.add_marker(pytest.mark.timeout(timing.seconds(limit)))
     yield
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """Headless Debian Chromium through Playwright (no Playwright browser download), one per
+    test process, for every test that browses."""
+    # imported here: the CUDA tests run with this file on a GPU image without the service's
+    # packages (tests/cuda/test_cuda_imports.py), and tests.support.web needs them
+    from tests.support.web import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.is_file() or shutil.which(str(CHROMIUM)) is None:
+        pytest.fail(
+            f"Chromium is required for the web browser tests and {CHROMIUM} is missing: run "
+            "`apt-get update && apt-get install -y chromium` (Debian package; never "
+            "`playwright install`), or set CERTBENCH_CHROMIUM to the binary.",
+            pytrace=False,
+        )
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()

@@ -29,7 +29,8 @@ OURS = ("certbench", "generators", "scripts", "tests")
 
 
 def imported_modules() -> set[str]:
-    """``module`` and ``module:name`` of every import of ours in tests/cuda and gpu_check."""
+    """``module`` and ``module:name`` of every import of ours in tests/cuda and gpu_check, and
+    the suite's conftest."""
     files = [
         *ROOT.joinpath("tests/cuda").glob("*.py"),
         *ROOT.joinpath("scripts/gpu_check").glob("*.py"),
@@ -41,7 +42,8 @@ def imported_modules() -> set[str]:
                 found |= {f"{node.module}:{alias.name}" for alias in node.names}
             elif isinstance(node, ast.Import):
                 found |= {a.name for a in node.names if a.name.startswith(OURS)}
-    return found
+    # pytest loads the suite's conftest.py too when gpu-check runs tests/cuda on the GPU image
+    return found | {"tests.conftest"}
 
 
 def probe_env() -> dict[str, str]:

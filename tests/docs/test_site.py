@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -170,28 +171,19 @@ GUIDE_PROBLEMS = """() => {
 }"""
 
 
-def test_the_guide_fits_at_1280_px(site: Path):
+def test_the_guide_fits_at_1280_px(site: Path, browser: Any):
     """The guide's pages in Chromium at 1,280 CSS px: every command block whole, no option name
     broken at a hyphen, no sidebar entry over another."""
-    from playwright.sync_api import sync_playwright
-
-    from tests.support.web import CHROMIUM, CHROMIUM_ARGS
-
-    if not CHROMIUM.is_file():
-        pytest.fail(f"Chromium is required for the guide's layout test: {CHROMIUM} is missing "
-                    "(`apt-get install -y chromium`)", pytrace=False)  # fmt: skip
     pages = ("reference/cli.html", "researchers/reproducing.html", "researchers/certify.html",
              "getting-started.html")  # fmt: skip
     problems: dict[str, list[str]] = {}
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            for name in pages:
-                page.goto((site / name).as_uri())
-                found = page.evaluate(GUIDE_PROBLEMS)
-                if found:
-                    problems[name] = found[:8]
-        finally:
-            browser.close()
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        for name in pages:
+            page.goto((site / name).as_uri())
+            found = page.evaluate(GUIDE_PROBLEMS)
+            if found:
+                problems[name] = found[:8]
+    finally:
+        page.close()
     assert not problems, problems

@@ -1,4 +1,5 @@
-"""Helpers of the web tests (their fixtures are in ``tests/web/conftest.py``)."""
+"""Helpers of the web tests (their fixtures are in ``tests/web/conftest.py``; the browser, shared
+with the guide's layout test, in ``tests/conftest.py``)."""
 
 from __future__ import annotations
 

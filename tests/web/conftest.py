@@ -8,7 +8,6 @@ instruction: they are never skipped."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -25,8 +24,6 @@ from models.core.settings import Settings
 from models.db.engine import dispose_engines, session_scope
 from tests.support import timing
 from tests.support.web import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     REPO,
     SERVER_START_SECONDS,
     Site,
@@ -107,24 +104,6 @@ def server(site: Site) -> Iterator[str]:
     except subprocess.TimeoutExpired:
         process.kill()
     log.close()
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
-    """Headless Debian Chromium through Playwright (no Playwright browser download)."""
-    if not CHROMIUM.is_file() or shutil.which(str(CHROMIUM)) is None:
-        pytest.fail(
-            f"Chromium is required for the web browser tests and {CHROMIUM} is missing: run "
-            "`apt-get update && apt-get install -y chromium` (Debian package; never "
-            "`playwright install`), or set CERTBENCH_CHROMIUM to the binary.",
-            pytrace=False,
-        )
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        instance = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield instance
-        instance.close()
 
 
 @pytest.fixture
