@@ -25,5 +25,4 @@ def mount_web(app: FastAPI) -> None:
     app.include_router(analysis_router)
     app.include_router(figure_files.router)
     app.include_router(guide.router)
-    figure_files.warm_bundle()
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

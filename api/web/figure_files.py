@@ -1,8 +1,10 @@
 """Figures of the pages as files and the charting script the pages load.
 
 - ``/assets/vega-<version>.js``: Vega, Vega-Lite and vega-embed in one script, taken from the
-  ``vl-convert`` package (built once per process, cached by the browser for good), so pages draw
-  their figures offline;
+  ``vl-convert`` package, so pages draw their figures offline. Building it costs about 1.3 s of
+  CPU, so it is built on its first request, not at start-up (most API processes of a fleet never
+  serve it), and kept in ``<data_dir>/cache/`` for the deployment's other and later processes;
+  browsers cache it for good;
 - ``figure_response``: one of a page's figures as SVG, PNG or PDF, rendered by ``vl-convert``
   from the very spec the page embeds (the download links under every figure, and the picture a
   browser without JavaScript shows).
@@ -14,42 +16,91 @@ the page's context, by name.
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
+import logging
+import os
+import tempfile
 import threading
 from collections.abc import Iterator
 from functools import lru_cache
+from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Request
+from fastapi import Path as PathParameter
 from fastapi.responses import Response
 from markupsafe import Markup
 
 from certbench.figures import MEDIA_TYPES, Figure, javascript_bundle, render
 from models.core.errors import NotFoundError
 
+logger = logging.getLogger(__name__)
 router = APIRouter(include_in_schema=False)
 #: The path parameters of every page's figure route (``.../figures/{name}.{fmt}``).
-FigureName = Annotated[str, Path(max_length=80, description="the figure's name on its page")]
-FigureFormat = Annotated[str, Path(pattern="^(svg|png|pdf)$", description="svg, png or pdf")]
+FigureName = Annotated[
+    str, PathParameter(max_length=80, description="the figure's name on its page")
+]
+FigureFormat = Annotated[
+    str, PathParameter(pattern="^(svg|png|pdf)$", description="svg, png or pdf")
+]
 BUNDLE_VERSION = "vl6.4-1"
 BUNDLE_URL = f"/assets/vega-{BUNDLE_VERSION}.js"
 
 
-@lru_cache(maxsize=1)
-def _bundle() -> bytes:
-    return javascript_bundle().encode("utf-8")
+_bundles: dict[Path, bytes] = {}
+_bundles_lock = threading.Lock()
 
 
-def warm_bundle() -> None:
-    """Build the bundle in the background at start-up (it takes seconds), so the first page
-    with figures does not wait for it."""
-    threading.Thread(target=_bundle, name="vega-bundle", daemon=True).start()
+def bundle_file(data_dir: Path) -> Path:
+    """Where a deployment keeps the built script: named by the bundle's version and the
+    ``vl-convert`` release that built it, so an upgrade builds it again."""
+    release = importlib.metadata.version("vl-convert-python")
+    return data_dir / "cache" / f"vega-{BUNDLE_VERSION}-vl-convert-{release}.js"
+
+
+def bundle(data_dir: Path) -> bytes:
+    """The script, read from the deployment's cache or built (once per process; a lock keeps
+    concurrent first requests from building it twice)."""
+    path = bundle_file(data_dir)
+    with _bundles_lock:
+        if path not in _bundles:
+            _bundles[path] = _read_or_build(path)
+        return _bundles[path]
+
+
+def _read_or_build(path: Path) -> bytes:
+    if path.is_file():
+        return path.read_bytes()
+    body = javascript_bundle().encode("utf-8")
+    try:
+        _keep(path, body)
+    except OSError as err:  # a read-only or full data directory: served all the same
+        logger.warning(
+            "the Vega bundle is not kept in %s (%s): each API process builds it again",
+            path.parent,
+            err.strerror or err,
+        )
+    return body
+
+
+def _keep(path: Path, body: bytes) -> None:
+    """Write ``body`` to ``path`` atomically: a process reading it never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(body)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 @router.get(BUNDLE_URL, name="vega_bundle")
-def vega_bundle() -> Response:
+def vega_bundle(request: Request) -> Response:
     return Response(
-        _bundle(),
+        bundle(request.app.state.settings.data_dir),
         media_type="text/javascript",
         headers={"Cache-Control": "public, max-age=31536000, immutable"},
     )

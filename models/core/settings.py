@@ -53,7 +53,8 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(
         default=Path("certbench-data"),
-        description="Where the SQLite database and, by default, artifacts and data sets live.",
+        description="Where the SQLite database and, by default, artifacts and data sets live; "
+        "`cache/` keeps what the API builds once per deployment (the pages' charting script).",
     )
     database_url: str = Field(
         default="",
