@@ -173,6 +173,23 @@ def test_stages_are_subpackages_not_file_name_prefixes():
     assert prefixes <= {"shard"}, f"file-name prefixes in models/stages: {sorted(prefixes)}"
 
 
+#: A stage module holds its science and its figures; the plumbing is the contract's
+#: (``models.stages.shard_files``, ``models.stages.base``), the provenance, protocol and figure
+#: tables are modules beside it.
+STAGE_MODULE_LINES = 300
+
+
+def test_every_stage_module_stays_within_its_science():
+    stages = ROOT / "models" / "stages"
+    lengths = {
+        p.parent.name: len(p.read_text(encoding="utf-8").splitlines())
+        for p in sorted(stages.glob("*/stage.py"))
+    }
+    assert len(lengths) >= 5, lengths
+    over = {name: n for name, n in lengths.items() if n > STAGE_MODULE_LINES}
+    assert over == {}, f"stage modules over {STAGE_MODULE_LINES} lines: {over}"
+
+
 def test_models_top_level_holds_only_its_packages():
     """``models/`` is packages by concept (runs, boards, catalog, stages, submissions,
     benchmarks, db, core): no loose module whose file name carries the concept."""

@@ -8,8 +8,8 @@ skip and limit), the data as this server reads it (the Hub repo at its revision 
 command that generates the demo's digits; a local folder's published name, which a user points at
 their copy) and the weights (``certbench download`` for a published entry; otherwise the files
 the submitter sent). The noise streams are keyed by ``<config>/<split>`` as the CLI keys them
-(``models.stages.certification.stage.stream_key``), so the same options give the same records on
-the same device type.
+(``models.stages.certification.provenance.stream_key``), so the same options give the same
+records on the same device type.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ from certbench.figures import (
     unpaired_cell_tests,
 )
 from certbench.fourier import SIGN_NAMES, SIGN_TEXT
-from models.stages.fourier_sensitivity.stage import BANDS, MERGED
+from models.stages.fourier_sensitivity.figures import BANDS
+from models.stages.fourier_sensitivity.stage import MERGED
 from models.stages.fourier_sensitivity.text import band_edges, cost_text
 
 STAGE = "fourier_sensitivity"

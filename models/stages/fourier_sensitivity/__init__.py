@@ -4,5 +4,6 @@ ECCV 2022).
 
 - :mod:`~models.stages.fourier_sensitivity.stage`: the stage;
 - :mod:`~models.stages.fourier_sensitivity.protocol`: its definition block and grid;
+- :mod:`~models.stages.fourier_sensitivity.figures`: its leaderboard columns and their values;
 - :mod:`~models.stages.fourier_sensitivity.text`: its help texts, protocol note and cost as read.
 """

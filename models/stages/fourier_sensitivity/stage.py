@@ -38,6 +38,11 @@ from pydantic import BaseModel
 from certbench.errors import SensitivityError
 from models.core.errors import StorageError
 from models.stages.base import MetricSpec, ShardOutput, Stage, StageOutcome, Uncertainty, Unit
+from models.stages.fourier_sensitivity.figures import (
+    KEYS,
+    fourier_metric_specs,
+    leaderboard_metrics,
+)
 from models.stages.fourier_sensitivity.protocol import (
     SHARD_FORWARD_PASSES as SHARD_FORWARD_PASSES,
 )
@@ -48,7 +53,6 @@ from models.stages.fourier_sensitivity.protocol import (
     stored_row,
     unit_name,
 )
-from models.stages.fourier_sensitivity.text import band_range, protocol_note
 from models.stages.registry import register
 from models.stages.shard_files import read_shards, shard_metadata
 
@@ -62,15 +66,8 @@ if TYPE_CHECKING:
 STAGE = "fourier_sensitivity"
 #: The merged map is stored as one result (unit "").
 MERGED = ""
-BANDS = ("low", "mid", "high")
 WHOLE_UNIT = 2**31 - 1
 """The pipeline's shard size: each unit (a run of points) is one shard."""
-PAPER = "Sun et al. 2022, “A Spectral View of Randomized Smoothing under Common Corruptions”"
-KEYS = {
-    "acr": {band: f"fourier_acr_{band}" for band in BANDS},
-    "base_accuracy": {band: f"fourier_base_{band}" for band in BANDS},
-}
-"""Leaderboard metric keys: mean ACR (smoothed) and base accuracy per radial band."""
 
 
 ENGINE_DEFAULTS: dict[str, Any] = {"certify_batch_size": None, "amp": "auto", "compile": None}
@@ -256,48 +253,4 @@ class FourierSensitivity(Stage):
     def metric_specs(
         self, protocol: Mapping[str, Any] | None, *, test_sets: int, bands: Sequence[str]
     ) -> list[MetricSpec]:
-        """Mean ACR per radial band of the smoothed map (columns), the base classifier's
-        accuracy per band (columns only when the benchmark skips the smoothed map; otherwise
-        REST fields and sort keys); none for a benchmark without the stage."""
-        if protocol is None:
-            return []
-        smoothed = bool(protocol.get("smoothed", True))
-        run = protocol_note(protocol)
-        size = int(protocol.get("grid_size", 32))
-        specs = [
-            MetricSpec(
-                KEYS["acr"][band],
-                f"Fourier ACR {band}",
-                f"mean ACR of the smoothed classifier over the {band_range(band, size)} cells "
-                f"of the Fourier sensitivity heatmap (x + r·ε·U_ij, one cell per Fourier basis "
-                f"image; {PAPER}, §2.2){run}",
-                "radius",
-                group="fourier",
-                column=smoothed,
-            )
-            for band in BANDS
-        ]
-        specs += [
-            MetricSpec(
-                KEYS["base_accuracy"][band],
-                f"Fourier base {band}",
-                f"mean accuracy of the base classifier (not smoothed) over the "
-                f"{band_range(band, size)} cells of the Fourier sensitivity heatmap "
-                f"(Yin et al. 2019's map, as in {PAPER}){run}",
-                "percent",
-                group="fourier",
-                column=not smoothed,
-            )
-            for band in BANDS
-        ]
-        return specs
-
-
-def leaderboard_metrics(bands: Mapping[str, Any]) -> dict[str, float | None]:
-    """Band means of both maps (None for the smoothed map of a base-only benchmark)."""
-    out: dict[str, float | None] = {}
-    for name, keys in KEYS.items():
-        entry = bands.get(name)
-        for band, key in keys.items():
-            out[key] = None if entry is None else entry["bands"][band]
-    return out
+        return fourier_metric_specs(protocol)

@@ -1,5 +1,5 @@
 """Texts of the Fourier sensitivity stage: band ranges in its help texts, the protocol note and
-the cost of a run as people read it (``models.stages.fourier_sensitivity.stage``; the web
+the cost of a run as people read it (``models.stages.fourier_sensitivity.figures``; the web
 section)."""
 
 from __future__ import annotations
