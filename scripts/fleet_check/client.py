@@ -92,10 +92,17 @@ def tiny_upload(
     return save(tensors), manifest
 
 
+#: Seconds a request may take before it counts as "no answer" (an invariant the check breaks on),
+#: on a quiet machine; ``--time-scale`` stretches it (``pace``).
+REQUEST_TIMEOUT = 30.0
+
+
 class Client:
     """REST calls across the API hosts, recorded."""
 
-    def __init__(self, apis: dict[str, str], benchmark: str, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, apis: dict[str, str], benchmark: str, *, timeout: float = REQUEST_TIMEOUT
+    ) -> None:
         self.apis = apis  # host name -> base URL
         self.benchmark = benchmark
         self.timeout = timeout

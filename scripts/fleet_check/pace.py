@@ -1,12 +1,13 @@
 """How much longer than on a quiet machine the check's ceilings last (``--time-scale``).
 
-The shard time limits and the check's own bounded waits are sized for a quiet 2-core machine.
-On a loaded one (the test suite beside another suite and ``certbench serve``, load ~30 on 2
-cores) a 4-image smoke shard ran past its 120 s soft limit on both workers and the run failed
-with ``time_limit``: a ceiling meant to catch a hung shard caught a slow machine. ``--time-scale``
-stretches the ceilings only: the shard limits and the visibility timeout, and the waits for a
-moment or a run's end. The lease, the heartbeat and the fault's timing stay as set, since the
-faults are staged against them.
+The shard time limits, the client's request timeout and the check's own bounded waits are sized
+for a quiet 2-core machine. On a loaded one (the test suite beside another suite and ``certbench
+serve``, load ~30 on 2 cores) a 4-image smoke shard ran past its 120 s soft limit on both workers
+and the run failed with ``time_limit``, and two of the client's requests took over its 30 s and
+counted as "no answer": ceilings meant to catch a hung shard or a silent API caught a slow
+machine. ``--time-scale`` stretches the ceilings only: the shard limits and the visibility
+timeout, the request timeout, and the waits for a moment or a run's end. The lease, the heartbeat
+and the fault's timing stay as set, since the faults are staged against them.
 """
 
 from __future__ import annotations

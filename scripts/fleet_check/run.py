@@ -16,7 +16,15 @@ from typing import Any
 
 from scripts.fleet_check import checker, netns, pace, topology
 from scripts.fleet_check.bringup import database_url, start_certbench, start_database_host
-from scripts.fleet_check.client import DEMO, SMOKE, Client, Poller, demo_definition, tiny_upload
+from scripts.fleet_check.client import (
+    DEMO,
+    REQUEST_TIMEOUT,
+    SMOKE,
+    Client,
+    Poller,
+    demo_definition,
+    tiny_upload,
+)
 from scripts.fleet_check.faults import Context, FaultRecord, catalogue, run_phase, wait_runs
 from scripts.fleet_check.observe import Observer
 from scripts.fleet_check.report import write_reports
@@ -50,7 +58,9 @@ def check(
         bringup = time.time() - started
         log(f"services up in {bringup:.0f} s")
         client = Client(
-            {h: f"http://{fleet.address(h)}:{API_PORT}" for h in apis}, SMOKE if small else DEMO
+            {h: f"http://{fleet.address(h)}:{API_PORT}" for h in apis},
+            SMOKE if small else DEMO,
+            timeout=pace.seconds(REQUEST_TIMEOUT),
         )
         client.load_benchmark(admin, demo_definition(smoke=small))
         token = client.submitter(admin, "fleet-client")

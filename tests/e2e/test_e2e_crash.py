@@ -23,7 +23,7 @@ from certbench.smoothing.records import read_records
 from models.boards.leaderboard import certification_results
 from models.core.queue import CONTROL_QUEUE
 from models.db.engine import session_scope
-from models.db.entities import StageShard, Submission
+from models.db.entities import ShardDispatch, StageShard, Submission
 from models.submissions import storage
 from tests.support.flow import put_benchmark, submit, wait_state
 from tests.support.processes import wait_for
@@ -103,12 +103,15 @@ def test_kill_9_of_the_pool_process_reruns_its_shard_on_the_same_worker(stack, t
     assert response.status_code == 202, response.text
     sid = response.json()["id"]
 
-    def mid_run() -> dict | None:
+    def mid_shard() -> bool | None:
+        """A shard after the first is claimed and not recorded: the pool process is computing
+        it. (Killed between two shards, it would be replaced without a lost task: under load the
+        kill once landed 70 ms after the next message was received, before the pool took it.)"""
         body = grace.get(f"/api/v1/submissions/{sid}").json()
         assert body["state"] != "finished", "finished before the kill"
-        return body if body["state"] == "running" and body["shards_done"] >= 1 else None
+        return (body["shards_done"] >= 1 and _shard_in_flight(stack, sid)) or None
 
-    wait_for(mid_run, timeout=400, what="a first shard", services=stack.services())
+    wait_for(mid_shard, timeout=400, what="a shard in flight", services=stack.services())
     worker = stack.worker
     (pool,) = _pool_children(worker.pid)
     os.kill(pool, signal.SIGKILL)
@@ -121,6 +124,22 @@ def test_kill_9_of_the_pool_process_reruns_its_shard_on_the_same_worker(stack, t
         assert len({(s.unit, s.shard_index) for s in shards}) == len(shards) == 4
         results = certification_results(session, sid)
         assert sorted(r.test_set.name for r in results) == sorted(TEST_SETS)
+
+
+def _shard_in_flight(stack, sid: int) -> bool:
+    """Whether a shard of ``sid`` is claimed by a worker and not yet recorded."""
+    with session_scope(stack.settings) as session:
+        claimed = session.execute(
+            select(ShardDispatch.stage, ShardDispatch.unit, ShardDispatch.shard_index).where(
+                ShardDispatch.submission_id == sid, ShardDispatch.claimed_by.is_not(None)
+            )
+        ).all()
+        recorded = session.execute(
+            select(StageShard.stage, StageShard.unit, StageShard.shard_index).where(
+                StageShard.submission_id == sid
+            )
+        ).all()
+    return bool({tuple(row) for row in claimed} - {tuple(row) for row in recorded})
 
 
 def _children(pid: int) -> list[int]:

@@ -73,6 +73,24 @@ SERVICE_ENV = {
 }
 
 
+#: The limits a loaded machine stretches (``shard_limits``); the lease, heartbeat and watchdog
+#: stay as they are, since the crash tests stage their faults against them.
+SCALED_LIMITS = (
+    "CERTBENCH_SHARD_SOFT_TIME_LIMIT_SECONDS",
+    "CERTBENCH_SHARD_TIME_LIMIT_SECONDS",
+    "CERTBENCH_VISIBILITY_TIMEOUT_SECONDS",
+)
+
+
+def shard_limits() -> dict[str, str]:
+    """SERVICE_ENV's shard time limits and visibility timeout stretched by the time scale when a
+    stack starts (``tests.support.timing``), in the same order: beside a second suite and
+    ``certbench serve`` (load 30) a one-image shard ran past the 30 s soft limit and its run
+    failed with ``time_limit``."""
+    factor = timing.factor()
+    return {name: str(round(float(SERVICE_ENV[name]) * factor)) for name in SCALED_LIMITS}
+
+
 @contextmanager
 def postgres_database() -> Iterator[str]:
     """A fresh database on the local PostgreSQL, dropped afterwards."""
@@ -164,12 +182,13 @@ def running_stack(root: Path, postgres_url: str, redis_url: str, *, worker: bool
                   **overrides: str) -> Iterator[Stack]:  # fmt: skip
     """Migrated PostgreSQL, Redis, ``certbench serve`` (API only) and one ``certbench worker``
     (none with ``worker=False``: the test starts its own with ``Stack.start_worker``), with
-    SERVICE_ENV (and ``overrides``) as their environment."""
+    SERVICE_ENV, its limits stretched (``shard_limits``), and ``overrides`` as their
+    environment."""
     env = service_env(
         CERTBENCH_DATA_DIR=str(root / "data"),
         CERTBENCH_DATABASE_URL=postgres_url,
         CERTBENCH_BROKER_URL=redis_url,
-        **{**SERVICE_ENV, **overrides},
+        **{**SERVICE_ENV, **shard_limits(), **overrides},
     )
     settings = settings_from_env(env)
     migrations.upgrade(settings)
