@@ -125,10 +125,18 @@ def start_worker(
     (``tests/workers/test_worker_control_first.py``, ``tests/e2e/test_e2e_control_first.py``);
     every other test's control messages are taken by the worker itself, as they are when the
     consumer has died. ``certbench serve``'s embedded worker keeps the default (it has one).
+
+    The worker stops when this test process exits (``--exit-with-parent``): a pytest process
+    killed by the kernel for memory (two suites beside ``certbench serve`` on a 23 GB machine)
+    ran no teardown, its stack's worker went on consuming its Redis database, and the next
+    suite that claimed that database lost its messages to it.
     """
     option = "--control-consumer" if control_consumer else "--no-control-consumer"
+    orphan_guard = ("--exit-with-parent", "--parent-pid", str(os.getpid()))
     return Service(
-        [str(BIN / "certbench"), "worker", "--loglevel", "info", option, *extra], env, log
+        [str(BIN / "certbench"), "worker", "--loglevel", "info", option, *orphan_guard, *extra],
+        env,
+        log,
     )
 
 
