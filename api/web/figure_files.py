@@ -19,8 +19,6 @@ import dataclasses
 import importlib.metadata
 import json
 import logging
-import os
-import tempfile
 import threading
 from collections.abc import Iterator
 from functools import lru_cache
@@ -34,6 +32,7 @@ from markupsafe import Markup
 
 from certbench.figures import MEDIA_TYPES, Figure, javascript_bundle, render
 from models.core.errors import NotFoundError
+from models.submissions.storage import write_atomic
 
 logger = logging.getLogger(__name__)
 router = APIRouter(include_in_schema=False)
@@ -74,7 +73,7 @@ def _read_or_build(path: Path) -> bytes:
         return path.read_bytes()
     body = javascript_bundle().encode("utf-8")
     try:
-        _keep(path, body)
+        write_atomic(path, body)  # a process reading it never sees half a file
     except OSError as err:  # a read-only or full data directory: served all the same
         logger.warning(
             "the Vega bundle is not kept in %s (%s): each API process builds it again",
@@ -82,19 +81,6 @@ def _read_or_build(path: Path) -> bytes:
             err.strerror or err,
         )
     return body
-
-
-def _keep(path: Path, body: bytes) -> None:
-    """Write ``body`` to ``path`` atomically: a process reading it never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(body)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 @router.get(BUNDLE_URL, name="vega_bundle")
