@@ -14,6 +14,10 @@ and it stretches pytest-timeout's per-test limit (``timeout`` in pyproject.toml)
 factor, so that a test that is only slow on a loaded machine is not killed before its own
 deadlines, which say what it was waiting for, run out.
 
+It reserves, in a ledger every suite on the machine shares, the memory that a file's tests
+declare with the ``memory`` marker for the processes they start (``tests.support.memory``), so
+that two suites beside ``certbench serve`` do not start more than the machine holds.
+
 And it holds the one headless Chromium of each test process (``browser``): Playwright's sync API
 runs an event loop in the thread for as long as it is open, so a second ``sync_playwright()`` in
 the same process failed ("using Playwright Sync API inside the asyncio loop") whenever a file of
@@ -24,16 +28,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import timing
+from tests.support import memory, timing
 
 #: The key under which the controlling process hands the scale to pytest-xdist's processes.
 SCALE_KEY = "certbench_time_scale"
+#: Each test process's reservations (``tests.support.memory``).
+MEMORY = pytest.StashKey[memory.FileMemory]()
+#: Why a test could not get its file's reservation; it fails in its setup with this.
+NO_MEMORY = pytest.StashKey[str]()
 
 
 def _rank(item: pytest.Item) -> int:
@@ -50,9 +59,29 @@ def _ranks(items: list[pytest.Item]) -> dict[Path, int]:
     return rank
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def _memory_weights(items: list[pytest.Item]) -> dict[str, float]:
+    """Each file's declared memory in GiB: the largest of its tests' ``memory`` markers."""
+    weights: dict[str, float] = {}
+    for item in items:
+        for marker in item.iter_markers("memory"):
+            gib = marker.kwargs.get("gib")
+            if not isinstance(gib, int | float) or isinstance(gib, bool) or gib <= 0:
+                raise pytest.UsageError(f"{item.nodeid}: write pytest.mark.memory(gib=<GiB > 0>)")
+            weights[_file(item)] = max(weights.get(_file(item), 0.0), float(gib))
+    return weights
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = _ranks(items)
     items.sort(key=lambda item: rank[item.path])  # stable: each file's tests stay in order
+    profile = os.environ.get("CERTBENCH_TEST_MEMORY_PROFILE")
+    config.stash[MEMORY] = memory.FileMemory(
+        _memory_weights(items), Path(profile).resolve() if profile else None
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -88,11 +117,34 @@ def _per_test_limit(config: pytest.Config) -> float | None:
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     """Stretch the per-test limit by the time scale when the test starts (before pytest-timeout
-    reads it); a test's own ``timeout`` marker is kept as written."""
+    reads it); a test's own ``timeout`` marker is kept as written. And take the file's memory
+    reservation, waiting for it before pytest-timeout's clock starts."""
     limit = _per_test_limit(item.config)
     if limit and item.get_closest_marker("timeout") is None:
         item.add_marker(pytest.mark.timeout(timing.seconds(limit)))
+    if MEMORY in item.config.stash:
+        try:
+            item.config.stash[MEMORY].enter(_file(item))
+        except TimeoutError as err:
+            item.stash[NO_MEMORY] = str(err)
     yield
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if NO_MEMORY in item.stash:
+        pytest.fail(item.stash[NO_MEMORY], pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the file's last test (its module fixtures' processes stopped), give its memory
+    back; a file whose processes outgrew their marker gets a warning in the summary."""
+    yield
+    if MEMORY in item.config.stash:
+        note = item.config.stash[MEMORY].leave(_file(item), nextitem and _file(nextitem))
+        if note:
+            warnings.warn(note, stacklevel=1)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,160 @@
+"""The machine-wide memory ledger that keeps suites from starting more processes than the
+machine holds (``tests.support.memory``), with real processes holding reservations."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support import memory
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _holder(ledger: Path, gib: float, *, hold: float, ready: Path) -> subprocess.Popen[bytes]:
+    """Another process (a second suite's test process, say) that reserves ``gib``, says so by
+    creating ``ready``, and gives the reservation back after ``hold`` seconds."""
+    code = textwrap.dedent(
+        f"""
+        import time
+        from pathlib import Path
+        from tests.support import memory
+        held = memory.reserve({gib}, "the other suite's file", ledger=Path({str(ledger)!r}))
+        Path({str(ready)!r}).touch()
+        time.sleep({hold})
+        memory.release(held, ledger=Path({str(ledger)!r}))
+        """
+    )
+    process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert process.poll() is None, "the holder process exited before reserving"
+        assert time.monotonic() < deadline, "the holder process did not reserve within 60 s"
+        time.sleep(0.05)
+    return process
+
+
+@pytest.fixture
+def budget(monkeypatch: pytest.MonkeyPatch) -> float:
+    monkeypatch.setenv("CERTBENCH_TEST_MEMORY_GIB", "4")
+    return 4.0
+
+
+def test_reservations_within_the_budget_are_granted_together(tmp_path: Path, budget: float) -> None:
+    ledger = tmp_path / "ledger.json"
+    first = memory.reserve(1.5, "a", ledger=ledger)
+    second = memory.reserve(2.5, "b", ledger=ledger)
+    assert [entry["what"] for entry in json.loads(ledger.read_text())] == ["a", "b"]
+    memory.release(first, ledger=ledger)
+    memory.release(second, ledger=ledger)
+    assert json.loads(ledger.read_text()) == []
+
+
+def test_a_file_heavier_than_the_budget_runs_alone(tmp_path: Path, budget: float) -> None:
+    ledger = tmp_path / "ledger.json"
+    alone = memory.reserve(budget * 3, "the fleet", ledger=ledger)
+    assert json.loads(ledger.read_text())[0]["gib"] == budget * 3
+    memory.release(alone, ledger=ledger)
+
+
+def test_a_reservation_waits_for_another_process_to_give_memory_back(
+    tmp_path: Path, budget: float
+) -> None:
+    ledger = tmp_path / "ledger.json"
+    holder = _holder(ledger, 3.0, hold=3.0, ready=tmp_path / "ready")
+    try:
+        asked = time.monotonic()
+        mine = memory.reserve(2.0, "this file", ledger=ledger)
+        waited = time.monotonic() - asked
+        assert holder.wait(timeout=60) == 0
+    finally:
+        holder.kill()
+    # granted only once the holder had given its 3 GiB back (1 + 2 would pass the 4 GiB budget)
+    assert waited > 1.0
+    assert [entry["what"] for entry in json.loads(ledger.read_text())] == ["this file"]
+    memory.release(mine, ledger=ledger)
+
+
+def test_a_killed_process_holds_nothing(tmp_path: Path, budget: float) -> None:
+    """A test process killed by the kernel for memory never gives its reservation back."""
+    ledger = tmp_path / "ledger.json"
+    holder = _holder(ledger, 3.0, hold=600, ready=tmp_path / "ready")
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=60)
+    asked = time.monotonic()
+    mine = memory.reserve(2.0, "this file", ledger=ledger)
+    assert time.monotonic() - asked < 5
+    memory.release(mine, ledger=ledger)
+
+
+def test_the_wait_ends_with_who_holds_the_budget(
+    tmp_path: Path, budget: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(memory, "WAIT_SECONDS", 0.5)
+    monkeypatch.setattr(memory.timing, "seconds", lambda base: base)
+    ledger = tmp_path / "ledger.json"
+    holder = _holder(ledger, 3.0, hold=600, ready=tmp_path / "ready")
+    try:
+        with pytest.raises(TimeoutError, match=r"the other suite's file \(3 GiB, pid \d+\)"):
+            memory.reserve(2.0, "this file", ledger=ledger)
+    finally:
+        holder.kill()
+        holder.wait(timeout=60)
+
+
+def test_the_budget_setting_must_be_a_positive_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CERTBENCH_TEST_MEMORY_GIB", "lots")
+    with pytest.raises(ValueError, match="number of GiB"):
+        memory.budget_gib()
+    monkeypatch.setenv("CERTBENCH_TEST_MEMORY_GIB", "0")
+    with pytest.raises(ValueError, match="positive"):
+        memory.budget_gib()
+    monkeypatch.delenv("CERTBENCH_TEST_MEMORY_GIB")
+    machine = Path("/proc/meminfo").read_text().split()[1]  # MemTotal in KiB
+    assert memory.budget_gib() == pytest.approx(
+        memory.BUDGET_SHARE * int(machine) / 1024**2, rel=0.01
+    )
+
+
+def _allocating_child(mib: int, ready: Path) -> subprocess.Popen[bytes]:
+    code = (
+        f"import time; from pathlib import Path; block = bytearray({mib} * 2**20); "
+        f"Path({str(ready)!r}).touch(); time.sleep(600)"
+    )
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def test_a_file_whose_processes_outgrow_their_marker_is_reported_and_profiled(
+    tmp_path: Path, budget: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The processes a file's tests start are measured (a child holding 300 MiB), written to the
+    profile, and compared with the file's marker."""
+    monkeypatch.setattr(memory, "LEDGER", tmp_path / "ledger.json")
+    monkeypatch.setattr(memory, "SAMPLE_SECONDS", 0.1)
+    profile = tmp_path / "profile.jsonl"
+    files = memory.FileMemory({"tests/heavy.py": 0.1}, profile)
+    files.enter("tests/heavy.py")
+    ready = tmp_path / "ready"
+    child = _allocating_child(300, ready)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # a few samples with the block held
+        assert files.leave("tests/heavy.py", "tests/heavy.py") is None  # not the file's end
+        note = files.leave("tests/heavy.py", "tests/light.py")
+    finally:
+        child.kill()
+        child.wait(timeout=60)
+    assert note is not None and "more than its memory marker's 0.1 GiB" in note
+    record = json.loads(profile.read_text())
+    assert record["file"] == "tests/heavy.py" and record["declared_gib"] == 0.1
+    assert 0.28 <= record["peak_gib"] < 1.0
+    assert json.loads((tmp_path / "ledger.json").read_text()) == []  # given back
