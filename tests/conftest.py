@@ -89,6 +89,7 @@ def pytest_configure(config: pytest.Config) -> None:
     handed = getattr(config, "workerinput", {}).get(SCALE_KEY)
     try:
         timing.configure(timing.Scale(**handed) if handed else timing.measure())
+        memory.budget_gib()
     except ValueError as err:
         raise pytest.UsageError(str(err)) from err
 
@@ -99,8 +100,8 @@ def pytest_configure_node(node: Any) -> None:
     node.workerinput[SCALE_KEY] = timing.current().as_dict()
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    return timing.current().describe()
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [timing.current().describe(), memory.describe()]
 
 
 def _per_test_limit(config: pytest.Config) -> float | None:

@@ -30,6 +30,8 @@ OTHER_VARIABLES = {
     "CERTBENCH_TEST_REDIS_URL": "benchmarks/api_load.py",
     "CERTBENCH_TEST_PROCESSES": "scripts/test",
     "CERTBENCH_TEST_TIME_SCALE": "tests/support/timing.py",
+    "CERTBENCH_TEST_MEMORY_GIB": "tests/support/memory.py",
+    "CERTBENCH_TEST_MEMORY_PROFILE": "tests/conftest.py",
     "CERTBENCH_SERVICES": "tests/workers/test_compose.py",
     "CERTBENCH_CUDA_TESTS_DEVICE": "tests/support/cuda.py",
     "CERTBENCH_MAX_HOURS": "certbench/cli/budget.py",

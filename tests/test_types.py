@@ -14,6 +14,8 @@ import pytest
 
 from tests.support import timing
 
+pytestmark = pytest.mark.memory(gib=3)
+
 ROOT = Path(__file__).resolve().parents[1]
 CHECKED = ("certbench", "models", "api", "workers", "generators")
 

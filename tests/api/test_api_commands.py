@@ -27,6 +27,8 @@ from tests.support import timing
 from tests.support.service_factories import manifest, tiny_definition
 from tests.support.workers import non_finite_model, weights_bytes
 
+pytestmark = pytest.mark.memory(gib=1.5)
+
 register_plugins(app)
 runner = CliRunner()
 

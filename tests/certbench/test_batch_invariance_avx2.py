@@ -12,6 +12,8 @@ import pytest
 
 from tests.support import timing
 
+pytestmark = pytest.mark.memory(gib=0.75)
+
 AVX2_ONLY = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "ONEDNN_MAX_CPU_ISA": "AVX2",

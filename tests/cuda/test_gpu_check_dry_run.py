@@ -15,7 +15,8 @@ from certbench.training import RECIPES
 from tests.support import timing
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow  # a subprocess that imports torch and runs for a minute
+# a subprocess that imports torch and runs for a minute
+pytestmark = [pytest.mark.slow, pytest.mark.memory(gib=2.25)]
 
 
 def test_gpu_check_dry_run_writes_both_reports(tmp_path):

@@ -25,6 +25,8 @@ from tests.support import timing
 from tests.support.doc_blocks import ROOT, Block, all_blocks, blocks, command_lines, first_run_block
 from tests.support.processes import BIN, service_env
 
+pytestmark = pytest.mark.memory(gib=1)
+
 ALL = all_blocks()
 SHELL = [b for b in ALL if b.language in ("bash", "sh", "shell", "console")]
 PYTHON = [b for b in ALL if b.language in ("python", "py", "pycon")]

@@ -18,7 +18,7 @@ from models.submissions import storage
 from tests.support.flow import submit, wait_state
 from tests.support.workers import manifest, overflowing_model, tiny_model, weights_bytes
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.memory(gib=1.5)]
 
 
 def _stored_weights(root: Path) -> set[str]:

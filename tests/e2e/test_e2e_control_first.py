@@ -21,7 +21,7 @@ from tests.support.e2e import postgres_database, redis_database
 from tests.support.flow import settings_from_env
 from tests.support.processes import Service, service_env, start_worker
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.memory(gib=1.25)]
 
 
 @pytest.fixture

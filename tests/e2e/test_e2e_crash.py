@@ -29,7 +29,7 @@ from tests.support.flow import put_benchmark, submit, wait_state
 from tests.support.processes import wait_for
 from tests.support.workers import TEST_SETS, manifest, revealed_seed, tiny_model, weights_bytes
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.memory(gib=1.5)]
 
 N = 400
 """Samples per image: slow enough on CPU that the kill lands while shards remain."""

@@ -26,7 +26,7 @@ from tests.support import timing
 from tests.support.e2e import postgres_database, redis_database, running_stack
 from tests.support.processes import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.memory(gib=1)]
 
 DEMO = "demo-digits"
 #: One 91-image shard per test set, with time limits of the deployment's order rather than the

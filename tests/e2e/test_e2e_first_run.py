@@ -45,7 +45,7 @@ from tests.support.flow import free_port
 from tests.support.processes import BIN, NO_NETWORK, Service, service_env, wait_for
 from tests.support.web import scale_waits
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.memory(gib=3)]
 
 DEMO = "demo-digits"
 

@@ -16,7 +16,7 @@ from tests.support.flow import put_benchmark, submit, wait_state
 from tests.support.processes import wait_for
 from tests.support.workers import TEST_SETS, manifest, tiny_model, weights_bytes
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.memory(gib=1.5)]
 
 
 def test_submission_is_certified_ranked_and_its_records_downloadable(stack, tiny, tmp_path):

@@ -21,7 +21,7 @@ from tests.support.flow import put_benchmark, submit, wait_state
 from tests.support.processes import wait_for
 from tests.support.workers import TEST_SETS, manifest, tiny_model, weights_bytes
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.memory(gib=1.5)]
 
 N = 2000
 """Samples per image: each shard takes seconds on CPU, so Bob's upload lands mid-run."""

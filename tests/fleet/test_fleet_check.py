@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from scripts.fleet_check import netns, topology  # noqa: E402
 from scripts.fleet_check.main import missing_requirements  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.memory(gib=3.75)]
 SCRIPT = [sys.executable, str(ROOT / "scripts" / "fleet-check")]
 
 

@@ -30,23 +30,27 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from tests.support import timing
 
 GIB = 1024**3
-#: The share of the machine's memory the reservations of all suites may add up to. Measured on
-#: the reference machine (23 GiB): two suites' six test processes (0.8 GiB each), a running
-#: ``certbench serve`` with its embedded worker (about 2 GiB), the local servers and Chromium
-#: hold about 9 GiB besides the processes that tests start.
-BUDGET_SHARE = 0.5
+#: The share of the machine's memory the reservations of all suites may add up to. On the
+#: reference machine (23 GiB), two suites' six test processes (0.8 GiB each, and their Chromium),
+#: a running ``certbench serve`` with its embedded worker (about 2 GiB), the local servers and
+#: the libraries' pages hold about 11 GiB besides the processes that tests start; 0.4 leaves
+#: 9.2 GiB for those, and room for a file's peak above its marker.
+BUDGET_SHARE = 0.4
 LEDGER = Path(tempfile.gettempdir()) / "certbench-test-memory.json"
+#: Processes a file leaves running are reserved in steps of this many GiB.
+LEFT_RUNNING_STEP = 0.25
 #: How often the processes of a running file are measured.
 SAMPLE_SECONDS = 1.0
 #: How long a file waits for the others' reservations, on the reference machine (stretched by
@@ -79,6 +83,19 @@ def budget_gib() -> float:
             raise ValueError(f"CERTBENCH_TEST_MEMORY_GIB must be positive, got {value}")
         return value
     return BUDGET_SHARE * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
+
+
+def describe() -> str:
+    """pytest's header line: the budget and where it comes from."""
+    source = (
+        "CERTBENCH_TEST_MEMORY_GIB"
+        if os.environ.get("CERTBENCH_TEST_MEMORY_GIB")
+        else f"{BUDGET_SHARE:g} of this machine's memory"
+    )
+    return (
+        f"memory for the processes tests start: {budget_gib():.1f} GiB ({source}), shared by "
+        f"every suite on this machine (ledger {LEDGER})"
+    )
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -140,9 +157,17 @@ def reserve(gib: float, what: str, *, ledger: Path | None = None) -> Reservation
         time.sleep(1.0)
 
 
-def release(reservation: Reservation, *, ledger: Path | None = None) -> None:
+def release(
+    reservation: Reservation, *, keep: float = 0.0, what: str = "", ledger: Path | None = None
+) -> Reservation | None:
+    """Give ``reservation`` back; with ``keep`` > 0, hold that much instead, without waiting, as
+    ``what`` (the memory of processes still running, already allocated)."""
+    kept = replace(reservation, gib=keep, what=what) if keep > 0 else None
     with _ledger(ledger or LEDGER) as live:
         live[:] = [entry for entry in live if entry != reservation]
+        if kept is not None:
+            live.append(kept)
+    return kept
 
 
 def _children(pid: int) -> list[int]:
@@ -157,12 +182,13 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (children, their children, ...)."""
+def descendants(pid: int, *, besides: frozenset[int] = frozenset()) -> list[int]:
+    """Every process below ``pid`` (children, their children, ...), leaving out the processes
+    in ``besides`` and everything below them."""
     found: list[int] = []
     frontier = [pid]
     while frontier:
-        kids = [kid for parent in frontier for kid in _children(parent)]
+        kids = [kid for parent in frontier for kid in _children(parent) if kid not in besides]
         found += kids
         frontier = kids
     return found
@@ -185,11 +211,15 @@ def private_bytes(pid: int) -> int:
 
 
 class PeakSampler:
-    """Samples the memory of this process's descendants in a thread; ``peak`` in GiB."""
+    """Samples, in a thread, the memory of the processes this process starts from now on (and
+    of theirs); ``peak`` in GiB."""
 
     def __init__(self, interval: float | None = None) -> None:
         self.interval = interval or SAMPLE_SECONDS
         self.peak = 0.0
+        # the processes already running (the test process's Chromium, shared by every file that
+        # browses, and its renderers) are not this file's
+        self._before = frozenset(descendants(os.getpid()))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
         self._thread.start()
@@ -197,13 +227,20 @@ class PeakSampler:
     def _run(self) -> None:
         me = os.getpid()
         while not self._stop.wait(self.interval):
-            used = sum(private_bytes(pid) for pid in descendants(me)) / GIB
+            mine = descendants(me, besides=self._before)
+            used = sum(private_bytes(pid) for pid in mine) / GIB
             self.peak = max(self.peak, used)
 
     def stop(self) -> float:
         self._stop.set()
         self._thread.join()
         return self.peak
+
+    def still_running(self) -> float:
+        """GiB held now by the processes started since the sampler began (a session fixture's
+        service stack, which outlives the file that started it)."""
+        mine = descendants(os.getpid(), besides=self._before)
+        return sum(private_bytes(pid) for pid in mine) / GIB
 
 
 @dataclass
@@ -217,12 +254,20 @@ class _Running:
 
 class FileMemory:
     """One test process's side: reserves each file's declared memory before its first test and
-    gives it back after its last, measuring what the file's processes held meanwhile."""
+    gives it back after its last, measuring what the file's processes held meanwhile.
+
+    Processes a file leaves running stay reserved, at their measured size, until this test
+    process ends: the end-to-end stack is a session fixture, started by the first file that
+    asks for it and shared by the next ones, which do not count it again.
+    """
 
     def __init__(self, weights: dict[str, float], profile: Path | None) -> None:
         self.weights = weights
         self.profile = profile
         self._running: _Running | None = None
+        #: reservations of processes that files left running (session fixtures), held until
+        #: this test process ends
+        self.left_running: list[Reservation] = []
 
     def enter(self, name: str) -> None:
         """Before a test of file ``name``: the file's reservation, unless already held."""
@@ -242,10 +287,18 @@ class FileMemory:
             return None
         self._running = None
         peak = running.sampler.stop()
+        left = running.sampler.still_running()
         if running.reservation is not None:
-            release(running.reservation)
+            kept = release(
+                running.reservation,
+                keep=math.ceil(left / LEFT_RUNNING_STEP) * LEFT_RUNNING_STEP if left >= 0.05 else 0,
+                what=f"processes {name} left running",
+            )
+            if kept is not None:
+                self.left_running.append(kept)
         if self.profile is not None:
             record = {"file": name, "declared_gib": running.declared, "peak_gib": round(peak, 2),
+                      "left_running_gib": round(left, 2),
                       "seconds": round(time.monotonic() - running.started, 1)}  # fmt: skip
             with self.profile.open("a") as handle:
                 handle.write(json.dumps(record) + "\n")
