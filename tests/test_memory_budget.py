@@ -20,18 +20,27 @@ pytestmark = pytest.mark.memory(gib=0.75)
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _holder(ledger: Path, gib: float, *, hold: float, ready: Path) -> subprocess.Popen[bytes]:
-    """Another process (a second suite's test process, say) that reserves ``gib``, says so by
-    creating ``ready``, and gives the reservation back after ``hold`` seconds."""
+def _holder(
+    ledger: Path, gib: float, *, hold: float, ready: Path, lasting: bool = False
+) -> subprocess.Popen[bytes]:
+    """Another process (a second suite's test process, say) that reserves ``gib`` for a file
+    (or, ``lasting``, for processes it keeps running), says so by creating ``ready``, and gives
+    the reservation back after ``hold`` seconds."""
+    take = (
+        f"memory.release(keep={gib}, ledger=ledger)"
+        if lasting
+        else f'memory.reserve({gib}, "the other suite\'s file", ledger=ledger)'
+    )
     code = textwrap.dedent(
         f"""
         import time
         from pathlib import Path
         from tests.support import memory
-        held = memory.reserve({gib}, "the other suite's file", ledger=Path({str(ledger)!r}))
+        ledger = Path({str(ledger)!r})
+        held = {take}
         Path({str(ready)!r}).touch()
         time.sleep({hold})
-        memory.release(held, ledger=Path({str(ledger)!r}))
+        memory.release(held, ledger=ledger)
         """
     )
     process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
@@ -169,28 +178,55 @@ def test_a_file_whose_processes_outgrow_their_marker_is_reported_and_profiled(
     record = json.loads(profile.read_text())
     assert record["file"] == "tests/heavy.py" and record["declared_gib"] == 0.1
     assert 0.28 <= record["peak_gib"] < 0.5  # the new child's 300 MiB, not the earlier one's
-    assert json.loads((tmp_path / "ledger.json").read_text()) == []  # given back
+    # the file's reservation given back; the earlier process, still running, is kept reserved
+    held = json.loads((tmp_path / "ledger.json").read_text())
+    assert [(entry["gib"], entry["lasting"]) for entry in held] == [(0.5, True)]
 
 
-def test_processes_a_file_leaves_running_stay_reserved(
+def test_processes_kept_running_between_files_stay_reserved_at_their_size(
     tmp_path: Path, budget: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A session fixture's stack, started by one file and shared by the next, stays in the
-    ledger at its measured size after the file's own reservation is given back."""
+    ledger at its size measured after each file, replaced rather than added up: the next file
+    stops it and starts a smaller one."""
     ledger = tmp_path / "ledger.json"
     monkeypatch.setattr(memory, "LEDGER", ledger)
     monkeypatch.setattr(memory, "SAMPLE_SECONDS", 0.1)
-    files = memory.FileMemory({"tests/first.py": 2.0}, None)
+    files = memory.FileMemory({"tests/first.py": 2.0, "tests/second.py": 1.0}, None)
     files.enter("tests/first.py")
-    stack = _allocating_child(300, tmp_path / "ready")
+    stack = _allocating_child(300, tmp_path / "stack")
     try:
-        _wait_for(tmp_path / "ready")
+        _wait_for(tmp_path / "stack")
         assert files.leave("tests/first.py", "tests/second.py") is None
-        held = json.loads(ledger.read_text())
+        after_first = json.loads(ledger.read_text())
+        files.enter("tests/second.py")
+        stack.kill()
+        stack.wait(timeout=60)
+        stack = _allocating_child(100, tmp_path / "smaller")
+        _wait_for(tmp_path / "smaller")
+        files.leave("tests/second.py", "tests/third.py")
+        after_second = json.loads(ledger.read_text())
     finally:
         stack.kill()
         stack.wait(timeout=60)
-    assert [(entry["what"], entry["gib"]) for entry in held] == [
-        ("processes tests/first.py left running", 0.5)  # 300 MiB in steps of 0.25 GiB
-    ]
-    assert files.left_running[0].gib == 0.5
+    # 300 MiB, then 100 MiB, in steps of 0.25 GiB; the files' own reservations given back
+    assert [(entry["gib"], entry["lasting"]) for entry in after_first] == [(0.5, True)]
+    assert [(entry["gib"], entry["lasting"]) for entry in after_second] == [(0.25, True)]
+    assert files.lasting is not None and files.lasting.gib == 0.25
+
+
+def test_processes_kept_running_do_not_hold_a_file_back_for_ever(
+    tmp_path: Path, budget: float
+) -> None:
+    """Other suites' stacks, kept until their suites end, fill the budget: a file waits only
+    for other files, and runs once none holds a reservation."""
+    ledger = tmp_path / "ledger.json"
+    holder = _holder(ledger, 3.0, hold=600, ready=tmp_path / "ready", lasting=True)
+    try:
+        asked = time.monotonic()
+        mine = memory.reserve(2.0, "this file", ledger=ledger)
+        assert time.monotonic() - asked < 5
+    finally:
+        holder.kill()
+        holder.wait(timeout=60)
+    memory.release(mine, ledger=ledger)

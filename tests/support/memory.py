@@ -14,9 +14,11 @@ much in a ledger in the temporary folder that every suite on the machine shares,
 the reservations of all suites would pass the budget; it gives the reservation back after the
 file's last test. The budget is a fixed share of the machine's memory (``BUDGET_SHARE``; the
 rest is left to the test processes themselves, the local servers, a running ``certbench
-serve`` and the page cache) or ``CERTBENCH_TEST_MEMORY_GIB``. A reservation is always granted
-when it is the only one, so a file heavier than the budget still runs, alone. A reservation
-whose test process has died (killed, say) no longer counts.
+serve`` and the page cache) or ``CERTBENCH_TEST_MEMORY_GIB``. Processes kept running from one
+file to the next (the end-to-end stack, a session fixture; Chromium) stay reserved at their
+measured size. A file's reservation is always granted when no other file holds one, so a file
+heavier than what is left still runs, alone. A reservation whose test process has died (killed,
+say) no longer counts.
 
 ``CERTBENCH_TEST_MEMORY_PROFILE=<file>`` appends, for every test file, the peak memory of the
 processes its tests started (the sum of their proportional anonymous and shared memory, sampled
@@ -36,20 +38,20 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tests.support import timing
 
 GIB = 1024**3
 #: The share of the machine's memory the reservations of all suites may add up to. On the
-#: reference machine (23 GiB), two suites' six test processes (0.8 GiB each, and their Chromium),
-#: a running ``certbench serve`` with its embedded worker (about 2 GiB), the local servers and
-#: the libraries' pages hold about 11 GiB besides the processes that tests start; 0.4 leaves
-#: 9.2 GiB for those, and room for a file's peak above its marker.
-BUDGET_SHARE = 0.4
+#: reference machine (23 GiB), two suites' six test processes (about 0.8 GiB each of their
+#: own), a running ``certbench serve`` with its embedded worker, control consumer and pool
+#: (about 2.5 GiB), the local servers and the libraries' pages hold about 9 GiB besides the
+#: processes that tests start; 0.5 leaves 11.5 GiB for those and 2.5 GiB of slack.
+BUDGET_SHARE = 0.5
 LEDGER = Path(tempfile.gettempdir()) / "certbench-test-memory.json"
-#: Processes a file leaves running are reserved in steps of this many GiB.
+#: Processes kept running between files are reserved in steps of this many GiB.
 LEFT_RUNNING_STEP = 0.25
 #: How often the processes of a running file are measured.
 SAMPLE_SECONDS = 1.0
@@ -61,12 +63,14 @@ WAIT_SECONDS = 1800
 
 @dataclass(frozen=True)
 class Reservation:
-    """Memory held by one test process (``pid``, started at ``start_ticks``) for one file."""
+    """Memory held by one test process (``pid``, started at ``start_ticks``) for one file, or,
+    ``lasting``, for the processes it keeps running between files (session fixtures)."""
 
     pid: int
     start_ticks: int
     gib: float
     what: str
+    lasting: bool = False
 
 
 def budget_gib() -> float:
@@ -144,7 +148,10 @@ def reserve(gib: float, what: str, *, ledger: Path | None = None) -> Reservation
     while True:
         with _ledger(ledger) as live:
             held = sum(entry.gib for entry in live)
-            if not live or held + gib <= budget:
+            # alone among files: the lasting reservations of processes kept between files may
+            # never all end before their suites do
+            alone = not any(not entry.lasting for entry in live)
+            if alone or held + gib <= budget:
                 live.append(mine)
                 return mine
         if time.monotonic() > deadline:
@@ -158,13 +165,19 @@ def reserve(gib: float, what: str, *, ledger: Path | None = None) -> Reservation
 
 
 def release(
-    reservation: Reservation, *, keep: float = 0.0, what: str = "", ledger: Path | None = None
+    *reservations: Reservation | None, keep: float = 0.0, ledger: Path | None = None
 ) -> Reservation | None:
-    """Give ``reservation`` back; with ``keep`` > 0, hold that much instead, without waiting, as
-    ``what`` (the memory of processes still running, already allocated)."""
-    kept = replace(reservation, gib=keep, what=what) if keep > 0 else None
+    """Give ``reservations`` back; with ``keep`` > 0, hold that much instead, without waiting,
+    as this process's lasting reservation (the memory of processes still running, already
+    allocated), which it returns."""
+    start = _start_ticks(os.getpid())
+    assert start is not None
+    kept = None
+    if keep > 0:
+        what = "processes kept running between files (session fixtures)"
+        kept = Reservation(os.getpid(), start, keep, what, lasting=True)
     with _ledger(ledger or LEDGER) as live:
-        live[:] = [entry for entry in live if entry != reservation]
+        live[:] = [entry for entry in live if entry not in reservations]
         if kept is not None:
             live.append(kept)
     return kept
@@ -236,11 +249,10 @@ class PeakSampler:
         self._thread.join()
         return self.peak
 
-    def still_running(self) -> float:
-        """GiB held now by the processes started since the sampler began (a session fixture's
-        service stack, which outlives the file that started it)."""
-        mine = descendants(os.getpid(), besides=self._before)
-        return sum(private_bytes(pid) for pid in mine) / GIB
+
+def held_by_descendants() -> float:
+    """GiB held now by every process below this one."""
+    return sum(private_bytes(pid) for pid in descendants(os.getpid())) / GIB
 
 
 @dataclass
@@ -256,18 +268,18 @@ class FileMemory:
     """One test process's side: reserves each file's declared memory before its first test and
     gives it back after its last, measuring what the file's processes held meanwhile.
 
-    Processes a file leaves running stay reserved, at their measured size, until this test
-    process ends: the end-to-end stack is a session fixture, started by the first file that
-    asks for it and shared by the next ones, which do not count it again.
+    Processes kept running between files stay reserved at their size measured after each
+    file: the end-to-end stack is a session fixture, started by the first file that asks for it
+    and shared by the next ones, which do not count it again, and Chromium is one per test
+    process.
     """
 
     def __init__(self, weights: dict[str, float], profile: Path | None) -> None:
         self.weights = weights
         self.profile = profile
         self._running: _Running | None = None
-        #: reservations of processes that files left running (session fixtures), held until
-        #: this test process ends
-        self.left_running: list[Reservation] = []
+        #: the processes kept running between files, as measured after the last file
+        self.lasting: Reservation | None = None
 
     def enter(self, name: str) -> None:
         """Before a test of file ``name``: the file's reservation, unless already held."""
@@ -287,15 +299,9 @@ class FileMemory:
             return None
         self._running = None
         peak = running.sampler.stop()
-        left = running.sampler.still_running()
-        if running.reservation is not None:
-            kept = release(
-                running.reservation,
-                keep=math.ceil(left / LEFT_RUNNING_STEP) * LEFT_RUNNING_STEP if left >= 0.05 else 0,
-                what=f"processes {name} left running",
-            )
-            if kept is not None:
-                self.left_running.append(kept)
+        left = held_by_descendants()
+        keep = math.ceil(left / LEFT_RUNNING_STEP) * LEFT_RUNNING_STEP if left >= 0.05 else 0
+        self.lasting = release(running.reservation, self.lasting, keep=keep)
         if self.profile is not None:
             record = {"file": name, "declared_gib": running.declared, "peak_gib": round(peak, 2),
                       "left_running_gib": round(left, 2),
