@@ -15,7 +15,7 @@ the reservations of all suites would pass the budget; it gives the reservation b
 file's last test. The budget is a fixed share of the machine's memory (``BUDGET_SHARE``; the
 rest is left to the test processes themselves, the local servers, a running ``certbench
 serve`` and the page cache) or ``CERTBENCH_TEST_MEMORY_GIB``. Processes kept running from one
-file to the next (the end-to-end stack, a session fixture; Chromium) stay reserved at their
+file to the next (the end-to-end stack, a package fixture; Chromium) stay reserved at their
 measured size. A file's reservation is always granted when no other file holds one, so a file
 heavier than what is left still runs, alone. A reservation whose test process has died (killed,
 say) no longer counts.
@@ -64,7 +64,8 @@ WAIT_SECONDS = 1800
 @dataclass(frozen=True)
 class Reservation:
     """Memory held by one test process (``pid``, started at ``start_ticks``) for one file, or,
-    ``lasting``, for the processes it keeps running between files (session fixtures)."""
+    ``lasting``, for the processes it keeps running between files (package and session
+    fixtures)."""
 
     pid: int
     start_ticks: int
@@ -174,7 +175,7 @@ def release(
     assert start is not None
     kept = None
     if keep > 0:
-        what = "processes kept running between files (session fixtures)"
+        what = "processes kept running between files (package and session fixtures)"
         kept = Reservation(os.getpid(), start, keep, what, lasting=True)
     with _ledger(ledger or LEDGER) as live:
         live[:] = [entry for entry in live if entry not in reservations]
@@ -269,9 +270,9 @@ class FileMemory:
     gives it back after its last, measuring what the file's processes held meanwhile.
 
     Processes kept running between files stay reserved at their size measured after each
-    file: the end-to-end stack is a session fixture, started by the first file that asks for it
-    and shared by the next ones, which do not count it again, and Chromium is one per test
-    process.
+    file: the end-to-end stack is a package fixture, started by the first file of ``tests/e2e``
+    that asks for it and shared by the next ones, which do not count it again, and Chromium is
+    one per test process.
     """
 
     def __init__(self, weights: dict[str, float], profile: Path | None) -> None:
