@@ -14,7 +14,7 @@ import pytest
 
 from tests.support import timing
 
-pytestmark = pytest.mark.memory(gib=3)
+pytestmark = pytest.mark.memory(gib=1.75)
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKED = ("certbench", "models", "api", "workers", "generators")

@@ -26,7 +26,7 @@ from tests.support import timing
 from tests.support.api import drain_validations
 from tests.support.service_factories import make_user, manifest, weights_bytes
 
-pytestmark = pytest.mark.memory(gib=2.5)
+pytestmark = pytest.mark.memory(gib=1.25)
 
 ADMIN = [sys.executable, "-c", "from certbench.cli.app import main; main()"]
 

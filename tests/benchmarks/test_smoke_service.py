@@ -8,8 +8,6 @@ import pytest
 
 from tests.support.benchmark_smoke import run_smoke, scripts_of
 
-pytestmark = pytest.mark.memory(gib=1)
-
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", scripts_of("service"), ids=lambda p: p.stem)

@@ -27,8 +27,6 @@ from tests.support.data_layouts import (
     write_hub_folder,
 )
 
-pytestmark = pytest.mark.memory(gib=1.75)
-
 N = 40
 
 

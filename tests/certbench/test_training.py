@@ -25,7 +25,7 @@ from certbench.training.recipes import RECIPES, get_recipe, recipe_loss
 from certbench.training.schedule import Schedule, build_optimizer
 from certbench.training.trainer import RunOptions, TrainConfig, train
 
-pytestmark = pytest.mark.memory(gib=1)
+pytestmark = pytest.mark.memory(gib=1.25)
 
 TINY = {"arch": "wrn", "arch_kwargs": {"depth": 10, "widen_factor": 1}}
 

@@ -19,8 +19,7 @@ import pytest
 from tests.support import timing
 
 ROOT = Path(__file__).resolve().parents[2]
-# a subprocess that imports torch and runs for a minute
-pytestmark = [pytest.mark.slow, pytest.mark.memory(gib=1.75)]
+pytestmark = pytest.mark.slow  # a subprocess that imports torch and runs for a minute
 ABSENT_ON_THE_GPU_IMAGE = (
     "pydantic", "pydantic_settings", "pydantic_core", "fastapi", "sqlalchemy", "celery",
     "redis", "datasets", "alembic", "psycopg", "uvicorn", "multipart", "fastapi_offline",

@@ -16,7 +16,7 @@ from tests.support import timing
 
 ROOT = Path(__file__).resolve().parents[2]
 # a subprocess that imports torch and runs for a minute
-pytestmark = [pytest.mark.slow, pytest.mark.memory(gib=2.25)]
+pytestmark = [pytest.mark.slow, pytest.mark.memory(gib=1)]
 
 
 def test_gpu_check_dry_run_writes_both_reports(tmp_path):

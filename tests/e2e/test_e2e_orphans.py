@@ -21,7 +21,7 @@ import pytest
 from tests.support.e2e import redis_database
 from tests.support.processes import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.memory(gib=1.75)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 HELPER = textwrap.dedent(

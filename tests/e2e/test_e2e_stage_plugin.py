@@ -23,7 +23,7 @@ from tests.support.processes import wait_for
 from tests.support.toy_stage import UNITS, expected_values
 from tests.support.workers import manifest, revealed_seed, tiny_model, weights_bytes
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.memory(gib=1.25)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.memory(gib=1.5)]
 
 IMAGES = 3
 SEED = 11

@@ -27,7 +27,7 @@ from scripts.fleet_check.bringup import postgres_ready, wait_until  # noqa: E402
 from scripts.fleet_check.main import missing_requirements  # noqa: E402
 from scripts.fleet_check.services import DB_NAME, DB_PORT, DB_USER, Services, Timings, service_env  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.memory(gib=1.25)]
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 
 @pytest.fixture

@@ -19,8 +19,6 @@ from generators.cifar_c_import import CIFAR10_CLASSES, import_cifar_c
 from generators.corruptions_c import corrupt
 from tests.support.data_layouts import write_torchvision_cifar
 
-pytestmark = pytest.mark.memory(gib=1.25)
-
 N = 12
 register_plugins(app)
 runner = CliRunner()

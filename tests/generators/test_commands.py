@@ -17,8 +17,6 @@ from generators import commands
 from tests.support import timing
 from tests.support.cifar_f_sources import write_cifar10
 
-pytestmark = pytest.mark.memory(gib=1.75)
-
 
 @pytest.fixture(scope="module")
 def app() -> typer.Typer:

@@ -30,6 +30,8 @@ from models.stages.work import get_work_item
 from models.submissions.intake import Upload, create_submission
 from tests.support.service_factories import make_user
 
+pytestmark = pytest.mark.memory(gib=1)
+
 DEMO = "demo-digits"
 
 

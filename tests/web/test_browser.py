@@ -17,7 +17,8 @@ from models.db.entities import LeaderboardEntry, MetricValue, Submission
 from tests.support import timing
 from tests.support.web import Site, drawn, scale_waits, screenshot
 
-pytestmark = pytest.mark.slow
+# Chromium (one per test process) starts in the first file that browses: up to 1.46 GiB
+pytestmark = [pytest.mark.slow, pytest.mark.memory(gib=1.75)]
 
 
 def _db_order(

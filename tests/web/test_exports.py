@@ -28,8 +28,6 @@ from tests.support import timing
 from tests.support.latex import compile_latex, figure_sizes, packages
 from tests.support.web import REPO, Site
 
-pytestmark = pytest.mark.memory(gib=1.5)
-
 SCREENSHOTS = REPO / "test-artifacts" / "screenshots"
 
 

@@ -22,7 +22,7 @@ from models.db.engine import dispose_engines
 from tests.support import control_first
 from tests.support.processes import Service, service_env, start_worker
 
-pytestmark = [pytest.mark.slow, pytest.mark.memory(gib=2.5)]
+pytestmark = [pytest.mark.slow, pytest.mark.memory(gib=1.25)]
 
 
 @pytest.fixture

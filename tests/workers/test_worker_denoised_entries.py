@@ -44,7 +44,7 @@ from tests.workers.test_worker_library_architectures import (  # the same stack 
 
 __all__ = ["stack"]  # the imported module fixture, used by name below
 
-pytestmark = [pytest.mark.slow, pytest.mark.memory(gib=3)]
+pytestmark = [pytest.mark.slow, pytest.mark.memory(gib=2)]
 
 
 def train(data: Path, out: Path) -> tuple[Path, Path]:

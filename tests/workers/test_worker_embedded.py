@@ -42,7 +42,7 @@ from tests.support.workers import (
     write_tiny_dataset,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.memory(gib=2.25)]
+pytestmark = [pytest.mark.slow, pytest.mark.memory(gib=1)]
 
 ENV = {
     "CERTBENCH_SHARD_SIZE": "1",

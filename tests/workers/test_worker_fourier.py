@@ -59,8 +59,6 @@ from tests.support.workers import (
 from workers.app import app
 from workers.names import QUEUE, VALIDATE
 
-pytestmark = pytest.mark.memory(gib=1.5)
-
 S = SubmissionState
 STAGE = "fourier_sensitivity"
 FOURIER_QUEUE = "certbench.fourier"

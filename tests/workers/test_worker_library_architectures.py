@@ -48,7 +48,7 @@ from tests.support.processes import Service, service_env, start_worker, wait_for
 from tests.support.service_factories import make_user
 from tests.support.workers import load_benchmark
 
-pytestmark = [pytest.mark.slow, pytest.mark.memory(gib=1.25)]
+pytestmark = [pytest.mark.slow, pytest.mark.memory(gib=1)]
 
 BENCHMARK = "digits-timm"
 FOLDER = "digits-timm"
