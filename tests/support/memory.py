@@ -2,7 +2,7 @@
 
 Why: each service process a test starts (``certbench serve``, a worker and its pool, a fleet
 host, a CLI command) loads torch and holds about 0.4 to 0.6 GiB of its own memory. One quiet
-suite peaked at 14 GiB used of the 2-core reference machine's 23 GiB, with its three test
+suite peaked at 13.4 GiB used of the 2-core reference machine's 23.5 GiB, with its three test
 processes in files that start a stack, a fleet or the README's first run at once. Two suites
 started together beside ``certbench serve`` reached the same files at the same moment, the
 kernel's OOM killer killed a test process in each, and both failed.
