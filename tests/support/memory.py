@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from models.submissions.storage import write_atomic
 from tests.support import timing
 
 GIB = 1024**3
@@ -129,7 +130,8 @@ def _ledger(path: Path) -> Iterator[list[Reservation]]:
             entries = [Reservation(**entry) for entry in json.loads(text)] if text else []
             live = [entry for entry in entries if _alive(entry)]
             yield live
-            path.write_text(json.dumps([asdict(entry) for entry in live]))
+            # atomic: a test process killed mid-write must not leave every suite a torn ledger
+            write_atomic(path, json.dumps([asdict(entry) for entry in live]).encode())
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
